@@ -1,0 +1,35 @@
+# Two commands on a fresh machine: `make run` (a local fio + checkpoint sweep, then its report) and
+# `make test` (the test suite). Both install what is missing: fio from the OS packages, a venv, the package.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# A CPU build of torch for the dev/test install; the package itself asks only for a range.
+TORCH_PIN ?= torch==2.13.0
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+CONFIG ?= configs/local.yaml
+RESULTS ?= results
+
+.PHONY: run test system-deps install clean-venv
+
+system-deps:  ## fio and the async I/O libraries, from the OS packages
+	@command -v fio >/dev/null 2>&1 || { $(SUDO) apt-get update && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y fio libaio1 liburing2; }
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_PIN)"
+	$(PY) -m pip install --quiet -e ".[checkpoint,test]"
+	touch $@
+
+install: system-deps $(VENV)/.installed
+
+run: install  ## sweep the default config, then report what it wrote (even when a case failed)
+	@$(VENV)/bin/gdsbench sweep $(CONFIG) -o $(RESULTS); status=$$?; \
+	  latest=$$(ls -t $(RESULTS)/*.csv 2>/dev/null | head -n 1); \
+	  [ -n "$$latest" ] && $(VENV)/bin/gdsbench report "$$latest"; exit $$status
+
+test: install  ## the whole test suite
+	$(VENV)/bin/pytest
+
+clean-venv:
+	rm -rf $(VENV)

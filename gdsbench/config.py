@@ -1,0 +1,184 @@
+"""Sweep configs: YAML -> a validated SweepConfig -> the ordered list of Cases to run.
+
+Every error names the file, the key (as a path such as `matrix[1].io_size[2]`) and what was expected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from gdsbench import runners
+from gdsbench.cases import CORE_AXES, Case, Pattern, Transfer, cross_product, matches, unique
+from gdsbench.errors import ConfigError
+from gdsbench.keys import (
+    Key, boolean, choices_text, duration, member_of, non_negative_int, one_of, positive_int, size, text,
+)
+
+#: The axes every matrix has besides `engine`, with the value used when a matrix leaves one out.
+AXIS_KEYS: dict[str, Key] = {
+    "pattern": Key("pattern", member_of(Pattern), choices_text(Pattern), None, "access pattern"),
+    "transfer": Key("transfer", member_of(Transfer), choices_text(Transfer), Transfer.CPU_ONLY, "transfer type"),
+    "io_size": Key("io_size", size, "a size such as 4K, 128K, 1M, 16M", 1 << 20, "bytes per I/O"),
+    "threads": Key("threads", positive_int, "a positive integer", 1, "jobs/threads in parallel"),
+    "iodepth": Key("iodepth", positive_int, "a positive integer", 1, "I/Os in flight per thread"),
+}
+
+#: Settings of the whole sweep (top-level YAML keys), besides matrix, exclude and runner options.
+SWEEP_KEYS: dict[str, Key] = {key.name: key for key in (
+    Key("name", text, "a name for the results files", None, "defaults to the config file's stem"),
+    Key("description", str, "a string", "", "what the sweep answers"),
+    Key("directory", text, "a directory path", "/tmp/gdsbench", "where test files are made (created if missing)"),
+    Key("file_size", size, "a size such as 1G or 512M", 1 << 30, "size of each test file"),
+    Key("runtime", duration, "a duration such as 5s or 2m", None, "time-bound runs; omit for size-bound"),
+    Key("ramp_time", duration, "a duration such as 2s", None, "fio ramp time, not measured"),
+    Key("repetitions", positive_int, "a positive integer", 3, "recorded runs per case"),
+    Key("warmup", non_negative_int, "a non-negative integer", 0, "unrecorded runs before each case"),
+    Key("interleave", boolean, "true or false", False, "run repetition-major so drift falls on all cases alike"),
+    Key("keep_files", boolean, "true or false", False, "keep the test files gdsbench created"),
+    Key("timeout", duration, "a duration such as 10m", None, "limit for one run of one case"),
+)}
+
+STRUCTURE_KEYS = ("matrix", "exclude", "checks")
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A validated sweep: its settings, runner options and the cases it expands to."""
+
+    source: str
+    settings: Mapping[str, Any]
+    options: Mapping[str, Any]
+    cases: tuple[Case, ...]
+    raw: Mapping[str, Any] = field(default_factory=dict)
+    checks: tuple[Mapping[str, Any], ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
+        """Settings read as attributes: config.repetitions, config.directory, ..."""
+        try:
+            return self.settings[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def load(path: str | Path) -> SweepConfig:
+    """Read and validate a sweep config file."""
+    path = Path(path)
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(str(path), "(file)", "a readable YAML file", exc.strerror) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), "(yaml)", f"valid YAML ({_yaml_problem(exc)})") from None
+    return from_dict(document, str(path), default_name=path.stem)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A one-line description of a YAML syntax error with its line."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    return f"{getattr(exc, 'problem', None) or exc}{where}"
+
+
+def from_dict(document: Any, source: str, default_name: str = "sweep") -> SweepConfig:
+    """Validate a parsed YAML document (a mapping) into a SweepConfig."""
+    if not isinstance(document, dict):
+        raise ConfigError(source, "(top level)", "a mapping of keys such as name, directory, matrix")
+    option_keys = runners.option_keys()
+    known = [*SWEEP_KEYS, *option_keys, *STRUCTURE_KEYS]
+    for key in document:
+        if key not in known:
+            raise ConfigError(source, str(key), "a known key: " + ", ".join(known))
+    settings = {name: _parse(source, name, key, document.get(name, key.default)) for name, key in SWEEP_KEYS.items()}
+    settings["name"] = settings["name"] or default_name
+    options = {name: _parse(source, name, key, document[name]) for name, key in option_keys.items() if name in document}
+    excludes = _excludes(source, document.get("exclude", []), option_keys)
+    cases = tuple(expand(source, document.get("matrix"), options, excludes))
+    if not cases:
+        raise ConfigError(source, "matrix", "at least one case left after exclude")
+    checks = document.get("checks") or []
+    if not isinstance(checks, list):
+        raise ConfigError(source, "checks", "a list of checks")
+    return SweepConfig(source, settings, options, cases, raw=document, checks=tuple(checks))
+
+
+def _parse(source: str, where: str, key: Key, value: Any) -> Any:
+    """Parse one value with its Key, turning a ValueError into a ConfigError at `where`."""
+    if value is None:
+        return None
+    try:
+        return key.parse(value)
+    except ValueError:
+        raise ConfigError(source, where, key.expected, value) from None
+
+
+def engine_key() -> Key:
+    """The `engine` axis: one of the registered runners."""
+    names = tuple(runners.RUNNERS)
+    return Key("engine", one_of(*names), "one of " + ", ".join(names), None, "which runner measures the case")
+
+
+def axis_keys() -> dict[str, Key]:
+    """Every key a matrix may use: engine and the core axes, then the runners' options."""
+    return {"engine": engine_key(), **AXIS_KEYS, **runners.option_keys()}
+
+
+def expand(source: str, matrix: Any, options: Mapping[str, Any], excludes: list[dict[str, Any]]) -> list[Case]:
+    """The cases of a matrix (a mapping of lists, or a list of such mappings), in order, excludes removed."""
+    if matrix is None or matrix == {} or matrix == []:
+        raise ConfigError(source, "matrix", "a non-empty mapping of lists (or a list of such mappings)")
+    blocks = matrix if isinstance(matrix, list) else [matrix]
+    cases: list[Case] = []
+    for index, block in enumerate(blocks):
+        where = f"matrix[{index}]" if isinstance(matrix, list) else "matrix"
+        for point in cross_product(_axes(source, where, block, options)):
+            if not any(matches(point, rule) for rule in excludes):
+                cases.append(_case(point))
+    return unique(cases)
+
+
+def _axes(source: str, where: str, block: Any, options: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """One matrix block validated: every axis a list of parsed values, defaults filled in."""
+    if not isinstance(block, dict) or not block:
+        raise ConfigError(source, where, "a non-empty mapping of axis names to lists")
+    keys = axis_keys()
+    axes: dict[str, list[Any]] = {}
+    for name, values in block.items():
+        if name not in keys:
+            raise ConfigError(source, f"{where}.{name}", "a matrix axis: " + ", ".join(keys))
+        values = values if isinstance(values, list) else [values]
+        if not values:
+            raise ConfigError(source, f"{where}.{name}", "a non-empty list")
+        axes[name] = [_parse(source, f"{where}.{name}[{i}]", keys[name], v) for i, v in enumerate(values)]
+    for name in ("engine", "pattern"):
+        if name not in axes:
+            raise ConfigError(source, f"{where}.{name}", "a list (every matrix names its engines and patterns)")
+    for name, key in keys.items():
+        axes.setdefault(name, [options.get(name, key.default)])
+    return axes
+
+
+def _case(point: Mapping[str, Any]) -> Case:
+    """A Case keeping only the parameters its engine uses, in the fixed axis order."""
+    runner = runners.get(point["engine"])
+    order = [*CORE_AXES[1:], *runners.option_keys()]
+    return Case(runner.name, tuple((name, point[name]) for name in order if name in runner.axes))
+
+
+def _excludes(source: str, rules: Any, option_keys: Mapping[str, Key]) -> list[dict[str, Any]]:
+    """Validate exclude rules: a list of mappings of axis names to single values."""
+    if not isinstance(rules, list):
+        raise ConfigError(source, "exclude", "a list of mappings such as {pattern: randwrite, io_size: 16M}")
+    keys = axis_keys()
+    parsed = []
+    for index, rule in enumerate(rules):
+        if not isinstance(rule, dict) or not rule:
+            raise ConfigError(source, f"exclude[{index}]", "a mapping of axis names to values")
+        for name in rule:
+            if name not in keys:
+                raise ConfigError(source, f"exclude[{index}].{name}", "a matrix axis: " + ", ".join(keys))
+        parsed.append({name: _parse(source, f"exclude[{index}].{name}", keys[name], v) for name, v in rule.items()})
+    return parsed

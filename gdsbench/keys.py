@@ -1,0 +1,94 @@
+"""Config keys as data: a Key names its parser, default and help, shared by config and runners."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from gdsbench.units import parse_duration, parse_size
+
+Parser = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Key:
+    """One YAML key: `parse` turns a raw value into a typed one or raises ValueError(expected)."""
+
+    name: str
+    parse: Parser
+    expected: str
+    default: Any = None
+    help: str = ""
+
+
+def size(value: Any) -> int:
+    """A size such as 4K, 1M, 1GiB or a number of bytes, greater than zero."""
+    parsed = parse_size(value)
+    if parsed <= 0:
+        raise ValueError("must be greater than zero")
+    return parsed
+
+
+def duration(value: Any) -> float:
+    """A duration such as 5s, 500ms, 2m or a number of seconds, greater than zero."""
+    parsed = parse_duration(value)
+    if parsed <= 0:
+        raise ValueError("must be greater than zero")
+    return parsed
+
+
+def positive_int(value: Any) -> int:
+    """An integer >= 1 (YAML bools are refused: `true` is not a thread count)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError("not a positive integer")
+    return value
+
+
+def non_negative_int(value: Any) -> int:
+    """An integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError("not a non-negative integer")
+    return value
+
+
+def boolean(value: Any) -> bool:
+    """A YAML boolean."""
+    if not isinstance(value, bool):
+        raise ValueError("not true or false")
+    return value
+
+
+def text(value: Any) -> str:
+    """A non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("not a non-empty string")
+    return value
+
+
+def one_of(*choices: str) -> Parser:
+    """A parser accepting exactly one of `choices`."""
+
+    def parse(value: Any) -> str:
+        if value not in choices:
+            raise ValueError("not one of the choices")
+        return value
+
+    return parse
+
+
+def member_of(kind: type[enum.Enum]) -> Parser:
+    """A parser turning a name (as written in YAML, case-insensitive) into a member of `kind`."""
+    by_name = {member.value.upper(): member for member in kind}
+
+    def parse(value: Any) -> enum.Enum:
+        if not isinstance(value, str) or value.upper() not in by_name:
+            raise ValueError("not a known name")
+        return by_name[value.upper()]
+
+    return parse
+
+
+def choices_text(kind: type[enum.Enum]) -> str:
+    """The members of an enum as a readable list for error messages."""
+    return "one of " + ", ".join(member.value for member in kind)

@@ -1,0 +1,85 @@
+"""Reports read results (never runners): aggregate repetitions, then render text, markdown or csv."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from gdsbench.errors import UsageError
+from gdsbench.report import fio_style, tables
+from gdsbench.results import parameters
+
+FORMATS = ("text", "markdown", "csv")
+#: Patterns of checkpoint engines and the fio pattern whose bandwidth is their ceiling.
+CEILINGS = {"save": "write", "load": "read"}
+
+
+def default_groups(frame: pd.DataFrame) -> list[str]:
+    """Group by run (when several are merged) and by every parameter that varies."""
+    runs = [c for c in ("host", "run_id") if c in frame and frame[c].nunique() > 1]
+    varying = [c for c in parameters(frame.columns) if frame[c].nunique(dropna=True) > 1]
+    return runs + (varying or ["engine", "pattern"])
+
+
+def check_columns(frame: pd.DataFrame, groups: list[str]) -> None:
+    """Refuse grouping by a column the results do not have, naming those it has."""
+    unknown = [c for c in groups if c not in frame.columns]
+    if unknown:
+        known = ", ".join(c for c in frame.columns if c != "source")
+        raise UsageError(f"--by: no column {', '.join(unknown)} in these results; columns: {known}")
+
+
+def aggregate(frame: pd.DataFrame, groups: list[str]) -> pd.DataFrame:
+    """Median and min-max of each group's ok rows, plus the number of repetitions."""
+    ok = frame[frame["status"] == "ok"]
+    if ok.empty:
+        return pd.DataFrame(columns=[*groups, "n"])
+    grouped = ok.groupby(groups, dropna=False, sort=False)
+    table = grouped.agg(
+        n=("bw_bytes", "size"), bw_median=("bw_bytes", "median"), bw_min=("bw_bytes", "min"),
+        bw_max=("bw_bytes", "max"), iops_median=("iops", "median"), lat_mean_us=("lat_mean_us", "median"),
+        lat_p99_us=("lat_p99_us", "median"), bytes=("bytes", "median"),
+    ).reset_index()
+    table["spread"] = (table["bw_max"] - table["bw_min"]) / table["bw_median"]
+    return table
+
+
+def median_rows(frame: pd.DataFrame, groups: list[str]) -> list[tuple[tuple, dict[str, Any]]]:
+    """Each group's median repetition (lower middle when even), as (group values, row)."""
+    ok = frame[frame["status"] == "ok"]
+    picked = []
+    for values, group in ok.groupby(groups, dropna=False, sort=False):
+        ordered = group.sort_values("bw_bytes", kind="stable")
+        picked.append((values if isinstance(values, tuple) else (values,), ordered.iloc[(len(ordered) - 1) // 2].to_dict()))
+    return picked
+
+
+def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each checkpoint engine's median bandwidth as a ratio to fio's best of the same run and direction."""
+    ok = frame[frame["status"] == "ok"]
+    rows = []
+    for (run_id, host), run in ok.groupby(["run_id", "host"], sort=False):
+        for (engine, pattern), group in run[run["pattern"].isin(list(CEILINGS))].groupby(["engine", "pattern"], sort=False):
+            fio = run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern])]
+            ceiling = fio.groupby("case")["bw_bytes"].median().max() if not fio.empty else float("nan")
+            base = run[(run["engine"] == "torch_save") & (run["pattern"] == pattern)]["bw_bytes"].median()
+            median = group["bw_bytes"].median()
+            rows.append({"host": host, "run_id": run_id, "engine": engine, "pattern": pattern, "n": len(group),
+                         "bw_median": median, "x_fio": median / ceiling, "x_torch_save": median / base,
+                         "fio_bw": ceiling})
+    return pd.DataFrame(rows)
+
+
+def render(frame: pd.DataFrame, groups: list[str] | None, fmt: str) -> str:
+    """The whole report in one format."""
+    if fmt not in FORMATS:
+        raise UsageError(f"--format: expected one of {', '.join(FORMATS)}")
+    groups = groups or default_groups(frame)
+    check_columns(frame, groups)
+    table = aggregate(frame, groups)
+    ratios = ceiling_ratios(frame)
+    if fmt == "csv":
+        return table.to_csv(index=False)
+    lines = [fio_style.status_line(row) for _, row in median_rows(frame, groups)]
+    return tables.render(fmt, frame, groups, table, lines, ratios, median_rows(frame, groups))

@@ -1,0 +1,147 @@
+"""The results schema: one tidy row per case x repetition, a CSV written row by row, a JSON sidecar.
+
+Sizes are bytes, bandwidths bytes/s, times seconds, latencies microseconds: units belong to reports.
+`load(paths)` is the one way every reader (report, compare, notebooks) gets at results.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from gdsbench.errors import UsageError
+
+#: Columns every results file has, in this order; runner options follow them as extra columns.
+COLUMNS = (
+    "run_id", "host", "case", "engine", "transfer", "pattern", "io_size", "threads", "iodepth",
+    "repetition", "status", "bytes", "seconds", "bw_bytes", "iops",
+    "lat_mean_us", "lat_stdev_us", "lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_p999_us",
+    "bw_min_bytes", "bw_max_bytes", "seconds_min", "peak_rss_bytes", "bytes_on_disk", "cache",
+    "started_at", "error", "note", "command", "raw_output",
+)
+STATUSES = ("ok", "failed", "skipped")
+#: Columns that say what was measured (the case); runner option columns are parameters too.
+PARAMETERS = ("engine", "transfer", "pattern", "io_size", "threads", "iodepth")
+NUMERIC = ("io_size", "threads", "iodepth", "repetition", "bytes", "seconds", "bw_bytes", "iops",
+           "lat_mean_us", "lat_stdev_us", "lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_p999_us",
+           "bw_min_bytes", "bw_max_bytes", "seconds_min", "peak_rss_bytes", "bytes_on_disk")
+
+
+def parameters(columns: Iterable[str]) -> list[str]:
+    """The parameter columns of a results table: the core ones, then runner options (extra columns)."""
+    columns = list(columns)
+    extra = [c for c in columns if c not in COLUMNS and c != "source"]
+    return [c for c in PARAMETERS if c in columns] + extra
+
+
+def sidecar_path(csv_path: Path) -> Path:
+    """The metadata file beside a results CSV: results/x.csv -> results/x.meta.json."""
+    return csv_path.with_suffix(".meta.json")
+
+
+def raw_dir(csv_path: Path) -> Path:
+    """The folder beside a results CSV that keeps each run's raw tool output."""
+    return csv_path.with_suffix(".raw")
+
+
+@dataclass
+class ResultWriter:
+    """Appends rows to a CSV, flushing after each so an interrupted sweep keeps every finished row."""
+
+    path: Path
+    columns: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not self.path.exists() or self.path.stat().st_size == 0
+        if not fresh:
+            self.columns = tuple(read_header(self.path))  # resuming: keep the file's own columns
+        self._file = self.path.open("a", newline="")
+        self._csv = csv.DictWriter(self._file, fieldnames=self.columns, extrasaction="ignore")
+        if fresh:
+            self._csv.writeheader()
+            self._file.flush()
+
+    def write(self, row: Mapping[str, Any]) -> None:
+        """Append one row and push it to disk."""
+        self._csv.writerow({name: _cell(row.get(name)) for name in self.columns})
+        self._file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+
+def _cell(value: Any) -> Any:
+    """None as an empty cell; everything else as csv writes it."""
+    return "" if value is None else value
+
+
+def read_header(path: Path) -> list[str]:
+    """The column names of a results CSV."""
+    with path.open(newline="") as handle:
+        return next(csv.reader(handle), [])
+
+
+def write_sidecar(csv_path: Path, metadata: Mapping[str, Any]) -> Path:
+    """Write the run's metadata (machine, tools, resolved config) beside the CSV."""
+    path = sidecar_path(csv_path)
+    path.write_text(json.dumps(metadata, indent=2, default=str) + "\n")
+    return path
+
+
+def read_sidecar(csv_path: Path) -> dict[str, Any]:
+    """The metadata written beside a results CSV, or {} when there is none."""
+    path = sidecar_path(Path(csv_path))
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def done_keys(path: Path) -> frozenset[tuple[str, int]]:
+    """(case, repetition) pairs already finished (ok or skipped) in a results file, for --resume."""
+    with path.open(newline="") as handle:
+        return frozenset(
+            (row["case"], int(row["repetition"]))
+            for row in csv.DictReader(handle)
+            if row.get("status") in ("ok", "skipped") and row.get("repetition", "").isdigit()
+        )
+
+
+def load(paths: Iterable[str | Path]) -> "pandas.DataFrame":  # noqa: F821
+    """Load one or more results CSVs into one DataFrame (numeric columns typed, a `source` column added).
+
+    Args:
+        paths: results CSV files, from one or several runs or hosts.
+    Returns:
+        A DataFrame with the COLUMNS schema plus each file's extra option columns; `host` and `run_id`
+        tell runs apart.
+    Raises:
+        UsageError: a path is missing or is not a gdsbench results file.
+    """
+    import pandas as pd
+
+    frames = []
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise UsageError(f"{path}: no such results file")
+        header = read_header(path)
+        missing = [c for c in ("case", "engine", "status", "bw_bytes") if c not in header]
+        if missing:
+            raise UsageError(f"{path}: not a gdsbench results file (missing columns: {', '.join(missing)})")
+        frame = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"error": str, "note": str})
+        frame["source"] = str(path)
+        frames.append(frame)
+    if not frames:
+        raise UsageError("no results files given")
+    frame = pd.concat(frames, ignore_index=True)
+    for column in NUMERIC:
+        if column in frame:
+            frame[column] = pd.to_numeric(frame[column], errors="coerce")
+    return frame

@@ -1,0 +1,31 @@
+"""The runner registry: every engine a sweep config may name, by its YAML name."""
+
+from __future__ import annotations
+
+from gdsbench.errors import UsageError
+from gdsbench.keys import Key
+from gdsbench.runners.base import Measurement, RunContext, Runner
+from gdsbench.runners.fio import FioRunner
+from gdsbench.runners.gdsio import GdsioRunner
+
+RUNNERS: dict[str, Runner] = {runner.name: runner for runner in (FioRunner(), GdsioRunner())}
+
+
+def get(name: str) -> Runner:
+    """The runner registered as `name`."""
+    try:
+        return RUNNERS[name]
+    except KeyError:
+        raise UsageError(f"unknown engine {name!r}; known: {', '.join(RUNNERS)}") from None
+
+
+def option_keys() -> dict[str, Key]:
+    """Every runner option key by name (a name shared by runners must mean the same thing)."""
+    keys: dict[str, Key] = {}
+    for runner in RUNNERS.values():
+        for key in runner.options:
+            keys.setdefault(key.name, key)
+    return keys
+
+
+__all__ = ["RUNNERS", "Measurement", "RunContext", "Runner", "get", "option_keys"]

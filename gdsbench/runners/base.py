@@ -1,0 +1,146 @@
+"""The runner contract: what a runner declares, the Measurement it returns, and run_tool (no shell)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Protocol
+
+from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.errors import ToolError
+from gdsbench.keys import Key
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What one run measured, in base units: bytes, seconds, bytes/s, microseconds."""
+
+    bytes: int
+    seconds: float  # wall time of the slowest job (fio's max_run)
+    bw_bytes: float  # aggregate bandwidth, bytes/s
+    seconds_min: float | None = None  # fastest job's runtime (fio's min_run)
+    iops: float | None = None
+    lat_mean_us: float | None = None
+    lat_stdev_us: float | None = None
+    lat_p50_us: float | None = None
+    lat_p90_us: float | None = None
+    lat_p99_us: float | None = None
+    lat_p999_us: float | None = None
+    bw_min_bytes: float | None = None  # slowest job's bandwidth
+    bw_max_bytes: float | None = None  # fastest job's bandwidth
+    peak_rss_bytes: int | None = None
+    bytes_on_disk: int | None = None
+    cache: str | None = None  # cold | warm, where the runner controls it
+    note: str | None = None  # how the measurement was taken, when it matters (cache method, fallback)
+    raw: str | None = field(default=None, repr=False, compare=False)  # the tool's output, kept beside the CSV
+
+    def row(self) -> dict[str, Any]:
+        """The measurement as flat result columns (the raw output is stored apart)."""
+        row = asdict(self)
+        del row["raw"]
+        return row
+
+
+@dataclass
+class RunContext:
+    """What a runner needs beyond the case: the target, sizes and time limits, and a place for raw output."""
+
+    directory: Path
+    file_size: int
+    runtime: float | None = None
+    ramp_time: float | None = None
+    timeout: float = 3600.0
+    keep_files: bool = False
+    raw_dir: Path | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)  # top-level runner options from the config
+    created: list[Path] = field(default_factory=list)  # files this sweep created, removed at the end
+
+    def track_new(self, paths: list[Path]) -> None:
+        """Remember which of `paths` do not exist yet, so cleanup removes only files we created."""
+        for path in paths:
+            if not path.exists() and path not in self.created:
+                self.created.append(path)
+
+    def cleanup(self) -> list[Path]:
+        """Remove the files this sweep created (never any other); return what was removed."""
+        removed = []
+        if self.keep_files:
+            return removed
+        for path in self.created:
+            try:
+                path.unlink()
+                removed.append(path)
+            except FileNotFoundError:
+                pass
+        self.created.clear()
+        return removed
+
+
+class Runner(Protocol):
+    """A benchmark engine: declares what it can do; runs one case at a time."""
+
+    name: str
+    description: str
+    patterns: frozenset[Pattern]
+    transfers: frozenset[Transfer]
+    axes: frozenset[str]  # case parameters it uses (core axes and its own options)
+    options: tuple[Key, ...]  # its own YAML keys (matrix axes or top-level values)
+
+    def unavailable(self, case: Case, ctx: RunContext) -> str | None:
+        """Why this case cannot run on this machine, or None when it can."""
+
+    def command(self, case: Case, ctx: RunContext) -> list[str]:
+        """The exact command (or API call) the case runs, for --dry-run and the results."""
+
+    def run(self, case: Case, ctx: RunContext) -> Measurement:
+        """Run the case once and measure it; raise GdsbenchError on an expected failure."""
+
+
+def run_tool(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run a command as an argument list (never a shell); raise ToolError on failure or timeout.
+
+    The child gets its own process group so a timeout kills it with everything it started.
+    """
+    try:
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(env) if env is not None else None, start_new_session=False,
+        )
+    except OSError as exc:
+        raise ToolError(f"cannot start {argv[0]}: {exc.strerror}") from exc
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        raise ToolError(f"{Path(argv[0]).name} timed out after {timeout:.0f}s") from None
+    except KeyboardInterrupt:
+        _stop(proc)
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop a child on Ctrl-C: it got the SIGINT too; give it a moment, then kill it."""
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+
+def tool_message(proc: subprocess.CompletedProcess, limit: int = 400) -> str:
+    """The most telling lines of a failed tool's output: its error lines, else its last lines.
+
+    Only stderr and the text stdout printed before any JSON document are read: JSON keys such as
+    `"error" : 0` are data, not messages.
+    """
+    stdout = proc.stdout or ""
+    before_json = stdout[: stdout.find("{")] if "{" in stdout else stdout
+    lines = [line.strip() for line in (proc.stderr or "").splitlines() + before_json.splitlines()]
+    lines = [line for line in lines if line]
+    errors = [line for line in lines if "error" in line.lower() or "fail" in line.lower()]
+    text = "; ".join(dict.fromkeys(errors or lines[-3:])) or f"exit status {proc.returncode}"
+    return text[:limit]

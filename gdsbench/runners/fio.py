@@ -1,0 +1,196 @@
+"""fio runner: one fio invocation per case, one file per job, parsed from fio's JSON+ output.
+
+Mechanism: fio with `numjobs = threads`, each job on its own file of `file_size` bytes in the target
+directory. CPU_ONLY is O_DIRECT (`--direct=1`), CPU_CACHED goes through the page cache (`--direct=0`;
+fio's default `invalidate=1` drops the file's cached pages before each job). GDS and CPU_GPU use fio's
+libcufile engine (`cuda_io=cufile` / `posix`), which only fio builds made with `--enable-libcufile` have.
+Jobs are not group-reported, so the per-job bandwidth spread survives; the group figures are computed
+from the jobs exactly as fio's run-status line computes them, and latency percentiles are merged from
+the jobs' histogram bins (json+) as fio merges them.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from gdsbench import sysinfo
+from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.errors import ToolError
+from gdsbench.keys import Key, boolean, one_of, text
+from gdsbench.runners.base import Measurement, RunContext, run_tool, tool_message
+
+IOENGINES = ("libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio", "mmap")
+PERCENTILES = {"lat_p50_us": 50.0, "lat_p90_us": 90.0, "lat_p99_us": 99.0, "lat_p999_us": 99.9}
+_CUFILE_MODES = {Transfer.GDS: "cufile", Transfer.CPU_GPU: "posix"}
+
+
+class FioRunner:
+    """Runs fio for read/write/randread/randwrite on host memory (and GPU memory via libcufile)."""
+
+    name = "fio"
+    description = "fio (flexible I/O tester); CPU_ONLY = O_DIRECT, CPU_CACHED = page cache, GDS/CPU_GPU = libcufile"
+    patterns = frozenset({Pattern.READ, Pattern.WRITE, Pattern.RANDREAD, Pattern.RANDWRITE})
+    transfers = frozenset({Transfer.CPU_ONLY, Transfer.CPU_CACHED, Transfer.GDS, Transfer.CPU_GPU})
+    options = (
+        Key("ioengine", one_of(*IOENGINES), "one of " + ", ".join(IOENGINES), "libaio", "fio ioengine for CPU transfers"),
+        Key("iomem", one_of("malloc", "shm", "shmhuge", "mmap", "mmaphuge"), "a fio iomem type", "malloc",
+            "where fio's I/O buffers live (shmhuge needs reserved huge pages)"),
+        Key("end_fsync", boolean, "true or false", False, "fsync each file when a write job ends"),
+        Key("gpu", lambda v: str(v), "a GPU index", "0", "GPU for libcufile transfers"),
+        Key("fio", text, "a path to the fio executable", "fio", "which fio to run"),
+    )
+    axes = frozenset({"pattern", "transfer", "io_size", "threads", "iodepth", "ioengine", "iomem", "end_fsync", "gpu"})
+
+    def unavailable(self, case: Case, ctx: RunContext) -> str | None:
+        """Why fio cannot run this case here: no fio, or no libcufile engine for GPU transfers."""
+        binary = fio_binary(ctx)
+        if shutil.which(binary) is None:
+            return f"fio not found ({binary}); install it with your OS packages (apt-get install fio)"
+        if case.transfer in _CUFILE_MODES and "libcufile" not in engines(binary):
+            return f"this fio has no libcufile engine for {case.transfer.value}; build fio with --enable-libcufile"
+        return None
+
+    def command(self, case: Case, ctx: RunContext) -> list[str]:
+        """The fio argument list for one case."""
+        return fio_argv(case, ctx)
+
+    def run(self, case: Case, ctx: RunContext) -> Measurement:
+        """Run fio once and measure the case."""
+        ctx.track_new(job_files(case, ctx))
+        proc = run_tool(self.command(case, ctx), timeout=ctx.timeout)
+        document = parse_json(proc)
+        return measure(document, case.pattern, raw=proc.stdout)
+
+
+def fio_binary(ctx: RunContext) -> str:
+    """The fio executable named in the config, else `fio` on PATH."""
+    return str(ctx.options.get("fio") or "fio")
+
+
+def engines(binary: str) -> frozenset[str]:
+    """The ioengines this fio build lists in `fio --enghelp` (the probe lives in sysinfo; doctor shows it too)."""
+    return sysinfo.fio_engines(binary)
+
+
+def job_name(ctx: RunContext) -> str:
+    """fio job name; fio names each job's file `<name>.<job>.0`, so files are reused across cases."""
+    return f"gdsbench.{ctx.file_size}"
+
+
+def job_files(case: Case, ctx: RunContext) -> list[Path]:
+    """The files fio will use for this case, one per job."""
+    return [ctx.directory / f"{job_name(ctx)}.{job}.0" for job in range(case.get("threads", 1))]
+
+
+def fio_argv(case: Case, ctx: RunContext) -> list[str]:
+    """Translate a case into fio's command line (sizes in bytes, so no suffix is ambiguous)."""
+    argv = [
+        fio_binary(ctx), f"--name={job_name(ctx)}", f"--directory={ctx.directory}",
+        f"--size={ctx.file_size}", f"--bs={case.get('io_size')}", f"--rw={case.pattern.value}",
+        f"--numjobs={case.get('threads', 1)}", f"--iodepth={case.get('iodepth', 1)}",
+        f"--direct={0 if case.transfer is Transfer.CPU_CACHED else 1}",
+        f"--iomem={case.get('iomem', 'malloc')}", "--output-format=json+",
+    ]
+    if case.transfer in _CUFILE_MODES:
+        # --thread: fio's libcufile examples run jobs as threads, as cudaMalloc fails when many processes attach.
+        argv += ["--ioengine=libcufile", f"--cuda_io={_CUFILE_MODES[case.transfer]}",
+                 f"--gpu_dev_ids={case.get('gpu', '0')}", "--thread"]
+    else:
+        argv.append(f"--ioengine={case.get('ioengine', 'libaio')}")
+    if case.get("end_fsync") and case.pattern.is_write:
+        argv.append("--end_fsync=1")
+    if ctx.runtime:
+        argv += ["--time_based", f"--runtime={ctx.runtime:g}"]
+    if ctx.ramp_time:
+        argv.append(f"--ramp_time={ctx.ramp_time:g}")
+    return argv
+
+
+def parse_json(proc: subprocess.CompletedProcess) -> dict[str, Any]:
+    """fio's JSON document from stdout (skipping warning lines before it); ToolError if fio failed."""
+    start = proc.stdout.find("{")
+    if start < 0:
+        raise ToolError(f"fio failed: {tool_message(proc)}")
+    try:
+        document, _ = json.JSONDecoder().raw_decode(proc.stdout[start:])
+    except json.JSONDecodeError as exc:
+        raise ToolError(f"fio printed unparsable JSON ({exc.msg} at char {exc.pos})") from None
+    failed = [job for job in document.get("jobs", []) if job.get("error")]
+    if proc.returncode != 0 or failed:
+        raise ToolError(f"fio failed: {tool_message(proc)}")
+    return document
+
+
+def direction(pattern: Pattern) -> str:
+    """The JSON section ('read' or 'write') that holds a pattern's numbers."""
+    return "write" if pattern.is_write else "read"
+
+
+def measure(document: dict[str, Any], pattern: Pattern, raw: str | None = None) -> Measurement:
+    """Group figures for all jobs of one fio run, computed as fio's run-status line computes them."""
+    stats = [job[direction(pattern)] for job in document["jobs"]]
+    stats = [s for s in stats if s.get("runtime", 0) > 0]
+    if not stats:
+        raise ToolError(f"fio reported no {direction(pattern)} I/O")
+    total = sum(s["io_bytes"] for s in stats)
+    runtimes = [s["runtime"] for s in stats]
+    job_bw = [s["io_bytes"] * 1000 // s["runtime"] for s in stats]
+    return Measurement(
+        bytes=total, seconds=max(runtimes) / 1000, seconds_min=min(runtimes) / 1000,
+        bw_bytes=total * 1000 // max(runtimes), iops=sum(s["iops"] for s in stats),
+        bw_min_bytes=min(job_bw), bw_max_bytes=max(job_bw), **latency(stats), raw=raw,
+    )
+
+
+def latency(stats: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Completion-latency mean, stdev and percentiles in microseconds, merged over jobs."""
+    clats = [s["clat_ns"] for s in stats if s.get("clat_ns", {}).get("N")]
+    if not clats:
+        return {"lat_mean_us": None, "lat_stdev_us": None, **{k: None for k in PERCENTILES}}
+    if len(clats) == 1:
+        reported = clats[0].get("percentile", {})
+        pct = {k: reported.get(f"{p:f}") for k, p in PERCENTILES.items()}
+        mean, stdev = clats[0]["mean"], clats[0]["stddev"]
+    else:
+        pct = merged_percentiles(clats)
+        mean, stdev = pooled_mean_stdev(clats)
+    return {"lat_mean_us": mean / 1000, "lat_stdev_us": stdev / 1000,
+            **{k: (v / 1000 if v is not None else None) for k, v in pct.items()}}
+
+
+def merged_percentiles(clats: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Percentiles of the union of jobs' histogram bins, picked the way fio picks them."""
+    bins: dict[int, int] = {}
+    for clat in clats:
+        for value, count in clat.get("bins", {}).items():
+            bins[int(value)] = bins.get(int(value), 0) + count
+    return percentiles_from_bins(bins)
+
+
+def percentiles_from_bins(bins: dict[int, int]) -> dict[str, float | None]:
+    """fio's rule: a percentile p is the first bin where the running count reaches p/100 of all."""
+    total = sum(bins.values())
+    if not total:
+        return {k: None for k in PERCENTILES}
+    ordered = sorted(bins.items())
+    result: dict[str, float | None] = {}
+    for name, p in PERCENTILES.items():
+        running = 0
+        for value, count in ordered:
+            running += count
+            if running >= p / 100.0 * total:
+                result[name] = float(value)
+                break
+    return result
+
+
+def pooled_mean_stdev(clats: list[dict[str, Any]]) -> tuple[float, float]:
+    """Mean and sample standard deviation of the union of jobs, from each job's N, mean and stddev."""
+    n = sum(c["N"] for c in clats)
+    mean = sum(c["N"] * c["mean"] for c in clats) / n
+    m2 = sum((c["N"] - 1) * c["stddev"] ** 2 + c["N"] * (c["mean"] - mean) ** 2 for c in clats)
+    return mean, (m2 / (n - 1)) ** 0.5 if n > 1 else 0.0

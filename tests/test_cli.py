@@ -1,0 +1,81 @@
+"""The command line: exit codes 0/1/2, one-line errors without tracebacks, dry runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gdsbench.cli import cli
+from tests.helpers import write_config
+
+ROOT = Path(__file__).parent.parent
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_bad_config_exits_2_with_file_key_and_no_traceback(tmp_path):
+    path = write_config(tmp_path, matrix={"engine": ["fio"], "pattern": ["read"], "transfer": ["CPU"]})
+    result = invoke("sweep", path)
+    assert result.exit_code == 2
+    assert f"gdsbench: error: {path}: matrix.transfer[0]: expected one of GDS" in result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_target_that_is_a_file_exits_2(tmp_path):
+    (tmp_path / "target").write_text("x")
+    result = invoke("sweep", write_config(tmp_path), "-o", tmp_path / "out")
+    assert result.exit_code == 2 and "exists and is not a directory" in result.output
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.csv"))
+
+
+def test_dry_run_prints_each_case_and_its_command(tmp_path):
+    result = invoke("sweep", write_config(tmp_path), "--dry-run")
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0].startswith("tiny: 2 cases x 2 repetitions")
+    assert lines[1].startswith("[1] engine=fio,pattern=write,transfer=CPU_ONLY,io_size=1048576")
+    assert lines[2].strip().startswith("fio --name=gdsbench.16777216") and "--rw=write" in lines[2]
+    assert not (tmp_path / "target").exists(), "a dry run touches nothing"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_dry_runs(path):
+    result = invoke("sweep", path, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert "[1] engine=" in result.output
+
+
+def test_report_of_missing_file_exits_2(tmp_path):
+    result = invoke("report", tmp_path / "none.csv")
+    assert result.exit_code == 2 and "no such results file" in result.output
+
+
+def test_report_of_a_csv_that_is_not_ours_exits_2(tmp_path):
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n1,2\n")
+    result = invoke("report", other)
+    assert result.exit_code == 2 and "not a gdsbench results file" in result.output
+
+
+def test_resume_without_config_or_sidecar_exits_2(tmp_path):
+    csv_path = tmp_path / "r.csv"
+    csv_path.write_text("run_id,case\n")
+    result = invoke("sweep", "--resume", csv_path)
+    assert result.exit_code == 2 and "no sidecar names its config" in result.output
+
+
+def test_runners_lists_engines_and_options():
+    result = invoke("runners")
+    assert result.exit_code == 0 and "fio:" in result.output and "ioengine (default 'libaio')" in result.output
+
+
+@pytest.mark.needs_fio
+def test_exit_1_when_a_case_failed(tmp_path):
+    path = write_config(tmp_path, repetitions=1, matrix={"engine": ["fio"], "pattern": ["write"], "io_size": ["1000"]})
+    result = invoke("sweep", path, "-o", tmp_path / "out")
+    assert result.exit_code == 1
+    assert "rows: 0 ok, 1 failed, 0 skipped" in result.output

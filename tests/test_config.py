@@ -1,0 +1,131 @@
+"""Config validation names file, key and expectation; expansion order and filters are pinned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given, settings, strategies as st
+
+from gdsbench import config
+from gdsbench.cases import Pattern, Transfer
+from gdsbench.errors import ConfigError
+from gdsbench.units import parse_size
+
+CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+BASE = {"name": "t", "directory": "/tmp/x", "matrix": {"engine": ["fio"], "pattern": ["read"]}}
+
+
+def with_(**changes):
+    document = {**BASE, **changes}
+    return {k: v for k, v in document.items() if v is not None}
+
+
+def error_of(document) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        config.from_dict(document, "sweep.yaml")
+    return info.value
+
+
+@pytest.mark.parametrize("document,key,expected", [
+    (with_(runtim="5s"), "runtim", "a known key"),
+    (with_(file_size="1Q"), "file_size", "a size"),
+    (with_(file_size=0), "file_size", "a size"),
+    (with_(runtime="soon"), "runtime", "a duration"),
+    (with_(repetitions=0), "repetitions", "a positive integer"),
+    (with_(matrix={}), "matrix", "non-empty"),
+    (with_(matrix=None), "matrix", "non-empty"),
+    (with_(matrix={"engine": ["fio"], "pattern": ["read"], "transfer": ["CPU_ONY"]}), "matrix.transfer[0]", "one of GDS"),
+    (with_(matrix={"engine": ["fio"], "pattern": ["read"], "io_size": ["4K", "x"]}), "matrix.io_size[1]", "a size"),
+    (with_(matrix={"engine": ["fio"], "pattern": ["read"], "threads": [1, True]}), "matrix.threads[1]", "positive integer"),
+    (with_(matrix={"engine": ["fio"], "pattern": ["read"], "io_sizes": ["4K"]}), "matrix.io_sizes", "a matrix axis"),
+    (with_(matrix={"engine": ["fio"], "pattern": []}), "matrix.pattern", "a non-empty list"),
+    (with_(matrix={"engine": ["nope"], "pattern": ["read"]}), "matrix.engine[0]", "one of fio"),
+    (with_(matrix={"pattern": ["read"]}), "matrix.engine", "a list"),
+    (with_(matrix=[{"engine": ["fio"], "pattern": ["read"]}, "x"]), "matrix[1]", "a non-empty mapping"),
+    (with_(exclude={"pattern": "read"}), "exclude", "a list"),
+    (with_(exclude=[{"patern": "read"}]), "exclude[0].patern", "a matrix axis"),
+    (with_(exclude=[{"pattern": "read"}]), "matrix", "at least one case left"),
+    (with_(ioengine="aio"), "ioengine", "one of libaio"),
+])
+def test_errors_name_file_key_and_expectation(document, key, expected):
+    error = error_of(document)
+    assert error.file == "sweep.yaml" and error.key == key and expected in error.expected
+    assert str(error).startswith(f"sweep.yaml: {key}: expected ")
+
+
+def test_yaml_syntax_error_names_the_line(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("name: x\nmatrix: [engine: fio\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: \(yaml\): expected valid YAML .*line 3"):
+        config.load(path)
+
+
+def test_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="a readable YAML file"):
+        config.load(tmp_path / "none.yaml")
+
+
+def test_expansion_order_is_nested_loops_last_key_fastest():
+    document = with_(matrix={"engine": ["fio"], "pattern": ["write", "read"], "io_size": ["4K", "1M"],
+                             "threads": [1, 4]})
+    cases = config.from_dict(document, "s.yaml").cases
+    assert [(c.pattern.value, c.get("io_size"), c.get("threads")) for c in cases] == [
+        ("write", 4096, 1), ("write", 4096, 4), ("write", 1 << 20, 1), ("write", 1 << 20, 4),
+        ("read", 4096, 1), ("read", 4096, 4), ("read", 1 << 20, 1), ("read", 1 << 20, 4),
+    ]
+
+
+def test_exclude_compares_parsed_values_and_defaults_fill_in():
+    document = with_(matrix={"engine": ["fio"], "pattern": ["randwrite", "read"], "io_size": ["4K", "16M"]},
+                     exclude=[{"pattern": "randwrite", "io_size": "16384K"}], iodepth=None, ioengine="io_uring")
+    cases = config.from_dict(document, "s.yaml").cases
+    assert [(c.pattern, c.get("io_size")) for c in cases] == [
+        (Pattern.RANDWRITE, 4096), (Pattern.READ, 4096), (Pattern.READ, 16 << 20)]
+    assert all(c.transfer is Transfer.CPU_ONLY and c.get("threads") == 1 and c.get("ioengine") == "io_uring"
+               for c in cases)
+
+
+def test_matrix_blocks_and_duplicates():
+    block = {"engine": ["fio"], "pattern": ["read"], "io_size": ["1M"]}
+    cases = config.from_dict(with_(matrix=[block, block, {**block, "io_size": ["2M"]}]), "s.yaml").cases
+    assert [c.get("io_size") for c in cases] == [1 << 20, 2 << 20]
+
+
+def test_settings_defaults_and_name_from_file(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"matrix": BASE["matrix"]}))
+    loaded = config.load(path)
+    assert loaded.name == "mine" and loaded.repetitions == 3 and loaded.file_size == 1 << 30
+    assert loaded.runtime is None and loaded.directory == "/tmp/gdsbench"
+
+
+@settings(max_examples=200)
+@given(st.one_of(st.text(max_size=8), st.integers(min_value=-5, max_value=1 << 40)))
+def test_any_io_size_either_parses_or_names_the_key(value):
+    document = with_(matrix={"engine": ["fio"], "pattern": ["read"], "io_size": [value]})
+    try:
+        expected = parse_size(value)
+    except ValueError:
+        expected = None
+    if expected:
+        assert config.from_dict(document, "s.yaml").cases[0].get("io_size") == expected
+    else:
+        assert error_of(document).key == "matrix.io_size[0]"
+
+
+KNOWN = set(config.SWEEP_KEYS) | set(config.STRUCTURE_KEYS) | set(config.runners.option_keys())
+
+
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12).filter(lambda k: k not in KNOWN))
+def test_unknown_top_level_keys_are_named(key):
+    error = error_of({**BASE, key: 1})
+    assert error.key == key and "matrix" in error.expected
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_validates(path):
+    loaded = config.load(path)
+    assert loaded.cases and loaded.name
+    assert path.read_text().startswith("#"), "each config opens with a comment saying what it answers"

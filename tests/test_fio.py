@@ -1,0 +1,125 @@
+"""The fio runner's parser against real fio 3.33 output recorded on this kind of machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.errors import ToolError
+from gdsbench.report.fio_style import status_line
+from gdsbench.runners import fio
+from gdsbench.runners.base import RunContext
+from tests.conftest import DATA
+
+FIXTURES = sorted(p for p in (DATA / "fio").glob("*.txt") if not p.name.startswith(("error", "run-status")))
+
+
+def recorded(path):
+    """(fio's stdout as a CompletedProcess, its JSON document, its run-status line)."""
+    text = path.read_text()
+    proc = subprocess.CompletedProcess(["fio"], 0, text, "")
+    document, _ = json.JSONDecoder().raw_decode(text[text.index("{"):])
+    line = next(l for l in text.splitlines() if l.strip().startswith(("READ:", "WRITE:")))
+    return proc, document, line
+
+
+def pattern_of(document):
+    return Pattern(document["jobs"][0]["job options"]["rw"])
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_totals_equal_what_fio_reported(path):
+    proc, document, _ = recorded(path)
+    m = fio.measure(fio.parse_json(proc), pattern_of(document))
+    jobs = [j[fio.direction(pattern_of(document))] for j in document["jobs"]]
+    assert m.bytes == sum(j["io_bytes"] for j in jobs)
+    assert m.seconds == max(j["runtime"] for j in jobs) / 1000
+    assert m.iops == pytest.approx(sum(j["iops"] for j in jobs))
+    if len(jobs) == 1:  # one job: every figure is fio's own
+        assert m.bw_bytes == jobs[0]["bw_bytes"]
+        clat = jobs[0]["clat_ns"]
+        assert m.lat_mean_us == pytest.approx(clat["mean"] / 1000)
+        assert m.lat_stdev_us == pytest.approx(clat["stddev"] / 1000)
+        assert m.lat_p50_us == clat["percentile"]["50.000000"] / 1000
+        assert m.lat_p99_us == clat["percentile"]["99.000000"] / 1000
+        assert m.lat_p999_us == clat["percentile"]["99.900000"] / 1000
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_run_status_line_is_byte_exact(path):
+    proc, document, line = recorded(path)
+    m = fio.measure(fio.parse_json(proc), pattern_of(document))
+    assert status_line({**m.row(), "pattern": pattern_of(document).value}) == line
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
+def test_percentiles_from_bins_follow_fios_rule(path):
+    _, document, _ = recorded(path)
+    for job in document["jobs"]:
+        clat = job[fio.direction(pattern_of(document))]["clat_ns"]
+        picked = fio.percentiles_from_bins({int(k): v for k, v in clat["bins"].items()})
+        assert picked == {name: clat["percentile"][f"{p:f}"] for name, p in fio.PERCENTILES.items()}
+
+
+def test_multi_job_latency_is_pooled():
+    proc, document, _ = recorded(DATA / "fio" / "randwrite-128k-iouring-4jobs.txt")
+    m = fio.measure(fio.parse_json(proc), Pattern.RANDWRITE)
+    clats = [j["write"]["clat_ns"] for j in document["jobs"]]
+    n = sum(c["N"] for c in clats)
+    assert m.lat_mean_us == pytest.approx(sum(c["N"] * c["mean"] for c in clats) / n / 1000)
+    assert min(c["min"] for c in clats) / 1000 <= m.lat_p50_us <= max(c["max"] for c in clats) / 1000
+    assert m.bw_min_bytes < m.bw_max_bytes
+
+
+def test_failed_job_raises_with_fios_message():
+    text = (DATA / "fio" / "error-direct-unaligned.txt").read_text()
+    stderr = (DATA / "fio" / "error-direct-unaligned.stderr").read_text()
+    with pytest.raises(ToolError, match="Invalid argument"):
+        fio.parse_json(subprocess.CompletedProcess(["fio"], 1, text, stderr))
+
+
+def test_no_json_at_all_is_a_tool_error():
+    with pytest.raises(ToolError, match="fio failed: fio: option bs out of range"):
+        fio.parse_json(subprocess.CompletedProcess(["fio"], 1, "", "fio: option bs out of range\n"))
+
+
+def test_warning_lines_before_json_are_skipped():
+    text = "fio: this platform does not support process shared mutexes\n" + FIXTURES[0].read_text()
+    document = fio.parse_json(subprocess.CompletedProcess(["fio"], 0, text, ""))
+    assert document["fio version"] == "fio-3.33"
+
+
+def _case(**params):
+    base = {"pattern": Pattern.READ, "transfer": Transfer.CPU_ONLY, "io_size": 1 << 20, "threads": 2, "iodepth": 8,
+            "ioengine": "io_uring", "iomem": "malloc", "end_fsync": False, "gpu": "0"}
+    base.update(params)
+    return Case("fio", tuple(base.items()))
+
+
+def test_argv_translates_the_case(tmp_path):
+    ctx = RunContext(directory=tmp_path, file_size=64 << 20, runtime=5.0)
+    argv = fio.fio_argv(_case(), ctx)
+    assert argv[0] == "fio"
+    for arg in ("--bs=1048576", "--rw=read", "--numjobs=2", "--iodepth=8", "--direct=1", "--ioengine=io_uring",
+                "--size=67108864", f"--directory={tmp_path}", "--time_based", "--runtime=5", "--output-format=json+"):
+        assert arg in argv
+    cached = fio.fio_argv(_case(transfer=Transfer.CPU_CACHED, pattern=Pattern.WRITE, end_fsync=True), ctx)
+    assert "--direct=0" in cached and "--end_fsync=1" in cached
+    gds = fio.fio_argv(_case(transfer=Transfer.GDS, gpu="1"), ctx)
+    assert {"--ioengine=libcufile", "--cuda_io=cufile", "--gpu_dev_ids=1"} <= set(gds)
+
+
+def test_gpu_transfer_skipped_without_libcufile(tmp_path):
+    ctx = RunContext(directory=tmp_path, file_size=1 << 20)
+    reason = fio.FioRunner().unavailable(_case(transfer=Transfer.GDS), ctx)
+    if "libcufile" in fio.engines("fio"):
+        pytest.skip("this fio has libcufile")
+    assert reason is not None and "libcufile" in reason
+
+
+def test_missing_fio_is_a_skip_reason(tmp_path):
+    ctx = RunContext(directory=tmp_path, file_size=1 << 20, options={"fio": str(tmp_path / "no-such-fio")})
+    assert "fio not found" in fio.FioRunner().unavailable(_case(), ctx)

@@ -1,0 +1,135 @@
+"""The sweep with real fio: failures recorded and the sweep goes on, resume, Ctrl-C keeps rows, cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gdsbench import config, results, sweep
+from gdsbench.errors import TargetError
+from tests.helpers import data_rows, write_config
+
+pytestmark = pytest.mark.needs_fio
+
+
+def run_sweep(config_path: Path, csv_path: Path, done=frozenset()):
+    """Run a sweep the way the CLI does; return the rows it yielded."""
+    loaded = config.load(config_path)
+    ctx = sweep.context(loaded, csv_path)
+    writer = results.ResultWriter(csv_path, sweep.columns(loaded))
+    try:
+        return list(sweep.run(loaded, writer, ctx, "test-run", done))
+    finally:
+        writer.close()
+
+
+def test_failed_case_is_recorded_and_the_sweep_goes_on(tmp_path):
+    # 1000-byte O_DIRECT I/O is refused by the kernel (EINVAL): a real fio failure.
+    path = write_config(tmp_path, repetitions=1, matrix={"engine": ["fio"], "pattern": ["write"],
+                                                         "io_size": ["1000", "1M"]})
+    rows = run_sweep(path, tmp_path / "r.csv")
+    assert [r["status"] for r in rows] == ["failed", "ok"]
+    assert "Invalid argument" in rows[0]["error"] and rows[0]["command"].startswith("fio ")
+    assert rows[1]["bytes"] == 16 << 20
+    on_disk = data_rows(tmp_path / "r.csv")
+    assert [r["status"] for r in on_disk] == ["failed", "ok"]
+
+
+def test_rows_hold_fios_numbers_and_raw_output(tmp_path):
+    path = write_config(tmp_path, repetitions=1)
+    rows = run_sweep(path, tmp_path / "r.csv")
+    for row in rows:
+        raw = Path(row["raw_output"]).read_text()
+        document = json.loads(raw[raw.index("{"):])
+        job = document["jobs"][0]["write" if row["pattern"] == "write" else "read"]
+        assert row["bytes"] == job["io_bytes"] == 16 << 20
+        assert row["bw_bytes"] == job["bw_bytes"]  # one job: the group figure is the job's
+        assert row["seconds"] == job["runtime"] / 1000
+
+
+def test_cleanup_removes_only_files_the_sweep_created(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    mine = target / "gdsbench.16777216.0.0"  # the name fio would use: it existed before, so it stays
+    mine.write_bytes(b"x" * 4096)
+    other = target / "precious.dat"
+    other.write_text("keep me")
+    run_sweep(write_config(tmp_path, repetitions=1, matrix={"engine": ["fio"], "pattern": ["write"],
+                                                            "threads": [2], "io_size": ["1M"]}), tmp_path / "r.csv")
+    assert other.read_text() == "keep me" and mine.exists()
+    assert not (target / "gdsbench.16777216.1.0").exists()
+
+
+def test_keep_files_keeps_them(tmp_path):
+    run_sweep(write_config(tmp_path, repetitions=1, keep_files=True), tmp_path / "r.csv")
+    assert (tmp_path / "target" / "gdsbench.16777216.0.0").stat().st_size == 16 << 20
+
+
+def test_resume_runs_only_missing_cases(tmp_path):
+    path = write_config(tmp_path)
+    csv_path = tmp_path / "r.csv"
+    run_sweep(path, csv_path)
+    lines = csv_path.read_text().splitlines()
+    csv_path.write_text("\n".join(lines[:3]) + "\n")  # header + 2 finished rows: write rep 1, 2
+    done = results.done_keys(csv_path)
+    assert len(done) == 2
+    rows = run_sweep(path, csv_path, done)
+    assert [(r["pattern"], r["repetition"]) for r in rows] == [("read", 1), ("read", 2)]
+    assert len(data_rows(csv_path)) == 4
+
+
+def test_interleave_runs_repetition_major(tmp_path):
+    loaded = config.load(write_config(tmp_path, interleave=True, warmup=1))
+    steps = [(s.case.pattern.value, s.repetition) for s in sweep.schedule(loaded)]
+    assert steps == [("write", 0), ("write", 1), ("read", 0), ("read", 1), ("write", 2), ("read", 2)]
+
+
+def test_skipped_case_recorded_once_with_reason(tmp_path):
+    path = write_config(tmp_path, matrix={"engine": ["fio"], "pattern": ["read"], "transfer": ["GPU_BATCH", "GDS"]})
+    rows = run_sweep(path, tmp_path / "r.csv")
+    assert [r["status"] for r in rows] == ["skipped", "skipped"]
+    assert rows[0]["error"] == "skipped: fio has no GPU_BATCH transfer"
+    assert "libcufile" in rows[1]["error"]
+
+
+@pytest.mark.parametrize("make", ["file", "readonly"])
+def test_refuses_unusable_target(tmp_path, make):
+    target = tmp_path / "target"
+    if make == "file":
+        target.write_text("not a dir")
+    else:
+        target.mkdir()
+        target.chmod(0o500)
+        if os.geteuid() == 0:
+            pytest.skip("root can write anywhere")
+    with pytest.raises(TargetError, match=str(target)):
+        sweep.prepare_target(target)
+
+
+def test_ctrl_c_keeps_every_finished_row(tmp_path):
+    path = write_config(tmp_path, runtime="1s", repetitions=6, matrix={"engine": ["fio"], "pattern": ["write"],
+                                                                      "io_size": ["1M"]})
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "gdsbench", "sweep", str(path), "-o", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        csvs = list(out.glob("*.csv"))
+        if csvs and len(data_rows(csvs[0])) >= 2:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    rows = data_rows(csvs[0])
+    assert 2 <= len(rows) < 6 and all(r["status"] == "ok" for r in rows)
+    assert f"kept {len(rows)} finished rows" in stderr and "--resume" in stderr
+    assert "Traceback" not in stderr
+    assert not list((tmp_path / "target").glob("gdsbench.*")), "test files are removed on interrupt"
