@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 from collections import Counter
@@ -42,12 +43,16 @@ def cli() -> None:
 @click.option("--resume", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Append to this results CSV, running only the cases it does not have yet.")
 @click.option("--dry-run", is_flag=True, help="Print the expanded cases and the exact command of each; run nothing.")
-def sweep(config_file: Path | None, output: Path, resume: Path | None, dry_run: bool) -> None:
+@click.option("--gdsio", "gdsio_path", default=None, metavar="PATH",
+              help="The gdsio executable (else the config's `gdsio`, $GDSIO, PATH, /usr/local/cuda*/gds/tools).")
+def sweep(config_file: Path | None, output: Path, resume: Path | None, dry_run: bool, gdsio_path: str | None) -> None:
     """Run the sweep described by CONFIG_FILE (a YAML file; see configs/)."""
     from gdsbench import config as config_mod, results, sweep as sweep_mod
 
     config_file = config_file or _config_of(resume)
     config = config_mod.load(config_file)
+    if gdsio_path:
+        config = dataclasses.replace(config, options={**config.options, "gdsio": gdsio_path})
     if dry_run:
         _print_plan(config)
         return
@@ -157,6 +162,22 @@ def list_runners() -> None:
         click.echo("  transfers: " + ", ".join(sorted(t.value for t in runner.transfers)))
         for key in runner.options:
             click.echo(f"  {key.name} (default {key.default!r}): {key.help}")
+
+
+@cli.command()
+@click.option("--directory", "-d", type=click.Path(path_type=Path), default=Path("/tmp"), show_default=True,
+              help="The directory whose filesystem, O_DIRECT support and block device to check.")
+@click.option("--gdsio", "gdsio_path", default=None, metavar="PATH", help="The gdsio executable to check.")
+@click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON (the same facts every sweep's sidecar holds).")
+def doctor(directory: Path, gdsio_path: str | None, as_json: bool) -> None:
+    """What this machine can run: fio engines, gdsio, GPUs, nvidia-fs, cufile.json, kvikio, torch, the target."""
+    from gdsbench import doctor as doctor_mod
+
+    facts = doctor_mod.facts(directory, {"gdsio": gdsio_path} if gdsio_path else {})
+    if as_json:
+        click.echo(doctor_mod.to_json(facts))
+    else:
+        doctor_mod.render(facts, Console())
 
 
 def main() -> None:

@@ -170,5 +170,5 @@ def metadata(config: SweepConfig, run_id: str) -> dict[str, Any]:
         "config": dict(config.raw),
         "settings": {k: v for k, v in config.settings.items()},
         "cases": len(config.cases),
-        **sysinfo.collect(Path(config.directory)),
+        **sysinfo.collect(Path(config.directory), config.options),
     }

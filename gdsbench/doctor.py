@@ -1,0 +1,149 @@
+"""`gdsbench doctor`: what this machine can run, from the same facts every sweep's sidecar records.
+
+The facts come from sysinfo.collect (fio and its engines, gdsio/gdscheck, GPUs with PCIe and NUMA
+placement, nvidia-fs and its counters, cufile.json, kvikio's compat mode, torch/CUDA, the target's
+filesystem, O_DIRECT and block device); this module only judges them and renders them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from rich.console import Console
+from rich.table import Table
+
+from gdsbench import sysinfo
+
+Facts = dict[str, Any]
+Verdict = tuple[bool, str]
+
+
+def facts(directory: Path, options: Mapping[str, Any] | None = None) -> Facts:
+    """Every fact about this machine and the target directory, plus what each benchmark path can do here."""
+    collected = sysinfo.collect(Path(directory), options or {})
+    return {**collected, "can_run": {name: _verdict(judge(collected)) for name, judge in CHECKS.items()}}
+
+
+def _verdict(result: Verdict) -> dict[str, Any]:
+    """A check's (ok, why) as a JSON-friendly mapping."""
+    return {"ok": result[0], "why": result[1]}
+
+
+def _gpu_names(f: Facts) -> Verdict:
+    """Whether an NVIDIA GPU is visible, naming them."""
+    gpus = f["gpu_gds"]["gpus"]
+    if not gpus["gpus"]:
+        return False, gpus["reason"] or "no NVIDIA GPU"
+    names = ", ".join(f"{g['index']}: {g['name']} ({g['pci_bus_id']}, NUMA {g['numa_node']})" for g in gpus["gpus"])
+    return True, f"{len(gpus['gpus'])} via {gpus['source']}: {names}"
+
+
+def _fio_cpu(f: Facts) -> Verdict:
+    """fio's host-memory paths need fio and an async engine (libaio or io_uring)."""
+    if not f["tools"]["fio"]:
+        return False, "fio not found; install it with your OS packages (apt-get install fio)"
+    usable = [e for e in ("libaio", "io_uring") if e in f["tools"]["fio_engines"]]
+    return bool(usable), f"{f['tools']['fio']} with {', '.join(usable) or 'no libaio/io_uring engine'}"
+
+
+def _fio_gpu(f: Facts) -> Verdict:
+    """fio's GDS/CPU_GPU paths need the libcufile engine and a GPU."""
+    if "libcufile" not in f["tools"]["fio_engines"]:
+        return False, "this fio has no libcufile engine; build fio with --enable-libcufile"
+    gpu_ok, why = _gpu_names(f)
+    return gpu_ok, "libcufile engine present" + ("" if gpu_ok else f", but {why}")
+
+
+def _gdsio(f: Facts) -> Verdict:
+    """gdsio cases need gdsio (and, to pass, a GPU)."""
+    gdsio = f["gpu_gds"]["gdsio"]
+    if not gdsio["path"]:
+        return False, gdsio["how"]
+    gpu_ok, why = _gpu_names(f)
+    return gpu_ok, f"{gdsio['path']} (from {gdsio['how']})" + ("" if gpu_ok else f", but {why}")
+
+
+def _gds_path(f: Facts) -> Verdict:
+    """True GDS (not cuFile's compat mode) needs the nvidia-fs module (or P2PDMA on CUDA 12.8+)."""
+    nvfs = f["gpu_gds"]["nvidia_fs"]
+    if not nvfs["loaded"]:
+        return False, "nvidia-fs module not loaded: cuFile would run in compat (POSIX) mode unless P2PDMA applies"
+    return True, f"nvidia-fs {nvfs['version'] or '(version unknown)'} loaded"
+
+
+def _kvikio(f: Facts) -> Verdict:
+    """kvikio for the gds checkpoint backend, and whether it would use compat mode."""
+    kvikio = f["gpu_gds"]["kvikio"]
+    if not kvikio["installed"]:
+        return False, "kvikio not installed (pip install kvikio-cu12 or kvikio-cu13)"
+    mode = "compat (POSIX) mode" if kvikio["compat_mode"] else "GDS mode"
+    return not kvikio["compat_mode"], f"{kvikio['versions']}; would run in {mode}: {kvikio['why']}"
+
+
+def _torch(f: Facts) -> Verdict:
+    """torch with a usable CUDA device."""
+    torch = f["gpu_gds"]["torch"]
+    if not torch.get("version"):
+        return False, torch.get("reason", "torch not installed")
+    if not torch.get("cuda_available"):
+        return False, f"torch {torch['version']} sees no CUDA device (built for CUDA {torch.get('cuda_build')})"
+    return True, f"torch {torch['version']}, CUDA {torch.get('cuda_build')}, {torch.get('devices')} device(s)"
+
+
+def _odirect(f: Facts) -> Verdict:
+    """O_DIRECT in the target directory (CPU_ONLY and every GDS path need it)."""
+    target = f["target"]
+    return bool(target["odirect"]), f"{target['directory']} on {target.get('fstype')}: {target['odirect_reason']}"
+
+
+#: What doctor judges, in the order it prints: name -> check over the collected facts.
+CHECKS: dict[str, Callable[[Facts], Verdict]] = {
+    "GPU": _gpu_names,
+    "fio CPU_ONLY/CPU_CACHED": _fio_cpu,
+    "fio GDS/CPU_GPU (libcufile)": _fio_gpu,
+    "gdsio": _gdsio,
+    "GDS path (nvidia-fs)": _gds_path,
+    "kvikio": _kvikio,
+    "torch CUDA": _torch,
+    "O_DIRECT on target": _odirect,
+}
+
+
+def to_json(f: Facts) -> str:
+    """The facts as indented JSON."""
+    return json.dumps(f, indent=2, default=str)
+
+
+def render(f: Facts, console: Console) -> None:
+    """The verdicts, then the details that explain them (cufile.json, block device), as rich tables."""
+    table = Table(title=f"gdsbench doctor: {f['machine']['host']} ({f['machine']['kernel']})")
+    table.add_column("path")
+    table.add_column("can run")
+    table.add_column("why")
+    for name, verdict in f["can_run"].items():
+        table.add_row(name, "[green]yes[/]" if verdict["ok"] else "[red]no[/]", verdict["why"])
+    console.print(table)
+    console.print(_details(f))
+
+
+def _details(f: Facts) -> Table:
+    """Supporting facts: fio engines, gdscheck, cufile.json settings, the target's block device."""
+    gds = f["gpu_gds"]
+    cufile = gds["cufile"]
+    device = f["target"].get("block_device") or {}
+    members = ", ".join(f"{m['name']} ({m['model']})" for m in device.get("members", []))
+    rows = {
+        "fio ioengines": ", ".join(f["tools"]["fio_engines"]) or "-",
+        "gdscheck": gds["gdscheck"] or "not found",
+        "cufile.json": (f"{cufile['path']}: {cufile.get('properties') or cufile.get('error') or '{}'}"
+                        if cufile["exists"] else f"{cufile['path']} not found (CUFILE_ENV_PATH_JSON unset or missing)"),
+        "nvidia-fs stats": str(gds["nvidia_fs"]["stats"]) if gds["nvidia_fs"]["stats"] is not None else "not readable",
+        "target": f"{f['target']['directory']}: {f['target'].get('fstype')} on {f['target'].get('device')}",
+        "block device": f"{device.get('name', '-')} model {device.get('model') or '-'}" + (f"; members {members}" if members else ""),
+    }
+    table = Table(title="details", show_header=False)
+    for key, value in rows.items():
+        table.add_row(key, value)
+    return table
