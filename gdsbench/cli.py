@@ -47,7 +47,7 @@ def cli() -> None:
               help="The gdsio executable (else the config's `gdsio`, $GDSIO, PATH, /usr/local/cuda*/gds/tools).")
 def sweep(config_file: Path | None, output: Path, resume: Path | None, dry_run: bool, gdsio_path: str | None) -> None:
     """Run the sweep described by CONFIG_FILE (a YAML file; see configs/)."""
-    from gdsbench import config as config_mod, results, sweep as sweep_mod
+    from gdsbench import config as config_mod
 
     config_file = config_file or _config_of(resume)
     config = config_mod.load(config_file)
@@ -56,6 +56,14 @@ def sweep(config_file: Path | None, output: Path, resume: Path | None, dry_run: 
     if dry_run:
         _print_plan(config)
         return
+    csv_path, rows = _execute(config, output, resume)
+    sys.exit(_summary(rows, csv_path))
+
+
+def _execute(config: Any, output: Path, resume: Path | None = None) -> tuple[Path, list[dict[str, Any]]]:
+    """Run a sweep under a progress bar, writing results and sidecar; Ctrl-C keeps the rows and exits 130."""
+    from gdsbench import results, sweep as sweep_mod
+
     csv_path = resume or sweep_mod.results_path(config, output)
     meta = results.read_sidecar(csv_path) if resume else {}
     run_id = meta.get("run_id") or sweep_mod.new_run_id()
@@ -78,7 +86,7 @@ def sweep(config_file: Path | None, output: Path, resume: Path | None, dry_run: 
         err.print(f"continue with: gdsbench sweep --resume {shlex.quote(str(csv_path))}")
         sys.exit(130)
     writer.close()
-    sys.exit(_summary(rows, csv_path))
+    return csv_path, rows
 
 
 def _config_of(resume: Path | None) -> Path:
@@ -142,13 +150,31 @@ def _print_plan(config: Any) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--by", default=None, help="Group by these columns (comma-separated), e.g. transfer,io_size.")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv"]), default="text", show_default=True)
-def report(files: tuple[Path, ...], by: str | None, fmt: str) -> None:
+@click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Also write the figures (PNG and SVG) into this folder.")
+@click.option("--html", "html_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Also write a self-contained report.html (metadata, tables, figures) into this folder.")
+def report(files: tuple[Path, ...], by: str | None, fmt: str, plots_dir: Path | None, html_dir: Path | None) -> None:
     """Summarise results CSVs: fio-style run-status lines and a table of medians with min-max."""
     from gdsbench import report as report_mod, results
 
     frame = results.load(files)
     groups = [c.strip() for c in by.split(",") if c.strip()] if by else None
     click.echo(report_mod.render(frame, groups, fmt), nl=False)
+    if plots_dir or html_dir:
+        _write_figures(frame, groups, plots_dir, html_dir)
+
+
+def _write_figures(frame: Any, groups: list[str] | None, plots_dir: Path | None, html_dir: Path | None) -> None:
+    """report --plots / --html: draw the figures once, write files, say where they went."""
+    from gdsbench.report import html, plots
+
+    figures = plots.figures(frame)
+    if plots_dir:
+        written = plots.save(figures, plots_dir)
+        err.print(f"figures: {len(written)} files in {plots_dir}")
+    if html_dir:
+        err.print(f"html: {html.write(frame, html_dir, groups, figures)}")
 
 
 @cli.command("runners")
@@ -178,6 +204,53 @@ def doctor(directory: Path, gdsio_path: str | None, as_json: bool) -> None:
         click.echo(doctor_mod.to_json(facts))
     else:
         doctor_mod.render(facts, Console())
+
+
+@cli.command()
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option("--threshold", default="10%", show_default=True,
+              help="A slower case fails the comparison when new/base is below 1 - threshold.")
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown"]), default="text", show_default=True)
+def compare(base: Path, new: Path, threshold: str, fmt: str) -> None:
+    """Compare NEW results with BASE case by case; exit 1 on a regression beyond --threshold."""
+    from gdsbench import compare as compare_mod
+
+    result = compare_mod.compare_files(base, new, compare_mod.parse_threshold(threshold))
+    click.echo(compare_mod.render(result, fmt, str(base), str(new)), nl=False)
+    sys.exit(1 if len(result.regressions) else 0)
+
+
+@cli.command()
+@click.argument("config_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--output", "-o", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
+              show_default=True, help="Folder for the results CSV and its sidecar (when running the sweep).")
+@click.option("--results", "results_files", multiple=True, type=click.Path(path_type=Path),
+              help="Check these existing results CSVs instead of running the sweep (repeatable).")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write the check outcomes as JUnit XML.")
+def qualify(config_file: Path, output: Path, results_files: tuple[Path, ...], junit: Path | None) -> None:
+    """Run CONFIG_FILE's sweep (or read --results) and judge its `checks:`; exit 1 if any check fails."""
+    from gdsbench import config as config_mod, qualify as qualify_mod, results
+    from gdsbench.report import junit as junit_mod
+
+    config = config_mod.load(config_file)
+    checks = qualify_mod.parse_checks(str(config_file), list(config.checks))
+    if not results_files:
+        csv_path, rows = _execute(config, output)
+        _summary(rows, csv_path)
+        results_files = (csv_path,)
+    frame = results.load(results_files)
+    outcomes = qualify_mod.evaluate_all(checks, frame)
+    for line in qualify_mod.summary_lines(outcomes):
+        click.echo(line)
+    if junit:
+        hosts = ",".join(sorted(frame["host"].astype(str).unique()))
+        props = {"config": str(config_file), "results": " ".join(map(str, results_files)),
+                 "run_id": ",".join(sorted(frame["run_id"].astype(str).unique()))}
+        junit.parent.mkdir(parents=True, exist_ok=True)
+        junit.write_text(junit_mod.to_xml(outcomes, config.name, hosts, properties=props))
+        err.print(f"junit: {junit}")
+    sys.exit(1 if any(o.status == junit_mod.FAIL for o in outcomes) else 0)
 
 
 def main() -> None:

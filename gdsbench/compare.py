@@ -5,7 +5,8 @@ match, so a run compares with an older run of the same sweep on another day or m
 
 The verdict rule, per case (ok rows only; `spread` = (max - min) / median over repetitions):
 - `same` when the min-max ranges of BASE and NEW overlap, or when |ratio - 1| is within the combined
-  relative spread (base spread + new spread): the change is not larger than the noise already seen;
+  relative spread, (base spread + new spread) / 2: the change is not larger than the noise already seen
+  (this catches skewed ranges, e.g. one slow outlier repetition that widens a side's range downwards);
 - otherwise `faster` (ratio > 1) or `slower` (ratio < 1).
 A case is a regression when it is `slower` and its ratio is below 1 - threshold, or when NEW has only
 failed rows for a case BASE measured (`failed`); `compare` exits 1 on any regression. With one
@@ -55,9 +56,9 @@ def parse_threshold(text: str) -> float:
 
 def summarise(frame: pd.DataFrame) -> pd.DataFrame:
     """Per case: repetitions, median, min and max bandwidth of ok rows, and whether any row failed."""
-    ok = frame[frame["status"] == "ok"].groupby("case")["bw_bytes"].agg(["size", "median", "min", "max"])
-    statuses = frame.groupby("case")["status"].agg(lambda s: ",".join(sorted(set(s))))
-    table = ok.rename(columns={"size": "n"}).join(statuses, how="outer")
+    ok = frame[frame["status"] == "ok"].groupby("case", sort=False)["bw_bytes"].agg(["size", "median", "min", "max"])
+    statuses = frame.groupby("case", sort=False)["status"].agg(lambda s: ",".join(sorted(set(s))))
+    table = ok.rename(columns={"size": "n"}).reindex(statuses.index).join(statuses)  # file order
     table["n"] = table["n"].fillna(0).astype(int)
     return table
 
@@ -71,7 +72,7 @@ def verdict(base: pd.Series, new: pd.Series) -> str:
     if base["min"] <= new["max"] and new["min"] <= base["max"]:
         return "same"
     ratio = new["median"] / base["median"]
-    noise = (base["max"] - base["min"]) / base["median"] + (new["max"] - new["min"]) / new["median"]
+    noise = ((base["max"] - base["min"]) / base["median"] + (new["max"] - new["min"]) / new["median"]) / 2
     if abs(ratio - 1) <= noise:
         return "same"
     return "faster" if ratio > 1 else "slower"
@@ -88,7 +89,7 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, threshold: float = DEFAULT_TH
         word = verdict(b, n)
         if b["n"] == 0 and n["n"] == 0:
             word = "skipped"
-        regression = word == "failed" and b["n"] > 0 or (word == "slower" and ratio < 1 - threshold)
+        regression = (word == "failed" and b["n"] > 0) or (word == "slower" and ratio < 1 - threshold)
         rows.append({"case": case, "base_n": b["n"], "base_bw": b["median"], "new_n": n["n"], "new_bw": n["median"],
                      "ratio": ratio, "verdict": word, "regression": bool(regression)})
     table = pd.DataFrame(rows, columns=["case", "base_n", "base_bw", "new_n", "new_bw", "ratio", "verdict", "regression"])

@@ -88,7 +88,8 @@ def _torch(f: Facts) -> Verdict:
     if not torch.get("version"):
         return False, torch.get("reason", "torch not installed")
     if not torch.get("cuda_available"):
-        return False, f"torch {torch['version']} sees no CUDA device (built for CUDA {torch.get('cuda_build')})"
+        build = f"built for CUDA {torch['cuda_build']}" if torch.get("cuda_build") else "a CPU-only build"
+        return False, f"torch {torch['version']} sees no CUDA device ({build})"
     return True, f"torch {torch['version']}, CUDA {torch.get('cuda_build')}, {torch.get('devices')} device(s)"
 
 

@@ -123,3 +123,8 @@ def test_gpu_transfer_skipped_without_libcufile(tmp_path):
 def test_missing_fio_is_a_skip_reason(tmp_path):
     ctx = RunContext(directory=tmp_path, file_size=1 << 20, options={"fio": str(tmp_path / "no-such-fio")})
     assert "fio not found" in fio.FioRunner().unavailable(_case(), ctx)
+
+
+def test_colon_in_directory_is_escaped_for_fio(tmp_path):
+    ctx = RunContext(directory=tmp_path / "a:b", file_size=1 << 20)
+    assert f"--directory={tmp_path}/a\\:b" in fio.fio_argv(_case(), ctx)

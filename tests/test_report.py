@@ -96,6 +96,7 @@ def test_unknown_group_column_is_a_usage_error():
 
 def test_ceiling_ratios_against_fio_and_torch_save():
     rows = [row(pattern="write", bw_bytes=2000), row(pattern="read", bw_bytes=1000),
+            row(pattern="write", transfer="CPU_CACHED", bw_bytes=9000),
             row(engine="fastpersist", pattern="save", bw_bytes=1900, io_size=None),
             row(engine="torch_save", pattern="save", bw_bytes=250, io_size=None),
             row(engine="fastpersist", pattern="load", bw_bytes=950, io_size=None)]

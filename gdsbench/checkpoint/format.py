@@ -307,7 +307,8 @@ def parse_index(path: str, fd: int) -> Index:
     archive = next(iter(records), "/").split("/", 1)[0]
     pickle = records.get(f"{archive}/{PICKLE_RECORD}")
     index_rec = records.get(f"{archive}/{INDEX_RECORD}")
-    if pickle is None or index_rec is None or index_rec.data_offset != header.index_offset:
+    if pickle is None or index_rec is None or (index_rec.data_offset, index_rec.nbytes) != (
+            header.index_offset, header.index_nbytes):
         raise InvalidCheckpoint(path, "zip directory lacks data.pkl or disagrees with the header about the index")
     storages = _storage_entries(path, doc, checksum, chunk, records, archive)
     if len({s.key for s in storages}) != len(storages):

@@ -24,10 +24,10 @@ def round_down(n: int, align: int) -> int:
     return n // align * align
 
 
-def huge_buffer(nbytes: int) -> mmap.mmap:
+def huge_buffer(nbytes: int, huge: bool = True) -> mmap.mmap:
     """A page-aligned anonymous mapping of at least `nbytes`, advised to use transparent huge pages."""
     mm = mmap.mmap(-1, max(round_up(nbytes, PAGE), PAGE), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
+    if huge and hasattr(mmap, "MADV_HUGEPAGE"):
         try:
             mm.madvise(mmap.MADV_HUGEPAGE)
         except OSError:  # THP disabled: still correct, just smaller requests

@@ -56,12 +56,17 @@ def median_rows(frame: pd.DataFrame, groups: list[str]) -> list[tuple[tuple, dic
 
 
 def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
-    """Each checkpoint engine's median bandwidth as a ratio to fio's best of the same run and direction."""
+    """Each checkpoint engine's median bandwidth as a ratio to fio's best of the same run and direction.
+
+    The ceiling is fio's best median over its direct-I/O cases of the same direction (sequential write
+    for saves, read for loads); page-cache (CPU_CACHED) fio cases measure memory, not the disk.
+    """
     ok = frame[frame["status"] == "ok"]
     rows = []
     for (run_id, host), run in ok.groupby(["run_id", "host"], sort=False):
         for (engine, pattern), group in run[run["pattern"].isin(list(CEILINGS))].groupby(["engine", "pattern"], sort=False):
-            fio = run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern])]
+            fio = run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern])
+                      & (run["transfer"] != "CPU_CACHED")]  # the disk's limit, not the page cache's
             ceiling = fio.groupby("case")["bw_bytes"].median().max() if not fio.empty else float("nan")
             base = run[(run["engine"] == "torch_save") & (run["pattern"] == pattern)]["bw_bytes"].median()
             median = group["bw_bytes"].median()

@@ -61,7 +61,7 @@ def save(plots: Iterable[Plot], directory: Path, formats: Iterable[str] = FORMAT
     for plot in plots:
         for fmt in formats:
             path = directory / f"{plot.name}.{fmt}"
-            # A fixed date keeps SVG output byte-stable between runs of the same results.
+            # No creation date in the SVG, so regenerated figures diff only where the data changed.
             metadata = {"Date": None} if fmt == "svg" else {}
             plot.figure.savefig(path, format=fmt, dpi=110, metadata=metadata)
             paths.append(path)

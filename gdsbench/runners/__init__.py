@@ -5,10 +5,11 @@ from __future__ import annotations
 from gdsbench.errors import UsageError
 from gdsbench.keys import Key
 from gdsbench.runners.base import Measurement, RunContext, Runner
+from gdsbench.runners.checkpoint import ENGINES as CHECKPOINT_ENGINES
 from gdsbench.runners.fio import FioRunner
 from gdsbench.runners.gdsio import GdsioRunner
 
-RUNNERS: dict[str, Runner] = {runner.name: runner for runner in (FioRunner(), GdsioRunner())}
+RUNNERS: dict[str, Runner] = {runner.name: runner for runner in (FioRunner(), GdsioRunner(), *CHECKPOINT_ENGINES)}
 
 
 def get(name: str) -> Runner:

@@ -89,7 +89,7 @@ def job_files(case: Case, ctx: RunContext) -> list[Path]:
 def fio_argv(case: Case, ctx: RunContext) -> list[str]:
     """Translate a case into fio's command line (sizes in bytes, so no suffix is ambiguous)."""
     argv = [
-        fio_binary(ctx), f"--name={job_name(ctx)}", f"--directory={ctx.directory}",
+        fio_binary(ctx), f"--name={job_name(ctx)}", f"--directory={fio_path(ctx.directory)}",
         f"--size={ctx.file_size}", f"--bs={case.get('io_size')}", f"--rw={case.pattern.value}",
         f"--numjobs={case.get('threads', 1)}", f"--iodepth={case.get('iodepth', 1)}",
         f"--direct={0 if case.transfer is Transfer.CPU_CACHED else 1}",
@@ -108,6 +108,11 @@ def fio_argv(case: Case, ctx: RunContext) -> list[str]:
     if ctx.ramp_time:
         argv.append(f"--ramp_time={ctx.ramp_time:g}")
     return argv
+
+
+def fio_path(path: Path) -> str:
+    """A path as fio reads it: fio splits directory and filename options at ':', so escape it."""
+    return str(path).replace(":", "\\:")
 
 
 def parse_json(proc: subprocess.CompletedProcess) -> dict[str, Any]:

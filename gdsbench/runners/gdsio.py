@@ -118,14 +118,6 @@ class GdsioRunner:
         return measurement(result, note="; ".join(n for n in notes if n) or None, raw=raw)
 
 
-def binary(ctx: RunContext) -> str:
-    """The gdsio executable to run, or ToolError saying where gdsio comes from."""
-    path, why = sysinfo.find_gdsio(ctx.options.get("gdsio"))
-    if path is None:
-        raise ToolError(why)
-    return path
-
-
 def gdsio_argv(case: Case, ctx: RunContext, pattern: Pattern | None = None, transfer: Transfer | None = None,
                timed: bool = True) -> list[str]:
     """Translate a case (or its fill pass, with another pattern/transfer and no time limit) into gdsio's argv."""
@@ -187,6 +179,9 @@ def checked(proc: subprocess.CompletedProcess) -> list[GdsioResult]:
     """The results of a gdsio run; ToolError with gdsio's own message when it failed or printed none."""
     results = parse(proc.stdout or "")
     if proc.returncode != 0 or not results:
+        text = (proc.stdout or "") + (proc.stderr or "")
+        if "Usage [using cmd line options]" in text:  # gdsio prints the problem, then its usage text
+            raise ToolError(f"gdsio refused its arguments: {text.strip().splitlines()[0]}")
         raise ToolError(f"gdsio failed: {tool_message(proc)}")
     return results
 

@@ -10,7 +10,8 @@ import torch
 
 def _storage_bytes(t: torch.Tensor) -> bytes:
     """The whole untyped storage of a tensor, as bytes (bit-exact comparisons, NaNs included)."""
-    return bytes(t.untyped_storage())
+    flat = torch.empty(0, dtype=torch.uint8).set_(t.untyped_storage())
+    return flat.numpy().tobytes()
 
 
 def assert_same(a: Any, b: Any, path: str = "") -> None:

@@ -1,0 +1,299 @@
+"""Hardware qualification: thresholds written under a config's `checks:`, judged against sweep results.
+
+Each check selects rows with `where:` (parameter values, e.g. {pattern: read, io_size: 16M}) and is one of:
+- absolute, per case (median over repetitions): `min_bw: 20GiB/s`, `max_bw`, `min_iops: 100000`,
+  `max_lat_mean: 500us`, `max_lat_p99: 2ms`;
+- relative between rows of the same case parameters: `ratio: {of: {transfer: GDS}, to: {transfer: CPU_GPU},
+  min: 1.5}` (and/or `max:`), pairing rows that agree on every parameter `of`/`to` do not name;
+- relative to a stored baseline of the same host: `baseline: path.csv, min_ratio: 0.9` (relative paths are
+  from the config file's folder; a baseline from another host fails the check, naming both hosts).
+
+A check whose rows all failed or that matched no rows fails; one whose rows were all skipped is skipped
+(with the runner's reason); skipped rows beside ok ones are ignored. Checks are validated when the config
+is read: a bad entry raises ConfigError naming `checks[i].key`.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from gdsbench import results, runners
+from gdsbench.cases import Pattern, Transfer, plain
+from gdsbench.errors import ConfigError
+from gdsbench.report import tables
+from gdsbench.report.junit import FAIL, PASS, SKIP, Outcome
+from gdsbench.units import parse_duration, parse_size
+
+RUN_COLUMNS = ("host", "run_id")
+
+
+def parse_bandwidth(text: Any) -> float:
+    """'20GiB/s', '200MiB/s', '1.5GB/s' -> bytes per second."""
+    raw = str(text).strip()
+    if not raw.endswith("/s"):
+        raise ValueError(f"not a bandwidth: {text!r}")
+    return float(parse_size(raw[:-2]))
+
+
+def parse_latency_us(text: Any) -> float:
+    """'2ms', '500us', '0.5s' -> microseconds (a bare number is seconds, as in parse_duration)."""
+    return parse_duration(text) * 1e6
+
+
+def parse_number(text: Any) -> float:
+    """A positive number such as 1.5 or 100000."""
+    if isinstance(text, bool) or not isinstance(text, (int, float)) or text <= 0:
+        raise ValueError(f"not a positive number: {text!r}")
+    return float(text)
+
+
+def lat_text(microseconds: float) -> str:
+    """A latency for messages: 850.0us, 2.10ms."""
+    return f"{microseconds / 1000:.2f}ms" if microseconds >= 1000 else f"{microseconds:.1f}us"
+
+
+@dataclass(frozen=True)
+class Limit:
+    """An absolute threshold kind: the column it reads, the comparison, how to parse and print values."""
+
+    column: str
+    compare: Callable[[float, float], bool]
+    symbol: str
+    parse: Callable[[Any], float]
+    text: Callable[[float], str]
+    expected: str
+
+
+LIMITS: dict[str, Limit] = {
+    "min_bw": Limit("bw_bytes", operator.ge, ">=", parse_bandwidth, tables.bw_text, "a bandwidth such as 20GiB/s"),
+    "max_bw": Limit("bw_bytes", operator.le, "<=", parse_bandwidth, tables.bw_text, "a bandwidth such as 20GiB/s"),
+    "min_iops": Limit("iops", operator.ge, ">=", parse_number, lambda v: f"{v:.0f} IOPS", "a positive number"),
+    "max_lat_mean": Limit("lat_mean_us", operator.le, "<=", parse_latency_us, lat_text, "a duration such as 500us"),
+    "max_lat_p99": Limit("lat_p99_us", operator.le, "<=", parse_latency_us, lat_text, "a duration such as 2ms"),
+}
+#: How `where:` values are parsed per column; runner option columns compare as text.
+WHERE_PARSERS: dict[str, Callable[[Any], Any]] = {
+    "engine": str, "pattern": Pattern, "transfer": Transfer, "io_size": parse_size,
+    "threads": lambda v: int(parse_number(v)), "iodepth": lambda v: int(parse_number(v)),
+}
+KINDS = (*LIMITS, "ratio", "baseline")
+CHECK_KEYS = ("name", "where", *KINDS, "min_ratio")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One validated check: which rows, what kind, and its threshold(s)."""
+
+    name: str
+    where: tuple[tuple[str, Any], ...]
+    kind: str
+    limit: float | None = None
+    of: tuple[tuple[str, Any], ...] = ()
+    to: tuple[tuple[str, Any], ...] = ()
+    bounds: tuple[float | None, float | None] = (None, None)
+    baseline: Path | None = field(default=None)
+
+
+def parse_checks(source: str, entries: Any) -> tuple[Check, ...]:
+    """Validate a config's `checks:` list; every problem is a ConfigError naming checks[i].key."""
+    if not isinstance(entries, (list, tuple)) or not entries:
+        raise ConfigError(source, "checks", "a non-empty list of checks (each with where: and a threshold)")
+    return tuple(parse_check(source, f"checks[{index}]", entry) for index, entry in enumerate(entries))
+
+
+def parse_check(source: str, where_key: str, entry: Any) -> Check:
+    """One `checks:` entry -> Check."""
+    if not isinstance(entry, Mapping):
+        raise ConfigError(source, where_key, "a mapping with where: and one of " + ", ".join(KINDS), entry)
+    for key in entry:
+        if key not in CHECK_KEYS:
+            raise ConfigError(source, f"{where_key}.{key}", "a check key: " + ", ".join(CHECK_KEYS))
+    kinds = [k for k in KINDS if k in entry]
+    if len(kinds) != 1:
+        raise ConfigError(source, where_key, "exactly one of " + ", ".join(KINDS), kinds or None)
+    kind = kinds[0]
+    where = parse_where(source, f"{where_key}.where", entry.get("where", {}))
+    name = entry.get("name") or f"{kind} {entry[kind]} where " + where_text(where)
+    if not isinstance(name, str):
+        raise ConfigError(source, f"{where_key}.name", "a string", name)
+    if "min_ratio" in entry and kind != "baseline":
+        raise ConfigError(source, f"{where_key}.min_ratio", "min_ratio only with baseline:")
+    if kind in LIMITS:
+        limit = _value(source, f"{where_key}.{kind}", LIMITS[kind].parse, LIMITS[kind].expected, entry[kind])
+        return Check(name, where, kind, limit=limit)
+    if kind == "ratio":
+        return _ratio_check(source, f"{where_key}.ratio", name, where, entry["ratio"])
+    return _baseline_check(source, where_key, name, where, entry)
+
+
+def _value(source: str, key: str, parse: Callable[[Any], Any], expected: str, value: Any) -> Any:
+    """Parse one value, turning ValueError into a ConfigError at `key`."""
+    try:
+        return parse(value)
+    except (ValueError, TypeError):
+        raise ConfigError(source, key, expected, value) from None
+
+
+def parse_where(source: str, key: str, block: Any) -> tuple[tuple[str, Any], ...]:
+    """A `where:`-style mapping of parameter column -> value, values parsed like the sweep's matrix."""
+    if not isinstance(block, Mapping):
+        raise ConfigError(source, key, "a mapping of parameter: value, e.g. {pattern: read, io_size: 16M}", block)
+    known = [*results.PARAMETERS, *runners.option_keys()]
+    pairs = []
+    for name, value in block.items():
+        if name not in known:
+            raise ConfigError(source, f"{key}.{name}", "a parameter column: " + ", ".join(known))
+        parse = WHERE_PARSERS.get(name, lambda v: v)
+        pairs.append((name, _value(source, f"{key}.{name}", parse, f"a valid {name} value", value)))
+    return tuple(pairs)
+
+
+def _ratio_check(source: str, key: str, name: str, where: tuple, block: Any) -> Check:
+    """ratio: {of: {...}, to: {...}, min: x, max: y}."""
+    if not isinstance(block, Mapping) or "of" not in block or "to" not in block:
+        raise ConfigError(source, key, "a mapping {of: {...}, to: {...}, min: 1.5}", block)
+    unknown = [k for k in block if k not in ("of", "to", "min", "max")]
+    if unknown:
+        raise ConfigError(source, f"{key}.{unknown[0]}", "one of of, to, min, max")
+    bounds = tuple(_value(source, f"{key}.{b}", parse_number, "a positive number", block[b]) if b in block else None
+                   for b in ("min", "max"))
+    if bounds == (None, None):
+        raise ConfigError(source, key, "min: and/or max: (the allowed of/to ratio)")
+    of, to = parse_where(source, f"{key}.of", block["of"]), parse_where(source, f"{key}.to", block["to"])
+    if not of or not to:
+        raise ConfigError(source, key, "non-empty of: and to: selections")
+    return Check(name, where, "ratio", of=of, to=to, bounds=bounds)
+
+
+def _baseline_check(source: str, key: str, name: str, where: tuple, entry: Mapping[str, Any]) -> Check:
+    """baseline: path.csv with min_ratio: x; relative paths are from the config file's folder."""
+    raw = entry["baseline"]
+    if not isinstance(raw, str) or not raw:
+        raise ConfigError(source, f"{key}.baseline", "a path to a results CSV", raw)
+    path = Path(raw) if Path(raw).is_absolute() else Path(source).parent / raw
+    if not path.is_file():
+        raise ConfigError(source, f"{key}.baseline", "an existing results CSV (relative to the config's folder)",
+                          str(path))
+    if "min_ratio" not in entry:
+        raise ConfigError(source, f"{key}.min_ratio", "a ratio such as 0.9 (new / baseline median bandwidth)")
+    ratio = _value(source, f"{key}.min_ratio", parse_number, "a positive number such as 0.9", entry["min_ratio"])
+    return Check(name, where, "baseline", bounds=(ratio, None), baseline=path)
+
+
+def where_text(where: tuple[tuple[str, Any], ...]) -> str:
+    """{pattern: read, io_size: 16M} as 'pattern=read io_size=16M'."""
+    return " ".join(f"{k}={tables.cell(k, plain(v))}" for k, v in where) or "(all rows)"
+
+
+def select(frame: pd.DataFrame, where: tuple[tuple[str, Any], ...]) -> pd.DataFrame:
+    """The rows whose parameter columns equal every where value (numbers numerically, others as text)."""
+    mask = pd.Series(True, index=frame.index)
+    for name, value in where:
+        if name not in frame.columns:
+            return frame.iloc[0:0]
+        value = plain(value)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            mask &= pd.to_numeric(frame[name], errors="coerce") == value
+        else:
+            mask &= frame[name].astype(str) == str(value)
+    return frame[mask]
+
+
+def evaluate(check: Check, frame: pd.DataFrame) -> Outcome:
+    """Judge one check against the results."""
+    rows = select(frame, check.where)
+    if rows.empty:
+        return Outcome(check.name, FAIL, f"no rows match {where_text(check.where)}; check where: against the sweep")
+    ok, failed = rows[rows["status"] == "ok"], rows[rows["status"] == "failed"]
+    seconds = float(ok["seconds"].fillna(0).sum()) if "seconds" in ok else 0.0
+    if not failed.empty:
+        first = failed.iloc[0]
+        return Outcome(check.name, FAIL, f"{failed['case'].nunique()} case(s) failed: {first['error']}",
+                       details=first["case"], seconds=seconds)
+    if ok.empty:
+        reason = str(rows.iloc[0]["error"]).removeprefix("skipped: ")
+        return Outcome(check.name, SKIP, f"all {rows['case'].nunique()} matching case(s) skipped: {reason}")
+    status, message, details = JUDGES[check.kind](check, ok)
+    return Outcome(check.name, status, message, details, seconds)
+
+
+def _limit(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
+    """An absolute threshold on each case's median."""
+    limit = LIMITS[check.kind]
+    medians = ok.groupby([*RUN_COLUMNS, "case"])[limit.column].median().dropna()
+    if medians.empty:
+        return FAIL, f"no {limit.column} values in the matching rows", ""
+    bad = medians[~medians.map(lambda v: limit.compare(v, check.limit))]
+    worst = medians.min() if limit.symbol == ">=" else medians.max()
+    need = f"{limit.symbol} {limit.text(check.limit)}"
+    details = "\n".join(f"{case}: {limit.text(v)}" for (_, _, case), v in medians.items())
+    if len(bad):
+        return FAIL, f"{len(bad)} of {len(medians)} case(s) miss {need}: worst {limit.text(worst)}", details
+    return PASS, f"{len(medians)} case(s), worst {limit.text(worst)} {need}", details
+
+
+def _ratio(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
+    """of/to median bandwidth ratio, pairing rows that agree on the other parameters."""
+    named = {name for name, _ in (*check.of, *check.to)}
+    keys = [*RUN_COLUMNS, *(c for c in results.parameters(ok.columns) if c not in named)]
+    top = select(ok, check.of).groupby(keys, dropna=False)["bw_bytes"].median()
+    bottom = select(ok, check.to).groupby(keys, dropna=False)["bw_bytes"].median()
+    ratios = (top / bottom).dropna()
+    if ratios.empty:
+        return FAIL, (f"no pairs of rows with {where_text(check.of)} and {where_text(check.to)} at the same "
+                      "parameters"), ""
+    return _bounded(check, ratios, f"{where_text(check.of)} / {where_text(check.to)}")
+
+
+def _bounded(check: Check, ratios: pd.Series, what: str) -> tuple[str, str, str]:
+    """Pass when every ratio is within the check's (min, max)."""
+    low, high = check.bounds
+    bad = ratios[((ratios < low) if low is not None else False) | ((ratios > high) if high is not None else False)]
+    need = " and ".join(t for t in (low is not None and f">= {low:g}", high is not None and f"<= {high:g}") if t)
+    span = f"{ratios.min():.2f}x-{ratios.max():.2f}x"
+    details = "\n".join(f"{_label(key)}: {value:.3f}x" for key, value in ratios.items())
+    if len(bad):
+        return FAIL, f"{what}: {len(bad)} of {len(ratios)} ratio(s) outside {need} ({span})", details
+    return PASS, f"{what}: {len(ratios)} ratio(s) {span}, all {need}", details
+
+
+def _label(key: Any) -> str:
+    """A group key (tuple or case string) as text for details."""
+    return " ".join(map(str, key)) if isinstance(key, tuple) else str(key)
+
+
+def _baseline(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
+    """Each case's median against the same case's median in a baseline of the same host."""
+    base = results.load([check.baseline])
+    base_hosts, hosts = set(base["host"].astype(str)), set(ok["host"].astype(str))
+    if base_hosts != hosts:
+        return FAIL, (f"baseline {check.baseline} is from host {', '.join(sorted(base_hosts))} but these results are "
+                      f"from {', '.join(sorted(hosts))}; record a baseline on this host"), ""
+    base_ok = select(base[base["status"] == "ok"], check.where)
+    ratios = (ok.groupby("case")["bw_bytes"].median() / base_ok.groupby("case")["bw_bytes"].median()).dropna()
+    if ratios.empty:
+        return FAIL, f"baseline {check.baseline} has no ok rows for the cases {where_text(check.where)} selects", ""
+    return _bounded(check, ratios, f"new / baseline {check.baseline.name}")
+
+
+JUDGES: dict[str, Callable[[Check, pd.DataFrame], tuple[str, str, str]]] = {
+    **{kind: _limit for kind in LIMITS}, "ratio": _ratio, "baseline": _baseline,
+}
+
+
+def evaluate_all(checks: tuple[Check, ...], frame: pd.DataFrame) -> list[Outcome]:
+    """Every check's outcome, in config order."""
+    return [evaluate(check, frame) for check in checks]
+
+
+def summary_lines(outcomes: list[Outcome]) -> list[str]:
+    """'PASS name: message' per check, then the totals."""
+    lines = [f"{o.status.upper():4} {o.name}: {o.message}" for o in outcomes]
+    counts = {s: sum(o.status == s for o in outcomes) for s in (PASS, FAIL, SKIP)}
+    lines.append(f"{len(outcomes)} checks: {counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped")
+    return lines

@@ -1,0 +1,127 @@
+"""One self-contained HTML page of a report: run metadata, the report's tables, fio-style lines, figures.
+
+Figures are embedded as base64 PNG and the CSS is inline, so the page has no external URL and opens
+offline (attach it to a CI job, mail it). Tables are the same cells as `--format markdown`
+(report.tables), so the page and the pull-request comment never disagree.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+import io
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from gdsbench import __version__
+from gdsbench.report import aggregate, ceiling_ratios, check_columns, default_groups, fio_style, median_rows, plots, tables
+from gdsbench.results import read_sidecar
+from gdsbench.units import num2str
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1300px;color:#222;padding:0 1rem}
+h1{font-size:1.5rem}h2{font-size:1.2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
+table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}
+th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}th{background:#f4f4f4}
+td.l,th.l{text-align:left}pre{background:#f8f8f8;padding:.6rem;overflow-x:auto;font-size:.8rem}
+figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.8rem;color:#555}
+.warn{color:#a15c00}.bad{color:#b00020}.skip{color:#666}li{font-size:.85rem}
+"""
+LEFT = {"engine", "pattern", "transfer", "host", "run_id", "key", "run 1", "run 2", "run 3", "run 4"}
+#: Sidecar facts shown per run: (section, key) in display order.
+FACTS = (("machine", "host"), ("machine", "os"), ("machine", "kernel"), ("machine", "cpu_model"),
+         ("machine", "cpu_count"), ("machine", "memory_bytes"), ("target", "directory"), ("target", "device"),
+         ("target", "fstype"), ("tools", "fio"), ("tools", "gdsio"))
+
+
+def page(frame: pd.DataFrame, groups: list[str] | None = None, figures: Iterable[plots.Plot] | None = None) -> str:
+    """The whole report as one HTML document."""
+    groups = groups or default_groups(frame)
+    check_columns(frame, groups)
+    table = aggregate(frame, groups)
+    figures = plots.figures(frame) if figures is None else list(figures)
+    title = f"gdsbench report: {plots.run_title(plots.with_run(frame))}"
+    body = [f"<h1>{_e(title)}</h1>", "<h2>Runs</h2>", metadata_section(frame),
+            "<h2>Results: median and min-max over repetitions</h2>", html_table(*tables.table_rows(groups, table))]
+    ratios = ceiling_ratios(frame)
+    if not ratios.empty:
+        body += ["<h2>Checkpoint engines against the fio ceiling</h2>", html_table(*tables.ratio_rows(ratios))]
+    body += [notes_section(frame, table), "<h2>Figures</h2>", *(figure_html(p) for p in figures),
+             "<h2>Run status (fio style, median repetition of each group)</h2>", status_section(frame, groups),
+             f"<p><small>gdsbench {__version__}, generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
+             "</small></p>"]
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{_e(title)}</title><style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+def write(frame: pd.DataFrame, directory: Path, groups: list[str] | None = None,
+          figures: Iterable[plots.Plot] | None = None) -> Path:
+    """Write <directory>/report.html; return its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "report.html"
+    path.write_text(page(frame, groups, figures), encoding="utf-8")
+    return path
+
+
+def _e(value: Any) -> str:
+    """HTML-escaped text."""
+    return html.escape(str(value))
+
+
+def html_table(header: list[str], rows: list[list[str]]) -> str:
+    """An HTML table, text columns left-aligned."""
+    align = [' class="l"' if name in LEFT else "" for name in header]
+    head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip(align, header))
+    body = "".join("<tr>" + "".join(f"<td{a}>{_e(c)}</td>" for a, c in zip(align, row)) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def run_facts(source: str, frame: pd.DataFrame) -> list[str]:
+    """One run's facts from its sidecar (or from the rows when it has none), as table cells."""
+    meta = read_sidecar(Path(source))
+    rows = frame[frame["source"] == source]
+    cells = [source, str(meta.get("run_id") or rows["run_id"].iloc[0]), str(meta.get("settings", {}).get("name", "-"))]
+    for section, key in FACTS:
+        value = meta.get(section, {}).get(key) if isinstance(meta.get(section), dict) else None
+        if key == "host" and value is None:
+            value = rows["host"].iloc[0]
+        cells.append(num2str(int(value), unit="B") if key == "memory_bytes" and value else str(value or "-"))
+    return cells
+
+
+def metadata_section(frame: pd.DataFrame) -> str:
+    """A table with one row per results file: run id, config, machine, target and tools."""
+    names = ["file", "run_id", "config", *(key for _, key in FACTS)]
+    runs = [run_facts(source, frame) for source in frame["source"].unique()]
+    # One column per run, one row per fact: stays narrow however long the paths and kernel names are.
+    rows = [[name, *(run[index] for run in runs)] for index, name in enumerate(names)]
+    return html_table(["key", *(f"run {i}" for i in range(1, len(runs) + 1))], rows)
+
+
+def notes_section(frame: pd.DataFrame, table: pd.DataFrame) -> str:
+    """Skipped/failed cases and rigour warnings, as a list (empty string when none)."""
+    items = [f'<li class="{"bad" if line.startswith("failed") else "skip"}">{_e(line)}</li>'
+             for line in tables.problems(frame)]
+    items += [f'<li class="warn">warning: {_e(note)}</li>' for note in tables.warnings(table)]
+    return f"<h2>Notes</h2><ul>{''.join(items)}</ul>" if items else ""
+
+
+def status_section(frame: pd.DataFrame, groups: list[str]) -> str:
+    """fio-style run-status lines, one per group, in a <pre>."""
+    lines = []
+    for values, row in median_rows(frame, groups):
+        lines.append("# " + " ".join(f"{g}={tables.cell(g, v)}" for g, v in zip(groups, values)))
+        lines.append(fio_style.status_line(row))
+    return f"<pre>{_e(chr(10).join(lines))}</pre>"
+
+
+def figure_html(plot: plots.Plot) -> str:
+    """A figure as an inline base64 PNG with its file name as caption."""
+    buffer = io.BytesIO()
+    plot.figure.savefig(buffer, format="png", dpi=100)
+    data = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return (f'<figure id="{_e(plot.name)}"><img alt="{_e(plot.name)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{_e(plot.name)}</figcaption></figure>")

@@ -1,0 +1,201 @@
+"""Checkpoint engines as runners: real saves and loads of a small workload, measured, verified, cleaned up."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gdsbench import config, results, runners, sweep, workloads
+from gdsbench.cases import Case, Pattern
+from gdsbench.errors import GdsbenchError, ToolError
+from gdsbench.runners.base import RunContext
+from gdsbench.runners.checkpoint.base import PeakRss
+
+pytestmark = pytest.mark.needs_torch
+SIZE = "16M"
+CPU_ENGINES = {"torch_save": "CPU_CACHED", "fastpersist": "CPU_ONLY", "safetensors": "CPU_CACHED", "dcp": "CPU_CACHED"}
+ROOT = Path(__file__).parent.parent
+
+
+def cases(engine: str, transfer: str, **axes) -> dict[Pattern, Case]:
+    """The save and load cases of one engine, expanded by the real config code."""
+    block = {"engine": [engine], "pattern": ["save", "load"], "transfer": [transfer], "threads": [2],
+             **{k: [v] for k, v in axes.items()}}
+    document = {"checkpoint_size": SIZE, "workload": "llama3-8b", "dtype": "mixed", "matrix": block}
+    return {case.pattern: case for case in config.from_dict(document, "test.yaml").cases}
+
+
+@pytest.fixture
+def ctx(disk_tmp: Path) -> RunContext:
+    return RunContext(directory=disk_tmp, file_size=16 << 20)
+
+
+def workload_bytes() -> int:
+    return workloads.get(workloads.WorkloadSpec("llama3-8b", 16 << 20, "mixed")).nbytes
+
+
+@pytest.mark.parametrize("engine", list(CPU_ENGINES))
+def test_save_then_load_measures_the_workload(engine, ctx):
+    runner = runners.get(engine)
+    save_case, load_case = cases(engine, CPU_ENGINES[engine]).values()
+    assert runner.unavailable(save_case, ctx) is None
+    saved = runner.run(save_case, ctx)
+    loaded = runner.run(load_case, ctx)
+    for m in (saved, loaded):
+        assert m.bytes == workload_bytes() and 0 < m.bytes <= 16 << 20
+        assert m.bw_bytes == m.bytes / m.seconds and m.seconds > 0
+        assert m.bytes_on_disk >= m.bytes  # the tensors plus the format's metadata
+        assert m.peak_rss_bytes > m.bytes  # the workload itself is in memory
+    assert saved.cache is None and loaded.cache == "cold"
+    assert "verified" in loaded.note and "cold: page cache dropped" in loaded.note if os.geteuid() == 0 else True
+    on_disk = runner.files(runner.path(save_case, ctx))
+    assert on_disk and sum(p.stat().st_size for p in on_disk) == saved.bytes_on_disk
+    ctx.cleanup()
+    assert list(ctx.directory.iterdir()) == []  # everything it made is gone, the directory of dcp too
+
+
+def flip_tensor_bytes(files: list[Path], tensor) -> None:
+    """Invert 64 bytes of a tensor's data where they sit in the checkpoint's files (not padding)."""
+    raw = tensor.reshape(-1).view(torch_uint8()).numpy().tobytes()
+    needle = raw[len(raw) // 2: len(raw) // 2 + 64]
+    for path in files:
+        content = path.read_bytes()
+        at = content.find(needle)
+        if at >= 0:
+            with open(path, "r+b") as f:
+                f.seek(at)
+                f.write(bytes(b ^ 0xFF for b in needle))
+            return
+    raise AssertionError("tensor bytes not found in the checkpoint")
+
+
+def torch_uint8():
+    import torch
+
+    return torch.uint8
+
+
+@pytest.mark.parametrize("engine", list(CPU_ENGINES))
+def test_a_corrupted_checkpoint_fails_the_load(engine, ctx):
+    runner = runners.get(engine)
+    save_case, load_case = cases(engine, CPU_ENGINES[engine]).values()
+    runner.run(save_case, ctx)
+    tensors = workloads.get(workloads.WorkloadSpec("llama3-8b", 16 << 20, "mixed")).tensors
+    flip_tensor_bytes(runner.files(runner.path(save_case, ctx)), tensors["model.layers.0.mlp.up_proj.weight"])
+    with pytest.raises(GdsbenchError, match=rf"^{engine}: |differs from the saved one"):
+        runner.run(load_case, ctx)
+    ctx.cleanup()
+
+
+def test_a_load_without_its_save_writes_the_checkpoint_first_and_cleans_it_up(ctx):
+    runner = runners.get("torch_save")
+    keep = ctx.directory / "not-ours.pt"
+    keep.write_bytes(b"precious")
+    load_case = cases("torch_save", "CPU_CACHED")[Pattern.LOAD]
+    measured = runner.run(load_case, ctx)
+    assert measured.bytes == workload_bytes() and runner.path(load_case, ctx).is_file()
+    ctx.cleanup()
+    assert list(ctx.directory.iterdir()) == [keep] and keep.read_bytes() == b"precious"
+
+
+def test_warm_and_unprivileged_cold_loads_say_how_the_cache_was_set(ctx, monkeypatch):
+    runner = runners.get("safetensors")
+    warm = cases("safetensors", "CPU_CACHED", cache="warm")[Pattern.LOAD]
+    measured = runner.run(warm, ctx)
+    assert measured.cache == "warm" and measured.note.startswith("warm: files read once")
+    monkeypatch.setattr("gdsbench.sysinfo.is_root", lambda: False)
+    cold = runner.run(cases("safetensors", "CPU_CACHED")[Pattern.LOAD], ctx)
+    assert cold.cache == "cold" and cold.note.startswith("cold: posix_fadvise(DONTNEED)")
+    ctx.cleanup()
+
+
+def test_command_names_the_api_threads_and_durability(ctx):
+    save_case, load_case = cases("fastpersist", "CPU_ONLY").values()
+    fast = runners.get("fastpersist")
+    saved = fast.command(save_case, ctx)
+    assert saved[:2] == ["python-api", "gdsbench.checkpoint.save"] and "threads=2" in saved
+    assert "fsync=files+directory" in saved and "backend=direct" in saved and "checkpoint_size=16M" in saved
+    assert "cache=cold" in fast.command(load_case, ctx)
+    torch_case = cases("torch_save", "CPU_CACHED")[Pattern.SAVE]
+    assert not any(a.startswith("threads=") for a in runners.get("torch_save").command(torch_case, ctx))
+    assert torch_case.get("threads") is None  # torch.save has no I/O threads: not a parameter of its cases
+
+
+def test_transfers_each_engine_lacks_are_skipped_with_a_reason(ctx):
+    assert sweep.skip_reason(cases("torch_save", "CPU_ONLY")[Pattern.SAVE], ctx) == "torch_save has no CPU_ONLY transfer"
+    assert sweep.skip_reason(cases("fastpersist", "GDS")[Pattern.LOAD], ctx) == "fastpersist has no GDS transfer"
+
+
+def test_gpu_and_deepspeed_engines_say_why_they_cannot_run_here(ctx):
+    kvikio = cases("kvikio", "GDS")[Pattern.SAVE]
+    assert runners.get("kvikio").unavailable(kvikio, ctx)  # no kvikio, or no CUDA device
+    if importlib.util.find_spec("deepspeed") is None:
+        assert runners.get("deepspeed").unavailable(cases("deepspeed", "CPU_ONLY")[Pattern.SAVE], ctx) == "deepspeed not installed"
+
+
+def test_a_failing_engine_becomes_a_one_line_tool_error(ctx):
+    runner = runners.get("safetensors")
+    load_case = cases("safetensors", "CPU_CACHED")[Pattern.LOAD]
+    path = runner.path(load_case, ctx)
+    path.write_bytes(b"\x00" * 100)  # not ours, not a safetensors file: the load must fail, not be rewritten
+    with pytest.raises(ToolError, match=r"^safetensors: SafetensorError: ") as caught:
+        runner.run(load_case, ctx)
+    assert "\n" not in str(caught.value)
+
+
+def test_peak_rss_sees_memory_allocated_inside_the_block():
+    with PeakRss() as rss:
+        block = bytearray(64 << 20)
+        block[::4096] = b"\x01" * len(block[::4096])
+        time.sleep(0.05)  # the sampler needs the GIL, as it gets it while an engine does I/O
+        del block
+    assert rss.peak - rss.before >= 48 << 20
+
+
+def test_checkpoint_config_runs_fio_beside_every_engine():
+    sweep_config = config.load(ROOT / "configs" / "checkpoint.yaml")
+    engines = {c.engine for c in sweep_config.cases}
+    assert engines == {"fio", "torch_save", "fastpersist", "safetensors", "dcp", "kvikio", "deepspeed"}
+    assert sweep_config.interleave and sweep_config.repetitions == 3 and sweep_config.file_size == 4 << 30
+    engine_cases = [c for c in sweep_config.cases if c.engine != "fio"]
+    assert {c.get("checkpoint_size") for c in engine_cases} == {4 << 30}
+    assert {c.get("cache") for c in engine_cases} == {"cold"} and {c.get("dtype") for c in engine_cases} == {"mixed"}
+
+
+@pytest.mark.needs_fio
+def test_sweep_and_report_show_each_engine_against_fio(tmp_path):
+    from gdsbench.cli import cli
+
+    document = {
+        "name": "ckpt", "directory": str(tmp_path / "target"), "file_size": SIZE, "checkpoint_size": SIZE,
+        "repetitions": 1, "interleave": True, "workload": "gpt2-xl",
+        "matrix": [
+            {"engine": ["fio"], "pattern": ["write", "read"], "io_size": ["4M"], "iodepth": [4]},
+            {"engine": ["fastpersist"], "pattern": ["save", "load"], "transfer": ["CPU_ONLY"], "threads": [2]},
+            {"engine": ["torch_save"], "pattern": ["save", "load"], "transfer": ["CPU_CACHED"]},
+        ],
+    }
+    path = tmp_path / "ckpt.yaml"
+    path.write_text(yaml.safe_dump(document))
+    swept = CliRunner().invoke(cli, ["sweep", str(path), "-o", str(tmp_path / "out")])
+    assert swept.exit_code == 0, swept.output
+    [csv_path] = (tmp_path / "out").glob("ckpt-*.csv")
+    frame = results.load([csv_path])
+    assert len(frame) == 6 and set(frame["status"]) == {"ok"}
+    engine_rows = frame[frame["engine"] != "fio"]
+    assert set(engine_rows["bytes"]) == {workloads.layout(workloads.PRESETS["gpt2-xl"], 16 << 20, "mixed").nbytes}
+    assert set(engine_rows[engine_rows["pattern"] == "load"]["cache"]) == {"cold"}
+    assert list((tmp_path / "target").iterdir()) == []
+    reported = CliRunner().invoke(cli, ["report", str(csv_path)])
+    assert reported.exit_code == 0, reported.output
+    table = reported.output[reported.output.index("against the fio ceiling"):]
+    assert "x fio" in table and "x torch_save" in table
+    lines = {tuple(line.split("│")[1:3]): line for line in table.splitlines() if line.count("│") > 5}
+    torch_save = next(line for key, line in lines.items() if "torch_save" in key[0] and "save" in key[1])
+    assert "1.00" in torch_save  # torch_save against itself

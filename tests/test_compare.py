@@ -1,0 +1,112 @@
+"""`gdsbench compare` on the real results sample and on copies of it with known changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from gdsbench import compare, results
+from gdsbench.cli import cli
+
+SAMPLE = sorted((Path(__file__).parents[1] / "results" / "sample").glob("*.csv"))[0]
+
+
+def variant(tmp_path: Path, name: str, change) -> Path:
+    """A copy of the sample CSV with `change(frame)` applied, as another run on another host."""
+    frame = results.load([SAMPLE]).drop(columns="source")
+    frame = change(frame.assign(host="other", run_id="20260101T000000Z-abcdef"))
+    path = tmp_path / f"{name}.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def scale(pattern: str, factor: float):
+    """A change that multiplies every bandwidth of one pattern."""
+    def apply(frame: pd.DataFrame) -> pd.DataFrame:
+        frame.loc[frame["pattern"] == pattern, "bw_bytes"] *= factor
+        return frame
+    return apply
+
+
+def test_same_results_are_same_everywhere(tmp_path: Path) -> None:
+    new = variant(tmp_path, "same", lambda f: f)  # other host and run: not part of the match
+    result = compare.compare_files(SAMPLE, new)
+    assert len(result.table) == 48 and not result.only_base and not result.only_new
+    ok = result.table[result.table["verdict"] != "skipped"]
+    assert len(ok) == 32 and set(ok["verdict"]) == {"same"} and (ok["ratio"] == 1.0).all()
+    assert (result.table[result.table["verdict"] == "skipped"]["case"].str.contains("transfer=GDS")).all()
+    run = CliRunner().invoke(cli, ["compare", str(SAMPLE), str(new)])
+    assert run.exit_code == 0, run.output
+    assert "0 regressions beyond 10%" in run.output
+
+
+def test_halved_writes_are_regressions_and_exit_1(tmp_path: Path) -> None:
+    new = variant(tmp_path, "slow", scale("write", 0.5))
+    result = compare.compare_files(SAMPLE, new)
+    direct = result.table[result.table["case"].str.contains("pattern=write,transfer=CPU_ONLY")]
+    cached = result.table[result.table["case"].str.contains("pattern=write,transfer=CPU_CACHED")]
+    reads = result.table[result.table["case"].str.contains("pattern=read,transfer=CPU_")]
+    assert set(direct["verdict"]) == {"slower"} and direct["regression"].all()
+    assert direct["ratio"].tolist() == pytest.approx([0.5] * 8)
+    # Page-cache writes varied 3-6x between the two repetitions here: halving them is within that noise.
+    assert "same" in set(cached["verdict"]) and cached["ratio"].tolist() == pytest.approx([0.5] * 8)
+    assert set(reads["verdict"]) == {"same"} and not reads["regression"].any()
+    run = CliRunner().invoke(cli, ["compare", str(SAMPLE), str(new)])
+    assert run.exit_code == 1
+    count = len(result.regressions)
+    assert count >= 8 and f"{count} regressions beyond 10%" in run.output and "slower REGRESSION" in run.output
+    assert CliRunner().invoke(cli, ["compare", str(SAMPLE), str(new), "--threshold", "60%"]).exit_code == 0
+
+
+def test_doubled_reads_are_faster(tmp_path: Path) -> None:
+    result = compare.compare_files(SAMPLE, variant(tmp_path, "fast", scale("read", 3.0)))
+    reads = result.table[result.table["case"].str.contains("pattern=read,transfer=CPU_")]
+    assert set(reads["verdict"]) == {"faster"} and not result.table["regression"].any()
+
+
+def side(n: int, median: float, low: float, high: float, status: str = "ok") -> pd.Series:
+    """One case's summary as compare.summarise makes it."""
+    return pd.Series({"n": n, "median": median, "min": low, "max": high, "status": status})
+
+
+def test_verdict_rule_overlap_then_combined_spread() -> None:
+    assert compare.verdict(side(3, 100, 90, 110), side(3, 108, 105, 112)) == "same"  # ranges overlap
+    # No overlap, but one slow outlier widened BASE's range: 10% is within (55% + 7.3%) / 2.
+    assert compare.verdict(side(3, 100, 50, 105), side(3, 110, 106, 114)) == "same"
+    # No overlap and 12% is beyond (10% + 1.8%) / 2.
+    assert compare.verdict(side(3, 100, 95, 105), side(3, 112, 111, 113)) == "faster"
+    assert compare.verdict(side(1, 100, 100, 100), side(1, 99, 99, 99)) == "slower"
+    assert compare.verdict(side(2, 100, 99, 101), side(0, float("nan"), float("nan"), float("nan"), "failed")) == "failed"
+
+
+def test_failed_cases_are_regressions_and_one_sided_cases_listed(tmp_path: Path) -> None:
+    def change(frame: pd.DataFrame) -> pd.DataFrame:
+        frame = frame[~frame["case"].str.contains("pattern=read,transfer=CPU_CACHED,io_size=4096,")]
+        broken = frame["case"].str.contains("pattern=write,transfer=CPU_ONLY,io_size=4096,threads=1,")
+        frame.loc[broken, ["status", "bw_bytes", "error"]] = ["failed", float("nan"), "fio: exit 1"]
+        return frame
+
+    result = compare.compare_files(SAMPLE, variant(tmp_path, "partial", change))
+    assert len(result.only_base) == 2 and all("transfer=CPU_CACHED,io_size=4096," in c for c in result.only_base)
+    assert result.only_new == ()
+    assert result.regressions["verdict"].tolist() == ["failed"]
+    text = compare.render(result, "markdown", "base.csv", "new.csv")
+    assert text.startswith("### new.csv vs base.csv")
+    assert "| pattern | transfer | io_size | threads | base bw | new bw | new/base | verdict |" in text
+    assert "- only in base.csv: engine=fio,pattern=read,transfer=CPU_CACHED,io_size=4096," in text
+    assert "| write | CPU_ONLY | 4K | 1 |" in text
+
+
+@pytest.mark.parametrize("threshold", ["ten", "-5%", "100%"])
+def test_bad_threshold_is_a_usage_error(threshold: str) -> None:
+    run = CliRunner().invoke(cli, ["compare", str(SAMPLE), str(SAMPLE), "--threshold", threshold])
+    assert run.exit_code == 2
+    assert "--threshold: expected" in run.output and "Traceback" not in run.output
+
+
+def test_missing_file_is_a_usage_error(tmp_path: Path) -> None:
+    run = CliRunner().invoke(cli, ["compare", str(SAMPLE), str(tmp_path / "nope.csv")])
+    assert run.exit_code == 2 and "no such results file" in run.output

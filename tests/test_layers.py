@@ -1,0 +1,65 @@
+"""Dependencies point one way: reports read results only; the checkpoint library is a leaf."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).parent.parent / "gdsbench"
+
+# module prefix -> gdsbench modules it must never import (at any depth, including inside functions)
+FORBIDDEN = {
+    "gdsbench.report": ("gdsbench.runners", "gdsbench.sweep", "gdsbench.checkpoint", "gdsbench.config", "gdsbench.cli"),
+    "gdsbench.checkpoint": ("gdsbench.",),
+    "gdsbench.runners": ("gdsbench.sweep", "gdsbench.report", "gdsbench.cli"),
+    "gdsbench.results": ("gdsbench.runners", "gdsbench.sweep", "gdsbench.report", "gdsbench.cli"),
+    "gdsbench.units": ("gdsbench.",),
+    "gdsbench.errors": ("gdsbench.",),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module a file imports, absolute names, relative imports resolved."""
+    tree = ast.parse(path.read_text())
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rsplit(".", 1)[0]
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+    return names
+
+
+FILES = sorted(PACKAGE.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_imports_follow_the_layers(path):
+    name = module_name(path)
+    for prefix, banned in FORBIDDEN.items():
+        if name == prefix or name.startswith(prefix + "."):
+            own = prefix + "."
+            bad = [m for m in imports(path) if any(m.startswith(b) for b in banned) and not m.startswith(own)
+                   and m != prefix]
+            assert not bad, f"{name} imports {bad}"
+
+
+def test_fio_only_sweep_does_not_import_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, gdsbench.cli, gdsbench.sweep, gdsbench.config, gdsbench.runners, gdsbench.report;"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

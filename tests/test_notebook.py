@@ -1,0 +1,33 @@
+"""notebooks/analysis.ipynb runs on the results sample and shows every figure of gdsbench.report.plots."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).parents[1]
+NOTEBOOK = ROOT / "notebooks" / "analysis.ipynb"
+SAMPLE = ROOT / "results" / "sample"
+
+
+def test_notebook_reproduces_the_figures(monkeypatch) -> None:
+    monkeypatch.setenv("GDSBENCH_RESULTS", str(SAMPLE / "*.csv"))
+    monkeypatch.setenv("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(notebook, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    # The sample has fio write/read x CPU_ONLY/CPU_CACHED rows (GDS skipped): 4 heatmaps, 2 + 2 line figures.
+    expected = [f"heatmap-{p}-{t}" for p in ("read", "write") for t in ("CPU_CACHED", "CPU_ONLY")]
+    expected += [f"{kind}-{p}" for kind in ("bandwidth", "latency") for p in ("read", "write")]
+    assert len(images) == len(expected)
+    printed = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert all(name in printed for name in expected)
+    assert "rows from 1 file(s): host vm, run" in printed
+    tables = [o for o in outputs if "text/html" in o.get("data", {})]
+    assert tables and "bw_median" in tables[0]["data"]["text/html"]

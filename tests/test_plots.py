@@ -1,0 +1,184 @@
+"""Figures from the real results sample: one figure per documented group, titles, axes, ticks, no overlaps."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from matplotlib.collections import PolyCollection
+from matplotlib.figure import Figure
+
+from gdsbench import results
+from gdsbench.report import plots
+
+SAMPLE = sorted((Path(__file__).parents[1] / "results" / "sample").glob("*.csv"))
+
+
+@pytest.fixture(scope="module")
+def frame() -> pd.DataFrame:
+    """The sample sweep: fio write/read x CPU_ONLY/CPU_CACHED (GDS skipped) x 4 sizes x 1/4 threads, 2 reps."""
+    return results.load(SAMPLE)
+
+
+@pytest.fixture(scope="module")
+def merged(frame: pd.DataFrame) -> dict[str, Figure]:
+    """Figures of the sample merged with a relabelled copy of itself: two runs on two hosts."""
+    other = relabelled(frame, "other", "20260101T000000Z-abcdef")
+    return by_name(plots.figures(pd.concat([frame, other], ignore_index=True)))
+
+
+def relabelled(frame: pd.DataFrame, host: str, run_id: str) -> pd.DataFrame:
+    """The same measurements as if from another run on another host (for merged-run figures)."""
+    return frame.assign(host=host, run_id=run_id, source="other.csv")
+
+
+def by_name(plot_list: list[plots.Plot]) -> dict[str, Figure]:
+    """name -> figure."""
+    return {p.name: p.figure for p in plot_list}
+
+
+def texts(figure: Figure) -> list:
+    """Every label-like text artist of a figure: suptitle, titles, axis labels, tick labels, legend texts."""
+    found = [figure._suptitle] if figure._suptitle else []
+    for axis in figure.axes:
+        found += [axis.title, axis.xaxis.label, axis.yaxis.label, *axis.get_xticklabels(), *axis.get_yticklabels()]
+        legend = axis.get_legend()
+        if legend:
+            found += [*legend.get_texts(), legend.get_title()]
+    return [t for t in found if t.get_visible() and t.get_text().strip()]
+
+
+def overlapping(figure: Figure) -> list[tuple[str, str]]:
+    """Pairs of label texts whose drawn boxes intersect."""
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    boxes = [(t.get_text(), t.get_window_extent(renderer).shrunk(0.97, 0.9)) for t in texts(figure)]
+    return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
+
+
+def test_one_figure_per_documented_group(frame: pd.DataFrame) -> None:
+    names = [p.name for p in plots.figures(frame)]
+    assert names == ["heatmap-read-CPU_CACHED", "heatmap-read-CPU_ONLY", "heatmap-write-CPU_CACHED",
+                     "heatmap-write-CPU_ONLY", "bandwidth-read", "bandwidth-write", "latency-read", "latency-write"]
+
+
+def test_bandwidth_figure_axes_ticks_title_and_bands(frame: pd.DataFrame) -> None:
+    figure = by_name(plots.bandwidth_lines(frame))["bandwidth-read"]
+    title = figure._suptitle.get_text()
+    assert "read" in title and "host vm" in title and frame["run_id"].iloc[0] in title
+    panels = figure.axes[:2]
+    assert [a.get_title() for a in panels] == ["1 thread", "4 threads"]
+    for axis in panels:
+        assert axis.get_xscale() == "log"
+        assert [t.get_text() for t in axis.get_xticklabels()] == ["4K", "128K", "1M", "16M"]
+        assert axis.get_xlabel() == "IO size"
+        assert axis.get_ylabel() in ("bandwidth (GiB/s)", "bandwidth (MiB/s)")
+        # One min-max band per transfer type that ran (GDS rows are skipped, so not drawn).
+        assert sum(isinstance(c, PolyCollection) for c in axis.collections) == 2
+    legend = [t.get_text() for t in panels[-1].get_legend().get_texts()]
+    assert legend == ["CPU_CACHED", "CPU_ONLY"]
+
+
+def test_bandwidth_line_is_the_median_in_fio_units(frame: pd.DataFrame) -> None:
+    figure = by_name(plots.bandwidth_lines(frame))["bandwidth-write"]
+    axis = figure.axes[0]  # 1 thread
+    divisor = {"bandwidth (GiB/s)": 2**30, "bandwidth (MiB/s)": 2**20}[axis.get_ylabel()]
+    ok = frame[(frame["status"] == "ok") & (frame["pattern"] == "write") & (frame["threads"] == 1)
+               & (frame["transfer"] == "CPU_ONLY")]
+    expected = ok.groupby("io_size")["bw_bytes"].median() / divisor
+    lines = [line for line in axis.get_lines() if len(line.get_xdata()) == 4]
+    assert any(list(line.get_xdata()) == list(expected.index) and
+               pytest.approx(list(expected.values)) == list(line.get_ydata()) for line in lines)
+
+
+def test_heatmap_cells_are_medians(frame: pd.DataFrame) -> None:
+    figure = by_name(plots.heatmaps(frame))["heatmap-read-CPU_ONLY"]
+    axis = figure.axes[0]
+    assert [t.get_text() for t in axis.get_xticklabels()] == ["4K", "128K", "1M", "16M"]
+    assert [t.get_text() for t in axis.get_yticklabels()] == ["4", "1"]
+    assert axis.get_ylabel() == "threads"
+    assert "read CPU_ONLY" in figure._suptitle.get_text() and "host vm" in figure._suptitle.get_text()
+    unit = figure._suptitle.get_text().split("(")[1].split(")")[0]
+    divisor = {"GiB/s": 2**30, "MiB/s": 2**20}[unit]
+    ok = frame[(frame["status"] == "ok") & (frame["pattern"] == "read") & (frame["transfer"] == "CPU_ONLY")]
+    medians = ok.groupby(["threads", "io_size"])["bw_bytes"].median() / divisor
+    cells = [float(t.get_text()) for t in axis.texts]
+    expected = [medians[(4, s)] for s in (4096, 131072, 2**20, 2**24)] + [medians[(1, s)] for s in (4096, 131072, 2**20, 2**24)]
+    assert cells == pytest.approx(expected, abs=0.006)
+
+
+def test_latency_figure_has_mean_and_p99_panels(frame: pd.DataFrame) -> None:
+    figure = by_name(plots.latency_lines(frame))["latency-read"]
+    assert [a.get_title() for a in figure.axes[:2]] == ["mean latency (median over repetitions)",
+                                                          "p99 latency (median over repetitions)"]
+    assert figure.axes[0].get_yscale() == "log"
+    assert [t.get_text() for t in figure.axes[1].get_xticklabels()] == ["4K", "128K", "1M", "16M"]
+    legend = [t.get_text() for t in figure.axes[1].get_legend().get_texts()]
+    assert legend == ["CPU_CACHED 1 thr", "CPU_CACHED 4 thr", "CPU_ONLY 1 thr", "CPU_ONLY 4 thr"]
+
+
+def test_no_label_overlaps(frame: pd.DataFrame, merged: dict[str, Figure]) -> None:
+    for name, figure in [*merged.items(), *by_name(plots.figures(frame)).items()]:
+        assert overlapping(figure) == [], name
+
+
+def test_merged_runs_facet_and_style_by_run(frame: pd.DataFrame, merged: dict[str, Figure]) -> None:
+    figures = merged
+    heatmap = figures["heatmap-write-CPU_ONLY"]
+    titles = [a.get_title() for a in heatmap.axes if a.get_title()]
+    assert titles == ["other 20260101T000000Z-abcdef", f"vm {frame['run_id'].iloc[0]}"]
+    assert "2 runs on other, vm" in heatmap._suptitle.get_text()
+    legend = [t.get_text() for t in figures["bandwidth-read"].axes[1].get_legend().get_texts()]
+    assert "run" in legend and f"vm {frame['run_id'].iloc[0]}" in legend
+    assert any("other" in t.get_text() for t in figures["latency-read"].axes[1].get_legend().get_texts())
+
+
+def checkpoint_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """Checkpoint-engine rows shaped as the checkpoint runner writes them (no io_size), beside the fio rows."""
+    fio = frame[(frame["status"] == "ok") & (frame["transfer"] == "CPU_ONLY") & (frame["io_size"] == 2**20)
+                & (frame["threads"] == 1)]
+    rows = []
+    for engine, share in (("torch_save", 0.15), ("fastpersist", 0.4)):
+        for (pattern, fio_pattern) in (("save", "write"), ("load", "read")):
+            for rep, bw in enumerate(fio[fio["pattern"] == fio_pattern]["bw_bytes"], 1):
+                rows.append({**fio.iloc[0].to_dict(), "engine": engine, "pattern": pattern, "io_size": float("nan"),
+                             "threads": float("nan"), "iodepth": float("nan"), "repetition": rep, "bw_bytes": bw * share,
+                             "case": f"engine={engine},pattern={pattern}"})
+    return pd.concat([frame, pd.DataFrame(rows)], ignore_index=True)
+
+
+def test_checkpoint_bars_with_fio_reference_line(frame: pd.DataFrame) -> None:
+    data = checkpoint_rows(frame)
+    figures = by_name(plots.figures(data))
+    assert [n for n in figures if n.startswith("checkpoint")] == ["checkpoint-load", "checkpoint-save"]
+    assert not any(n.startswith("heatmap-save") or n.startswith("bandwidth-save") for n in figures)
+    figure = figures["checkpoint-save"]
+    axis = figure.axes[0]
+    assert [t.get_text() for t in axis.get_xticklabels()] == ["fastpersist", "torch_save"]
+    unit = axis.get_ylabel().split("(")[1].split(",")[0]
+    divisor = {"GiB/s": 2**30, "MiB/s": 2**20}[unit]
+    fio_best = (frame[(frame["status"] == "ok") & (frame["pattern"] == "write") & (frame["transfer"] != "CPU_CACHED")]
+                .groupby("case")["bw_bytes"].median().max())
+    dashed = [line for line in axis.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 1 and dashed[0].get_ydata()[0] == pytest.approx(fio_best / divisor)
+    assert "fio write limit" in [t.get_text() for t in axis.get_legend().get_texts()]
+    assert "checkpoint save" in figure._suptitle.get_text() and "host vm" in figure._suptitle.get_text()
+    assert overlapping(figure) == []
+
+
+def test_save_writes_png_and_svg_with_deterministic_names(frame: pd.DataFrame, tmp_path: Path) -> None:
+    wanted = plots.bandwidth_lines(frame)
+    paths = plots.save(wanted, tmp_path)
+    assert sorted(p.name for p in paths) == ["bandwidth-read.png", "bandwidth-read.svg", "bandwidth-write.png",
+                                             "bandwidth-write.svg"]
+    assert (tmp_path / "bandwidth-read.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = (tmp_path / "bandwidth-read.svg").read_text()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    again = plots.save(plots.bandwidth_lines(frame), tmp_path / "again", ("svg",))
+    assert [p.name for p in again] == ["bandwidth-read.svg", "bandwidth-write.svg"]
+
+
+def test_no_rows_to_draw_gives_no_figures(frame: pd.DataFrame) -> None:
+    assert plots.figures(frame[frame["status"] == "skipped"]) == []
