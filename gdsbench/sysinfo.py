@@ -196,6 +196,18 @@ def git_commit() -> str | None:
     return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
+def huge_pages() -> tuple[int, int]:
+    """(free reserved huge pages, huge page size in bytes) from /proc/meminfo; (0, 0) when unknown."""
+    facts = {}
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            facts[name] = int(value.split()[0]) if value.split() else 0
+    except (OSError, ValueError):
+        return 0, 0
+    return facts.get("HugePages_Free", 0), facts.get("Hugepagesize", 0) * 1024
+
+
 def is_root() -> bool:
     """True when running as root (drop_caches needs it)."""
     return os.geteuid() == 0

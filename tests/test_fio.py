@@ -128,3 +128,23 @@ def test_missing_fio_is_a_skip_reason(tmp_path):
 def test_colon_in_directory_is_escaped_for_fio(tmp_path):
     ctx = RunContext(directory=tmp_path / "a:b", file_size=1 << 20)
     assert f"--directory={tmp_path}/a\\:b" in fio.fio_argv(_case(), ctx)
+
+
+def test_hugetlb_buffers_need_reserved_pages(tmp_path, monkeypatch):
+    from gdsbench import sysinfo
+
+    case = _case(iomem="shmhuge", io_size=16 << 20, iodepth=8, threads=1)
+    monkeypatch.setattr(sysinfo, "huge_pages", lambda: (0, 2 << 20))
+    reason = fio.huge_pages_missing(case)
+    assert reason == ("iomem=shmhuge needs 65 free huge pages (0 free); reserve them as root: "
+                      "echo 65 > /proc/sys/vm/nr_hugepages")
+    monkeypatch.setattr(sysinfo, "huge_pages", lambda: (65, 2 << 20))
+    assert fio.huge_pages_missing(case) is None
+    assert fio.huge_pages_missing(_case(iomem="malloc")) is None
+
+
+def test_huge_pages_reads_meminfo():
+    from gdsbench import sysinfo
+
+    facts = dict(line.split(":", 1) for line in open("/proc/meminfo").read().splitlines())
+    assert sysinfo.huge_pages() == (int(facts["HugePages_Free"]), int(facts["Hugepagesize"].split()[0]) * 1024)

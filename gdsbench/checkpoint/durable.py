@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import secrets
+import threading
 from collections.abc import Iterator
 
 TEMP_SUFFIX = ".gdsbench-tmp"
@@ -72,11 +73,30 @@ def replace_atomically(path: str) -> Iterator[str]:
     path = os.path.abspath(path)
     remove_stale_temps(path)
     tmp = temp_path(path)
+    previous = None
     try:
         yield tmp
+        previous = _hold(path)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        _release_later(previous)
         raise
     fsync_dir(os.path.dirname(path))
+    _release_later(previous)
+
+
+def _hold(path: str) -> int | None:
+    """An fd on the file about to be replaced, so the rename does not free its blocks inline."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+
+
+def _release_later(fd: int | None) -> None:
+    """Close the replaced file's last fd in the background: freeing (and discarding) a multi-GB file's
+    blocks took 0.2 s per 1.5 GiB here, all of it on the save's critical path if done by the rename."""
+    if fd is not None:
+        threading.Thread(target=os.close, args=(fd,), name="gdsbench-release", daemon=True).start()

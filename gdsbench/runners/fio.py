@@ -52,7 +52,7 @@ class FioRunner:
             return f"fio not found ({binary}); install it with your OS packages (apt-get install fio)"
         if case.transfer in _CUFILE_MODES and "libcufile" not in engines(binary):
             return f"this fio has no libcufile engine for {case.transfer.value}; build fio with --enable-libcufile"
-        return None
+        return huge_pages_missing(case)
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
         """The fio argument list for one case."""
@@ -64,6 +64,19 @@ class FioRunner:
         proc = run_tool(self.command(case, ctx), timeout=ctx.timeout)
         document = parse_json(proc)
         return measure(document, case.pattern, raw=proc.stdout)
+
+
+def huge_pages_missing(case: Case) -> str | None:
+    """Why fio's hugetlb buffers (iomem shmhuge/mmaphuge) cannot be had: too few reserved huge pages."""
+    if case.get("iomem") not in ("shmhuge", "mmaphuge"):
+        return None
+    free, page = sysinfo.huge_pages()
+    need = case.get("threads", 1) * case.get("iodepth", 1) * case.get("io_size") + page
+    if free * page >= need:
+        return None
+    pages = -(-need // page) if page else 0
+    return (f"iomem={case.get('iomem')} needs {pages} free huge pages ({free} free); reserve them as root: "
+            f"echo {pages} > /proc/sys/vm/nr_hugepages")
 
 
 def fio_binary(ctx: RunContext) -> str:
