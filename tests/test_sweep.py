@@ -133,3 +133,19 @@ def test_ctrl_c_keeps_every_finished_row(tmp_path):
     assert f"kept {len(rows)} finished rows" in stderr and "--resume" in stderr
     assert "Traceback" not in stderr
     assert not list((tmp_path / "target").glob("gdsbench.*")), "test files are removed on interrupt"
+
+
+def test_cleanup_removes_our_directories_only_when_empty(tmp_path):
+    from gdsbench.runners.base import RunContext
+
+    ctx = RunContext(directory=tmp_path, file_size=1)
+    ours, theirs = tmp_path / "ours", tmp_path / "shared"
+    ctx.track_new([ours, theirs])
+    ours.mkdir()
+    theirs.mkdir()
+    (ours / "a.bin").write_bytes(b"x")
+    ctx.created.append(ours / "a.bin")
+    (theirs / "someone-elses.txt").write_text("keep")
+    removed = ctx.cleanup()
+    assert removed == [ours / "a.bin", ours] and not ours.exists()
+    assert (theirs / "someone-elses.txt").read_text() == "keep"

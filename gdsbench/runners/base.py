@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import signal
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -64,16 +65,23 @@ class RunContext:
                 self.created.append(path)
 
     def cleanup(self) -> list[Path]:
-        """Remove the files this sweep created (never any other); return what was removed."""
-        removed = []
+        """Remove what this sweep created (never anything else), newest first; return what was removed.
+
+        Directories are removed only once empty (rmdir, never recursively), so a file someone else
+        put inside one of ours survives.
+        """
+        removed: list[Path] = []
         if self.keep_files:
             return removed
-        for path in self.created:
+        for path in reversed(self.created):
             try:
-                path.unlink()
+                path.rmdir() if path.is_dir() else path.unlink()
                 removed.append(path)
             except FileNotFoundError:
                 pass
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
         self.created.clear()
         return removed
 

@@ -19,14 +19,13 @@ Engine failures (OSError, torch's and the engines' own errors) become ToolError:
 
 from __future__ import annotations
 
-import errno
 import importlib
 import importlib.util
 import os
 import pickle
 import threading
 import time
-from pathlib import Path, PosixPath
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from gdsbench import sysinfo, workloads
@@ -82,18 +81,6 @@ class PeakRss:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, self._process.memory_info().rss)
-
-
-class CreatedDirectory(PosixPath):
-    """A directory this sweep created: RunContext.cleanup's unlink() removes it once it is empty."""
-
-    def unlink(self, missing_ok: bool = False) -> None:
-        """rmdir, leaving a directory that holds anything we did not remove."""
-        try:
-            self.rmdir()
-        except OSError as exc:
-            if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
-                raise
 
 
 def fsync_path(path: Path) -> None:

@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping
 from gdsbench import sysinfo
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.runners.base import RunContext
-from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, CheckpointRunner, CreatedDirectory
+from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, CheckpointRunner
 
 
 PAGE = 4096
@@ -203,15 +203,12 @@ class Dcp(CheckpointRunner):
 
     def _track(self, path: Path, ctx: RunContext) -> None:
         """Track the directory (removed at cleanup once its files are gone) when this sweep makes it."""
-        ctx.track_new([CreatedDirectory(path)])
+        ctx.track_new([path])
 
     def _track_files(self, path: Path, ctx: RunContext) -> None:
-        """Track the files DCP wrote into a directory this sweep made, and keep the directory last."""
-        if path not in ctx.created:
-            return
-        directory = ctx.created.pop(ctx.created.index(path))
-        ctx.created.extend(p for p in self.files(path) if p not in ctx.created)
-        ctx.created.append(directory)
+        """Files DCP wrote into a directory this sweep made are ours too (cleanup removes them first)."""
+        if path in ctx.created:
+            ctx.created.extend(p for p in self.files(path) if p not in ctx.created)
 
 
 class Kvikio(CheckpointRunner):
