@@ -285,20 +285,6 @@ def generate(spec: WorkloadSpec) -> Workload:
     return Workload(spec, tensors, plan.nbytes, described)
 
 
-def flatten(obj: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted name, tensor) for every tensor in nested dicts, lists and tuples; other values dropped."""
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        yield prefix, obj
-    elif isinstance(obj, Mapping):
-        for key, value in obj.items():
-            yield from flatten(value, f"{prefix}.{key}" if prefix else str(key))
-    elif isinstance(obj, (list, tuple)):
-        for index, value in enumerate(obj):
-            yield from flatten(value, f"{prefix}.{index}" if prefix else str(index))
-
-
 def read_file(spec: WorkloadSpec) -> Workload:
     """A real state dict from a file, flattened to tensors, each a contiguous copy in memory.
 
@@ -314,7 +300,9 @@ def read_file(spec: WorkloadSpec) -> Workload:
         state = load_file(str(path))
     else:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    tensors = {name: t.detach().clone(memory_format=torch.contiguous_format) for name, t in flatten(state)}
+    from gdsbench.checkpoint.plan import tensor_names
+
+    tensors = {name: t.detach().clone(memory_format=torch.contiguous_format) for name, t in tensor_names(state)}
     if not tensors:
         raise ValueError(f"{path} holds no tensors")
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())

@@ -60,6 +60,18 @@ def test_save_then_load_measures_the_workload(engine, ctx):
     assert list(ctx.directory.iterdir()) == []  # everything it made is gone, the directory of dcp too
 
 
+def test_torch_mmap_loads_what_torch_save_wrote_and_only_loads(ctx):
+    runner = runners.get("torch_mmap")
+    document = {"checkpoint_size": SIZE, "workload": "llama3-8b", "dtype": "mixed",
+                "matrix": {"engine": ["torch_mmap"], "pattern": ["load"], "transfer": ["CPU_CACHED"]}}
+    [load_case] = config.from_dict(document, "test.yaml").cases
+    loaded = runner.run(load_case, ctx)  # writes its file first (untimed), then loads and verifies it
+    assert loaded.bytes == workload_bytes() and loaded.cache == "cold" and "verified" in loaded.note
+    assert runner.patterns == {Pattern.LOAD}
+    ctx.cleanup()
+    assert list(ctx.directory.iterdir()) == []
+
+
 def flip_tensor_bytes(files: list[Path], tensor) -> None:
     """Invert 64 bytes of a tensor's data where they sit in the checkpoint's files (not padding)."""
     raw = tensor.reshape(-1).view(torch_uint8()).numpy().tobytes()
@@ -161,7 +173,7 @@ def test_peak_rss_sees_memory_allocated_inside_the_block():
 def test_checkpoint_config_runs_fio_beside_every_engine():
     sweep_config = config.load(ROOT / "configs" / "checkpoint.yaml")
     engines = {c.engine for c in sweep_config.cases}
-    assert engines == {"fio", "torch_save", "fastpersist", "safetensors", "dcp", "kvikio", "deepspeed"}
+    assert engines == {"fio", "torch_save", "torch_mmap", "fastpersist", "safetensors", "dcp", "kvikio", "deepspeed"}
     assert sweep_config.interleave and sweep_config.repetitions == 3 and sweep_config.file_size == 4 << 30
     engine_cases = [c for c in sweep_config.cases if c.engine != "fio"]
     assert {c.get("checkpoint_size") for c in engine_cases} == {4 << 30}

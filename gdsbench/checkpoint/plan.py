@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import pickle
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,7 +146,7 @@ def tensor_names(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor
     """(key path, tensor) for every tensor in nested dicts/lists/tuples; paths join with '.'."""
     if isinstance(obj, torch.Tensor):
         yield prefix, obj
-    elif isinstance(obj, dict):
+    elif isinstance(obj, Mapping):
         for k, v in obj.items():
             yield from tensor_names(v, f"{prefix}.{k}" if prefix else str(k))
     elif isinstance(obj, (list, tuple)):
