@@ -1,4 +1,7 @@
-"""The gdsbench command line: sweep, report, runners. The one place that prints errors and picks exit codes."""
+"""The gdsbench command line: sweep, report, compare, qualify, doctor, runners.
+
+The one place that prints errors and picks exit codes.
+"""
 
 from __future__ import annotations
 
