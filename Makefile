@@ -10,9 +10,9 @@ RESULTS ?= results
 
 .PHONY: run test system-deps install clean-venv
 
-system-deps:  ## fio and the async I/O libraries, from the OS packages
+system-deps:  ## fio (with its libaio and liburing) from the OS packages
 	@command -v fio >/dev/null 2>&1 || { $(SUDO) apt-get update && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y fio libaio1 liburing2; }
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y fio; }
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)

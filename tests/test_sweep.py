@@ -134,6 +134,13 @@ def test_ctrl_c_keeps_every_finished_row(tmp_path):
     assert "Traceback" not in stderr
     assert not list((tmp_path / "target").glob("gdsbench.*")), "test files are removed on interrupt"
 
+    resumed = subprocess.run([sys.executable, "-m", "gdsbench", "sweep", "--resume", str(csvs[0])],
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    after = data_rows(csvs[0])
+    assert [int(r["repetition"]) for r in after] == list(range(1, 7)), "the rest ran once each, nothing twice"
+    assert len({r["run_id"] for r in after}) == 1, "a resumed sweep keeps its run id"
+
 
 def test_cleanup_removes_our_directories_only_when_empty(tmp_path):
     from gdsbench.runners.base import RunContext
