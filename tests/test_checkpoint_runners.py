@@ -211,3 +211,13 @@ def test_sweep_and_report_show_each_engine_against_fio(tmp_path):
     lines = {tuple(line.split("│")[1:3]): line for line in table.splitlines() if line.count("│") > 5}
     torch_save = next(line for key, line in lines.items() if "torch_save" in key[0] and "save" in key[1])
     assert "1.00" in torch_save  # torch_save against itself
+
+
+def test_fastpersist_load_into_fills_existing_tensors(ctx):
+    runner = runners.get("fastpersist")
+    save_case, load_case = cases("fastpersist", "CPU_ONLY", load_into=True).values()
+    assert load_case.get("load_into") is True and "into=initialised tensors" in runner.command(load_case, ctx)
+    runner.run(save_case, ctx)
+    loaded = runner.run(load_case, ctx)  # verified against the workload inside run()
+    assert loaded.bytes == workload_bytes() and "verified" in loaded.note
+    ctx.cleanup()

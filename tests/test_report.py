@@ -105,3 +105,14 @@ def test_ceiling_ratios_against_fio_and_torch_save():
     assert ratios.loc[("fastpersist", "save"), "x_torch_save"] == pytest.approx(7.6)
     assert ratios.loc[("fastpersist", "load"), "x_fio"] == pytest.approx(0.95)
     assert ratios.loc[("torch_save", "save"), "x_fio"] == pytest.approx(0.125)
+
+
+def test_variants_of_one_engine_are_kept_apart():
+    rows = [row(pattern="read", bw_bytes=1000),
+            row(engine="fastpersist", pattern="load", bw_bytes=700, io_size=None, load_into=False),
+            row(engine="fastpersist", pattern="load", bw_bytes=2000, io_size=None, load_into=True),
+            row(engine="torch_save", pattern="load", bw_bytes=400, io_size=None, load_into=None)]
+    ratios = report.ceiling_ratios(pd.DataFrame(rows)).set_index("engine")
+    assert ratios.loc["fastpersist (load_into=True)", "x_fio"] == pytest.approx(2.0)
+    assert ratios.loc["fastpersist (load_into=False)", "x_torch_save"] == pytest.approx(1.75)
+    assert ratios.loc["torch_save", "x_fio"] == pytest.approx(0.4)

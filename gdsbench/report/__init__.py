@@ -55,6 +55,19 @@ def median_rows(frame: pd.DataFrame, groups: list[str]) -> list[tuple[tuple, dic
     return picked
 
 
+def engine_labels(rows: pd.DataFrame) -> pd.Series:
+    """Each checkpoint row's engine, with the parameters that tell apart its cases of the same pattern
+    (e.g. 'fastpersist (load_into=True)'), so variants of one engine are never merged."""
+    labels = rows["engine"].astype(str)
+    params = [c for c in parameters(rows.columns) if c not in ("engine", "pattern")]
+    for _, group in rows.groupby(["engine", "pattern"], sort=False):
+        varying = [c for c in params if group[c].nunique(dropna=False) > 1]
+        if varying:
+            text = group[varying].astype(str).apply(lambda r: ", ".join(f"{c}={v}" for c, v in r.items()), axis=1)
+            labels.loc[group.index] = group["engine"].astype(str) + " (" + text + ")"
+    return labels
+
+
 def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     """Each checkpoint engine's median bandwidth as a ratio to fio's best of the same run and direction.
 
@@ -64,13 +77,17 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     ok = frame[frame["status"] == "ok"]
     rows = []
     for (run_id, host), run in ok.groupby(["run_id", "host"], sort=False):
-        for (engine, pattern), group in run[run["pattern"].isin(list(CEILINGS))].groupby(["engine", "pattern"], sort=False):
+        ckpt = run[run["pattern"].isin(list(CEILINGS))]
+        if ckpt.empty:
+            continue
+        ckpt = ckpt.assign(label=engine_labels(ckpt))
+        for (label, engine, pattern), group in ckpt.groupby(["label", "engine", "pattern"], sort=False):
             fio = run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern])
                       & (run["transfer"] != "CPU_CACHED")]  # the disk's limit, not the page cache's
             ceiling = fio.groupby("case")["bw_bytes"].median().max() if not fio.empty else float("nan")
             base = run[(run["engine"] == "torch_save") & (run["pattern"] == pattern)]["bw_bytes"].median()
             median = group["bw_bytes"].median()
-            rows.append({"host": host, "run_id": run_id, "engine": engine, "pattern": pattern, "n": len(group),
+            rows.append({"host": host, "run_id": run_id, "engine": label, "pattern": pattern, "n": len(group),
                          "bw_median": median, "x_fio": median / ceiling, "x_torch_save": median / base,
                          "fio_bw": ceiling})
     return pd.DataFrame(rows)

@@ -30,7 +30,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullLocator
 
-from gdsbench.report import CEILINGS, ceiling_ratios
+from gdsbench.report import CEILINGS, ceiling_ratios, engine_labels
 from gdsbench.units import size_label
 
 IO_PATTERNS = ("write", "read", "randwrite", "randread")
@@ -246,7 +246,7 @@ def checkpoint_bars(frame: pd.DataFrame) -> list[Plot]:
     if ok.empty:
         return []
     ceilings = with_run(ceiling_ratios(frame)) if len(ceiling_ratios(frame)) else pd.DataFrame()
-    rows = with_run(ok)
+    rows = with_run(ok.assign(engine=engine_labels(ok).str.replace(" (", "\n(", regex=False)))  # wrap variants
     return [Plot(slug("checkpoint", pattern), _checkpoint(group, ceilings, pattern))
             for pattern, group in rows.groupby("pattern", sort=True)]
 

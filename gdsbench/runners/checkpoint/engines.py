@@ -32,8 +32,9 @@ from typing import Any, Iterable, Mapping
 
 from gdsbench import sysinfo
 from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.keys import Key, boolean
 from gdsbench.runners.base import RunContext
-from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, CheckpointRunner
+from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, OPTIONS, CheckpointRunner
 
 
 PAGE = 4096
@@ -94,10 +95,22 @@ class FastPersist(CheckpointRunner):
     modules = ("torch", "gdsbench.checkpoint")
     threaded = True
     backends = {Transfer.CPU_ONLY: "direct", Transfer.CPU_CACHED: "buffered"}
+    options = (*OPTIONS, Key("load_into", boolean, "true or false", False,
+                             "load into existing, initialised tensors (load(into=...)) instead of new memory"))
+
+    @property
+    def axes(self) -> frozenset[str]:
+        """The shared checkpoint axes plus load_into."""
+        return super().axes | {"load_into"}
+
+    def stage_load(self, case: Case, tensors: Mapping[str, Any], path: Path) -> Any:
+        """With load_into: the destination tensors, initialised as a model's are before a restart."""
+        return initialised_like(tensors) if case.get("load_into") else None
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
         """The API call, with the I/O backend the transfer selects."""
-        return [*super().command(case, ctx), f"backend={self.backends[case.transfer]}"]
+        into = ["into=initialised tensors"] if case.pattern is Pattern.LOAD and case.get("load_into") else []
+        return [*super().command(case, ctx), f"backend={self.backends[case.transfer]}", *into]
 
     def why_not(self, case: Case, ctx: RunContext) -> str | None:
         """The library must import; CPU_ONLY needs O_DIRECT in the target directory."""
@@ -130,7 +143,7 @@ class FastPersist(CheckpointRunner):
         with warnings.catch_warnings():
             warnings.simplefilter("error", DirectIOFallbackWarning)
             return load(path, map_location="cpu", threads=case.get("threads"), verify=True,
-                        backend=self.backends[case.transfer])
+                        backend=self.backends[case.transfer], into=staged)
 
 
 class Safetensors(CheckpointRunner):
@@ -162,6 +175,13 @@ class Safetensors(CheckpointRunner):
         tensors = load_file(str(path), device="cpu")
         touch_pages(tensors.values())
         return tensors
+
+
+def initialised_like(tensors: Mapping[str, Any]) -> dict[str, Any]:
+    """Zero-filled tensors shaped like `tensors`: memory already touched, as a constructed model's is."""
+    import torch
+
+    return {name: torch.zeros_like(tensor) for name, tensor in tensors.items()}
 
 
 def touch_pages(tensors: Iterable[Any]) -> None:
@@ -196,10 +216,8 @@ class Dcp(CheckpointRunner):
             dcp.save(dict(state), storage_writer=writer, no_dist=True)
 
     def stage_load(self, case: Case, tensors: Mapping[str, Any], path: Path) -> Any:
-        """Destination tensors (allocated, not touched), as the model a DCP load fills would have."""
-        import torch
-
-        return {name: torch.empty_like(tensor) for name, tensor in tensors.items()}
+        """Destination tensors, initialised as the model a DCP load fills would have them."""
+        return initialised_like(tensors)
 
     def load(self, path: Path, case: Case, staged: Any) -> Mapping[str, Any]:
         """dcp.load into the staged destination tensors."""
