@@ -19,6 +19,7 @@ Engine failures (OSError, torch's and the engines' own errors) become ToolError:
 
 from __future__ import annotations
 
+import abc
 import importlib
 import importlib.util
 import os
@@ -130,7 +131,7 @@ def verify(expected: Mapping[str, Any], loaded: Any, path: Path) -> None:
             raise ToolError(f"{path}: loaded tensor {name!r} differs from the saved one")
 
 
-class CheckpointRunner:
+class CheckpointRunner(abc.ABC):
     """A checkpoint engine as a sweep runner; subclasses implement save and load for one library.
 
     Subclasses set name, description, calls (the API called per pattern), transfers, packages, and
@@ -155,13 +156,13 @@ class CheckpointRunner:
 
     # -- what an engine implements ------------------------------------------------------------
 
+    @abc.abstractmethod
     def save(self, state: Any, path: Path, case: Case) -> None:
         """Write `state` (from stage_save) to `path`; the runner fsyncs the files and directory after."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def load(self, path: Path, case: Case, staged: Any) -> Mapping[str, Any]:
         """Read the checkpoint at `path` completely into memory and return its state dict."""
-        raise NotImplementedError
 
     def why_not(self, case: Case, ctx: RunContext) -> str | None:
         """An engine-specific reason it cannot run here (beyond missing packages), or None."""
