@@ -107,7 +107,8 @@ def test_argv_translates_the_case(tmp_path):
                 "--size=67108864", f"--directory={tmp_path}", "--time_based", "--runtime=5", "--output-format=json+"):
         assert arg in argv
     cached = fio.fio_argv(_case(transfer=Transfer.CPU_CACHED, pattern=Pattern.WRITE, end_fsync=True), ctx)
-    assert "--direct=0" in cached and "--end_fsync=1" in cached
+    assert "--direct=0" in cached and "--end_fsync=1" in cached and "--unlink=1" not in cached
+    assert "--unlink=1" in fio.fio_argv(_case(pattern=Pattern.WRITE, unlink=True), ctx)
     gds = fio.fio_argv(_case(transfer=Transfer.GDS, gpu="1"), ctx)
     assert {"--ioengine=libcufile", "--cuda_io=cufile", "--gpu_dev_ids=1"} <= set(gds)
 

@@ -40,10 +40,13 @@ class FioRunner:
         Key("iomem", one_of("malloc", "shm", "shmhuge", "mmap", "mmaphuge"), "a fio iomem type", "malloc",
             "where fio's I/O buffers live (shmhuge needs reserved huge pages)"),
         Key("end_fsync", boolean, "true or false", False, "fsync each file when a write job ends"),
+        Key("unlink", boolean, "true or false", False,
+            "delete each job's file when the job ends (fio --unlink=1), so every write run makes a new file"),
         Key("gpu", lambda v: str(v), "a GPU index", "0", "GPU for libcufile transfers"),
         Key("fio", text, "a path to the fio executable", "fio", "which fio to run"),
     )
-    axes = frozenset({"pattern", "transfer", "io_size", "threads", "iodepth", "ioengine", "iomem", "end_fsync", "gpu"})
+    axes = frozenset({"pattern", "transfer", "io_size", "threads", "iodepth", "ioengine", "iomem", "end_fsync", "unlink",
+                      "gpu"})
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why fio cannot run this case here: no fio, or no libcufile engine for GPU transfers."""
@@ -116,6 +119,8 @@ def fio_argv(case: Case, ctx: RunContext) -> list[str]:
         argv.append(f"--ioengine={case.get('ioengine', 'libaio')}")
     if case.get("end_fsync") and case.pattern.is_write:
         argv.append("--end_fsync=1")
+    if case.get("unlink"):
+        argv.append("--unlink=1")
     if ctx.runtime:
         argv += ["--time_based", f"--runtime={ctx.runtime:g}"]
     if ctx.ramp_time:
