@@ -134,20 +134,6 @@ def render(comparison: Comparison, fmt: str, base: str = "BASE", new: str = "NEW
     notes.append(f"{count} regression{'s' if count != 1 else ''} beyond {comparison.threshold:.0%} "
                  f"({len(table)} cases compared; verdict 'same' = ranges overlap or change within combined spread)")
     if fmt == "markdown":
-        return "\n".join([f"### {new} vs {base}", "", *tables._md_table(header, rows), "",
+        return "\n".join([f"### {new} vs {base}", "", *tables.md_table(header, rows), "",
                           *(f"- {n}" for n in notes)]) + "\n"
-    return _text(header, rows, notes, f"{new} vs {base}")
-
-
-def _text(header: list[str], rows: list[list[str]], notes: list[str], title: str) -> str:
-    """A rich table rendered to plain text, then the notes."""
-    import io
-
-    from rich.console import Console
-
-    out = io.StringIO()
-    console = Console(file=out, width=160, force_terminal=False, color_system=None)
-    console.print(tables._rich_table(title, header, rows))
-    for note in notes:
-        console.print(note, highlight=False, soft_wrap=True)
-    return out.getvalue()
+    return tables.plain_text(tables.rich_table(f"{new} vs {base}", header, rows), *notes)

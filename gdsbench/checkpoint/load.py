@@ -15,10 +15,8 @@ import io as _pyio
 import os
 import pickle
 import queue
-from collections.abc import Callable
-from functools import partial
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Optional
 
 import torch
@@ -28,7 +26,8 @@ from . import integrity
 from . import io as backends
 from .errors import BackendUnavailable, CorruptCheckpoint, InvalidCheckpoint, TruncatedCheckpoint
 from .io import gds
-from .memory import POOL, Prefaulter, Staging, address_of, copy, huge_buffer, round_up, view
+from .memory import (POOL, Prefaulter, Staging, address_of, copy, huge_buffer, queue_of, round_up,
+                     run_parallel, view)
 from .plan import tensor_names
 
 DEFAULT_THREADS = 8
@@ -135,28 +134,21 @@ class _Reader:
             self._verify(task, self.addresses[task.span] - span.start)
 
     def _verify(self, task: ReadTask, base: int) -> None:
-        """Compare each completed chunk's digest with the index; name the tensor on mismatch."""
-        fn = integrity.digest_fn(self.index.checksum)
-        if fn is None:
-            return
-        chunk = self.index.chunk_bytes
+        """Check each chunk the task completed; `base` maps file offsets to addresses."""
         for s, k in task.checks:
-            n = min(chunk, s.nbytes - k * chunk)
-            if fn(view(base + s.offset + k * chunk, n)) != s.digests[k]:
-                raise CorruptCheckpoint(self.index.path, s.name,
-                                        f"storage {s.key}, bytes {k * chunk}..{k * chunk + n} at file offset {s.offset + k * chunk}")
+            check_chunk(self.index, s, k, base + s.offset + k * self.index.chunk_bytes)
 
 
-def _run_parallel(jobs: list[Callable[[], None]], threads: int) -> None:
-    """Run jobs on `threads` workers; re-raise the first failure after cancelling the rest."""
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gdsbench-load") as pool:
-        futures = [pool.submit(job) for job in jobs]
-        _, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        for f in pending:
-            f.cancel()
-        for f in futures:
-            if f.done() and not f.cancelled() and f.exception() is not None:
-                raise f.exception()  # type: ignore[misc]
+def check_chunk(index: fmt.Index, s: fmt.StorageEntry, k: int, address: int) -> None:
+    """Compare chunk `k` of storage `s`, in memory at `address`, with its digest; name the tensor on mismatch."""
+    fn = integrity.digest_fn(index.checksum)
+    if fn is None:
+        return
+    chunk = index.chunk_bytes
+    n = min(chunk, s.nbytes - k * chunk)
+    if fn(view(address, n)) != s.digests[k]:
+        raise CorruptCheckpoint(index.path, s.name,
+                                f"storage {s.key}, bytes {k * chunk}..{k * chunk + n} at file offset {s.offset + k * chunk}")
 
 
 def _storages_from_spans(spans: list[Span], maps: list[Any]) -> dict[str, torch.UntypedStorage]:
@@ -193,10 +185,8 @@ class _InPlace:
             got = backends.read_full(self.fd, view(buf.address, round_up(n, self.align)), s.offset + k * chunk)
             if got < n:
                 raise TruncatedCheckpoint(self.index.path, s.offset + k * chunk + n, s.offset + k * chunk + got)
-            fn = integrity.digest_fn(self.index.checksum) if self.verify else None
-            if fn and fn(view(buf.address, n)) != s.digests[k]:
-                raise CorruptCheckpoint(self.index.path, s.name, f"storage {s.key}, bytes {k * chunk}..{k * chunk + n}"
-                                                                 f" at file offset {s.offset + k * chunk}")
+            if self.verify:
+                check_chunk(self.index, s, k, buf.address)
             copy(dest + k * chunk, buf.address, n)
         finally:
             self.buffers.put(buf)
@@ -226,14 +216,14 @@ def read_storages(fd: int, backend: backends.Backend, index: fmt.Index, threads:
     reader = _Reader(fd, index, spans, maps, addresses, verify)
     jobs = [(t.start, partial(reader.run, t)) for t in plan_reads(spans, index.chunk_bytes, backend.alignment)]
     staging = POOL.take(min(threads, IN_PLACE_BUFFERS), index.chunk_bytes) if placed else []
-    in_place = _InPlace(fd, index, backend.alignment, _queue_of(staging), verify)
+    in_place = _InPlace(fd, index, backend.alignment, queue_of(staging), verify)
     for s in index.storages:
         if s.key in placed:
             jobs += [(s.offset + k * index.chunk_bytes, partial(in_place.run, s, k, placed[s.key].data_ptr()))
                      for k in range(integrity.chunk_count(s.nbytes, index.chunk_bytes))]
     prefaulter = Prefaulter(zip(addresses, (len(m) for m in maps)), PREFAULT_THREADS)
     try:
-        _run_parallel([job for _, job in sorted(jobs, key=lambda j: j[0])], threads)
+        run_parallel([job for _, job in sorted(jobs, key=lambda j: j[0])], threads, "gdsbench-load")
     finally:
         prefaulter.join()
         if staging:
@@ -243,14 +233,6 @@ def read_storages(fd: int, backend: backends.Backend, index: fmt.Index, threads:
     for s in index.storages:
         out.setdefault(s.key, torch.UntypedStorage(0))
     return out
-
-
-def _queue_of(buffers: list[Staging]) -> "queue.Queue[Staging]":
-    """A queue holding `buffers`, for threads to borrow them one at a time."""
-    handed: "queue.Queue[Staging]" = queue.Queue()
-    for buf in buffers:
-        handed.put(buf)
-    return handed
 
 
 def _read_pickle(index: fmt.Index, verify: bool) -> bytes:

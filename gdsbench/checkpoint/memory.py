@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 PAGE = mmap.PAGESIZE
 MADV_POPULATE_WRITE = 23  # Linux >= 5.14: fault pages in writable, in the kernel, without a user fault per page
@@ -67,6 +69,18 @@ def populate(address: int, nbytes: int) -> None:
     """
     if _libc.madvise(address, nbytes, MADV_POPULATE_WRITE) != 0:
         ctypes.memset(address, 0, nbytes)
+
+
+def run_parallel(jobs: list[Callable[[], None]], threads: int, name: str) -> None:
+    """Run jobs on `threads` workers in order; on the first failure cancel what has not started, re-raise it."""
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name) as pool:
+        futures = [pool.submit(job) for job in jobs]
+        _, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        for f in pending:
+            f.cancel()
+        for f in futures:
+            if f.done() and not f.cancelled() and f.exception() is not None:
+                raise f.exception()  # type: ignore[misc]
 
 
 class Prefaulter:
@@ -134,3 +148,11 @@ class StagingPool:
 
 
 POOL = StagingPool()
+
+
+def queue_of(buffers: list[Staging]) -> "queue.Queue[Staging]":
+    """A queue holding `buffers`, so worker threads borrow them one at a time."""
+    handed: "queue.Queue[Staging]" = queue.Queue()
+    for buf in buffers:
+        handed.put(buf)
+    return handed

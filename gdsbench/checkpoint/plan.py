@@ -19,7 +19,7 @@ import torch
 
 from . import format as fmt
 from . import integrity
-from .memory import round_down, round_up
+from .memory import round_down
 
 A = fmt.ALIGNMENT
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import errno
 import os
 import queue
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Optional
 
 import torch
@@ -22,7 +22,7 @@ import torch
 from . import durable, integrity
 from . import io as backends
 from . import plan as planning
-from .memory import POOL, Staging, copy, round_up, view
+from .memory import POOL, Staging, copy, queue_of, round_up, run_parallel, view
 
 DEFAULT_THREADS = 4
 DEFAULT_CHUNK_BYTES = 16 << 20
@@ -92,18 +92,6 @@ def _is_commit_region(plan: planning.Plan, region: planning.Region) -> bool:
     return region.start < plan.header_offset + 4096 or region.start + region.nbytes > plan.index_offset
 
 
-def _run_parallel(writer: _Writer, tasks: list[tuple[Any, Any]], threads: int) -> None:
-    """Run (fn, arg) tasks on `threads` workers; re-raise the first failure after cancelling."""
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="gdsbench-save") as pool:
-        futures = [pool.submit(fn, arg) for fn, arg in tasks]
-        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        for f in pending:
-            f.cancel()
-        for f in futures:
-            if f.done() and not f.cancelled() and f.exception() is not None:
-                raise f.exception()  # type: ignore[misc]
-
-
 def _preallocate(fd: int, nbytes: int) -> None:
     """Reserve the file's blocks up front so parallel O_DIRECT writes are overwrites, not appends."""
     try:
@@ -117,9 +105,7 @@ def _write_file(fd: int, backend: backends.Backend, plan: planning.Plan, threads
     """Data chunks and interior regions in parallel, then header and index regions, then fsync."""
     count = max(1, buffer_bytes // plan.chunk_bytes)
     staging = POOL.take(count, plan.chunk_bytes)
-    buffers: "queue.Queue[Staging]" = queue.Queue()
-    for b in staging:
-        buffers.put(b)
+    buffers = queue_of(staging)
     fn_digests = {s.key: [""] * integrity.chunk_count(s.nbytes, plan.chunk_bytes) for s in plan.sources}
     writer = _Writer(fd, backend, plan, buffers, fn_digests)
     try:
@@ -128,7 +114,7 @@ def _write_file(fd: int, backend: backends.Backend, plan: planning.Plan, threads
         tasks = [(writer.write_chunk, c) for c in planning.chunks(plan)]
         tasks += [(writer.write_region, r) for r in regions if not _is_commit_region(plan, r)]
         tasks.sort(key=lambda t: t[1].start + (t[1].source.offset if isinstance(t[1], planning.Chunk) else 0))
-        _run_parallel(writer, tasks, threads)
+        run_parallel([partial(fn, arg) for fn, arg in tasks], threads, "gdsbench-save")
         planning.finalize(plan, writer.digests)
         for r in regions:
             if _is_commit_region(plan, r):

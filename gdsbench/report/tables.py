@@ -95,22 +95,27 @@ def render(fmt: str, frame: pd.DataFrame, groups: list[str], table: pd.DataFrame
     return _text(header, rows, titles, lines, ratios, problems(frame), warnings(table))
 
 
-def _text(header, rows, titles, lines, ratios, issues, notes) -> str:
-    """rich tables rendered to plain text."""
+def plain_text(*parts: str | Table) -> str:
+    """Lines and rich tables rendered as plain text (no colour, no escape codes), 160 columns wide."""
     out = io.StringIO()
     console = Console(file=out, width=160, force_terminal=False, color_system=None)
-    console.print("Run status (fio style; the median repetition of each group):")
-    for title, line in zip(titles, lines):
-        console.print(f"  {title}\n{line}", highlight=False, soft_wrap=True)
-    console.print(_rich_table("Results: median and min-max over repetitions", header, rows))
-    if not ratios.empty:
-        console.print(_rich_table("Checkpoint engines against the fio ceiling of the same run", *ratio_rows(ratios)))
-    for line in issues + [f"warning: {n}" for n in notes]:
-        console.print(line, highlight=False, soft_wrap=True)
+    for part in parts:
+        console.print(part, highlight=False, soft_wrap=True)
     return out.getvalue()
 
 
-def _rich_table(title: str, header: list[str], rows: list[list[str]]) -> Table:
+def _text(header, rows, titles, lines, ratios, issues, notes) -> str:
+    """rich tables rendered to plain text."""
+    parts: list[str | Table] = ["Run status (fio style; the median repetition of each group):"]
+    parts += [f"  {title}\n{line}" for title, line in zip(titles, lines)]
+    parts.append(rich_table("Results: median and min-max over repetitions", header, rows))
+    if not ratios.empty:
+        parts.append(rich_table("Checkpoint engines against the fio ceiling of the same run", *ratio_rows(ratios)))
+    parts += issues + [f"warning: {n}" for n in notes]
+    return plain_text(*parts)
+
+
+def rich_table(title: str, header: list[str], rows: list[list[str]]) -> Table:
     """A rich Table from header and cells."""
     table = Table(title=title, title_justify="left")
     for name in header:
@@ -125,15 +130,15 @@ def _markdown(header, rows, titles, lines, ratios, issues, notes) -> str:
     parts = ["### Run status (fio style, median repetition)", "", "```"]
     for title, line in zip(titles, lines):
         parts += [f"# {title}", line]
-    parts += ["```", "", "### Results (median, min-max over repetitions)", "", *_md_table(header, rows)]
+    parts += ["```", "", "### Results (median, min-max over repetitions)", "", *md_table(header, rows)]
     if not ratios.empty:
-        parts += ["", "### Checkpoint engines against the fio ceiling", "", *_md_table(*ratio_rows(ratios))]
+        parts += ["", "### Checkpoint engines against the fio ceiling", "", *md_table(*ratio_rows(ratios))]
     if issues or notes:
         parts += [""] + [f"- {line}" for line in issues + [f"warning: {n}" for n in notes]]
     return "\n".join(parts) + "\n"
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     """A markdown pipe table."""
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return lines + ["| " + " | ".join(row) + " |" for row in rows]
