@@ -221,3 +221,22 @@ def test_fastpersist_load_into_fills_existing_tensors(ctx):
     loaded = runner.run(load_case, ctx)  # verified against the workload inside run()
     assert loaded.bytes == workload_bytes() and "verified" in loaded.note
     ctx.cleanup()
+
+
+def test_fastpersist_recycle_overwrites_the_spare_and_cleans_it_up(ctx):
+    """recycle: unmeasured saves make a spare generation, the measured save overwrites it in place
+    (the note says so), and cleanup removes the spare with the checkpoint."""
+    runner = runners.get("fastpersist")
+    save_case = cases("fastpersist", "CPU_ONLY", recycle=True)[Pattern.SAVE]
+    assert save_case.get("recycle") is True and "recycle=True" in runner.command(save_case, ctx)
+    first = runner.run(save_case, ctx)
+    second = runner.run(save_case, ctx)
+    for m in (first, second):
+        assert m.note.startswith("recycled: overwrote the previous generation's blocks"), m.note
+        assert m.bytes == workload_bytes()
+    names = sorted(p.name for p in ctx.directory.iterdir())
+    assert len(names) == 2 and names[0].endswith(".gdsbench-spare")
+    plain = runner.run(cases("fastpersist", "CPU_ONLY")[Pattern.SAVE], ctx)
+    assert plain.note.startswith("new file")
+    ctx.cleanup()
+    assert list(ctx.directory.iterdir()) == []

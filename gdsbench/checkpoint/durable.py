@@ -3,24 +3,50 @@
 A SIGKILL at any moment leaves either the previous file or the new complete one under the final
 name; at worst a temp file `.NAME.PID.TOKEN.gdsbench-tmp` is left behind, which the next save to
 the same path removes once its process is gone.
+
+Recycling (opt-in): the replaced generation is kept under `.NAME.gdsbench-spare` and the next save
+overwrites its blocks in place before renaming it over NAME, as repeated saves to one path do in
+training. Writing into allocated, written blocks skips ext4's allocation and extent conversion and,
+on thin-provisioned or discard-mounted disks, the re-backing of freed blocks (overwrites ran ~1.7x
+new-file writes on this project's VMs). The live file is never written: a spare is overwritten only
+when it has exactly one name and no process has it open (proved by taking a write lease on it), so
+a reader still holding the old generation keeps it intact. Cost: disk space for two generations.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import secrets
+import stat
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 TEMP_SUFFIX = ".gdsbench-tmp"
+SPARE_SUFFIX = ".gdsbench-spare"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a save writes before the rename: `path`, and whether it is a recycled file to overwrite."""
+
+    path: str
+    recycled: bool = False
 
 
 def temp_path(path: str) -> str:
     """A unique temp name beside `path` that encodes our pid so stale ones can be recognised."""
     head, base = os.path.split(path)
     return os.path.join(head, f".{base}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+
+
+def spare_path(path: str) -> str:
+    """Where the generation replaced by a recycling save waits to be overwritten by the next one."""
+    head, base = os.path.split(path)
+    return os.path.join(head, f".{base}{SPARE_SUFFIX}")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -68,23 +94,80 @@ def fsync_dir(directory: str) -> None:
 
 
 @contextlib.contextmanager
-def replace_atomically(path: str) -> Iterator[str]:
-    """Yield a temp path to write (caller fsyncs it); on success rename over `path` durably."""
+def replace_atomically(path: str, *, recycle: bool = False) -> Iterator[Target]:
+    """Yield a Target to write (caller fsyncs it); on success rename it over `path` durably.
+
+    With `recycle`, the Target is the spare generation when one can safely be overwritten (else a
+    new temp file), and the generation being replaced becomes the next spare.
+    """
     path = os.path.abspath(path)
     remove_stale_temps(path)
-    tmp = temp_path(path)
+    target = Target(temp_path(path))
+    if recycle and claim_spare(path, target.path):
+        target = Target(target.path, recycled=True)
     previous = None
     try:
-        yield tmp
-        previous = _hold(path)
-        os.replace(tmp, path)
+        yield target
+        previous = None if recycle and _keep_as_spare(path) else _hold(path)
+        os.replace(target.path, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+            os.unlink(target.path)
         _release_later(previous)
         raise
     fsync_dir(os.path.dirname(path))
     _release_later(previous)
+
+
+def claim_spare(path: str, tmp: str) -> bool:
+    """Move the spare of `path` to `tmp` (atomically: one save wins it) when it is safe to overwrite.
+
+    A spare that is not a plain file is left alone; one that is linked elsewhere (a crash between
+    link and rename left it as a second name of the live file) or open in some process is dropped
+    (its name only: whoever holds it keeps the data) and a new file is written instead.
+    """
+    spare = spare_path(path)
+    try:
+        if not stat.S_ISREG(os.lstat(spare).st_mode):
+            return False
+        os.rename(spare, tmp)
+    except FileNotFoundError:
+        return False
+    if _unshared(tmp):
+        return True
+    os.unlink(tmp)
+    return False
+
+
+def _unshared(path: str) -> bool:
+    """Whether `path` is a regular file with one name that no open file (or mapping) refers to.
+
+    Linux grants a write lease only when no other open file description exists for the inode, so
+    taking one and dropping it is the proof; where leases are refused (not the owner, a filesystem
+    without them) the answer is a conservative False.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            return False
+        try:
+            fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+        except OSError:
+            return False
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return True
+    finally:
+        os.close(fd)
+
+
+def _keep_as_spare(path: str) -> bool:
+    """Give the generation about to be replaced a second name, the spare (False: none, or no links here)."""
+    try:
+        os.link(path, spare_path(path), follow_symlinks=False)
+    except OSError:  # ENOENT: first save; EEXIST: a concurrent save kept one; EPERM/EMLINK: no hard links
+        return False
+    return True
 
 
 def _hold(path: str) -> int | None:

@@ -12,6 +12,7 @@ the span) and small neighbouring storages are fetched with one read. Tensors are
 from __future__ import annotations
 
 import io as _pyio
+import mmap as _mmap
 import os
 import pickle
 import queue
@@ -26,8 +27,8 @@ from . import integrity
 from . import io as backends
 from .errors import BackendUnavailable, CorruptCheckpoint, InvalidCheckpoint, TruncatedCheckpoint
 from .io import gds
-from .memory import (POOL, Prefaulter, Staging, address_of, copy, huge_buffer, queue_of, round_up,
-                     run_parallel, view)
+from .memory import (POOL, Prefaulter, Staging, address_of, copy, huge_buffer, populate_read, queue_of,
+                     round_up, run_parallel, view)
 from .plan import tensor_names
 
 DEFAULT_THREADS = 8
@@ -235,6 +236,36 @@ def read_storages(fd: int, backend: backends.Backend, index: fmt.Index, threads:
     return out
 
 
+def map_storages(index: fmt.Index, threads: int, verify: bool) -> dict[str, torch.UntypedStorage]:
+    """Map the file copy-on-write and fault every storage in with parallel readahead; storages are
+    views of the mapping (page-cache pages: no copy, no fresh memory to zero), verified as they arrive."""
+    verify = verify and index.checksum != "none"
+    end = max((s.offset + s.nbytes for s in index.storages), default=0)
+    out: dict[str, torch.UntypedStorage] = {s.key: torch.UntypedStorage(0) for s in index.storages if not s.nbytes}
+    if end == 0:
+        return out
+    with open(index.path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < end:
+            raise TruncatedCheckpoint(index.path, end, size)
+        mm = _mmap.mmap(f.fileno(), end, flags=_mmap.MAP_PRIVATE, prot=_mmap.PROT_READ | _mmap.PROT_WRITE)
+    base = address_of(mm)
+    chunk = index.chunk_bytes
+
+    def fetch(s: fmt.StorageEntry, k: int) -> None:
+        populate_read(base + s.offset + k * chunk, min(chunk, s.nbytes - k * chunk))
+        if verify:
+            check_chunk(index, s, k, base + s.offset + k * chunk)
+
+    work = sorted(((s.offset + k * chunk, s, k) for s in index.storages if s.nbytes
+                   for k in range(integrity.chunk_count(s.nbytes, chunk))), key=lambda w: w[0])
+    run_parallel([partial(fetch, s, k) for _, s, k in work], threads, "gdsbench-map")
+    for s in index.storages:
+        if s.nbytes:
+            out[s.key] = torch.frombuffer(mm, dtype=torch.uint8, count=s.nbytes, offset=s.offset).untyped_storage()
+    return out
+
+
 def _read_pickle(index: fmt.Index, verify: bool) -> bytes:
     """The data.pkl bytes (a small buffered read), checked against the index digest."""
     with open(index.path, "rb", buffering=0) as f:
@@ -304,6 +335,7 @@ def load(
     verify: bool = True,
     backend: str = "auto",
     into: Any = None,
+    mmap: bool = False,
 ) -> Any:
     """Load a checkpoint written by `save`, bit-exact, with storage sharing preserved.
 
@@ -318,6 +350,13 @@ def load(
             place, as DCP loads do: a tensor with the same key path, dtype and size, contiguous and
             owning its whole storage, is filled and returned in the result (no new memory: in a VM
             first touch of fresh memory can cost more than the read). Other tensors load as usual.
+        mmap: map the file copy-on-write instead of reading it into new memory: every page is faulted
+            in up front by `threads` threads (parallel readahead through the page cache) and
+            verified, and tensors are views of the mapping, as torch.load(mmap=True) makes them but
+            eager and parallel. Page-cache pages are filled by the device, not zeroed first as new
+            memory is, which pays where first touch is slow (VMs). The tensors keep the file
+            mapped: truncating it under them (not something `save` does) would crash on access.
+            Excludes `into` and `backend`.
 
     Returns:
         The saved object (dicts/lists/tuples of tensors and plain values).
@@ -328,15 +367,20 @@ def load(
         TruncatedCheckpoint: the file is shorter than its header declares.
         CorruptCheckpoint: a checksum mismatch; names the tensor's key path and the file.
         BackendUnavailable: CUDA map_location without a CUDA device, or gds unavailable (reason given).
-        ValueError: bad backend name, map_location or threads.
+        ValueError: bad backend name, map_location or threads; mmap with into or backend.
     """
     path = os.fspath(path)
     device = _device(map_location)
     backends.check_name(backend)
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be >= 1, not {threads}")
+    if mmap and (into is not None or backend not in ("auto", "buffered")):
+        raise ValueError("mmap=True reads through the page cache into its own mapping: it takes neither into= "
+                         f"nor backend={backend!r}")
     index = fmt.read_index(path)
-    if _use_gds(backend, device):
+    if mmap:
+        storages = _to_device(map_storages(index, threads or DEFAULT_THREADS, verify), device)
+    elif _use_gds(backend, device):
         storages = _gds_storages(index, device)
     else:
         storages = _to_device(_read_cpu(index, backend, threads or DEFAULT_THREADS, verify, into), device)

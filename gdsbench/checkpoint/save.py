@@ -145,6 +145,7 @@ def save(
     checksum: Optional[str] = "xxh3",
     backend: str = "auto",
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    recycle: bool = False,
 ) -> None:
     """Save a (nested) state dict durably, in a file torch.load(weights_only=True) can read.
 
@@ -162,6 +163,10 @@ def save(
         backend: "auto" or "direct" (O_DIRECT, falling back to buffered I/O with a
             DirectIOFallbackWarning where the filesystem refuses it) or "buffered".
         chunk_bytes: I/O and checksum granularity, a multiple of 4096 (default 16 MiB).
+        recycle: keep the replaced checkpoint as a hidden spare (`.NAME.gdsbench-spare`) and write
+            the next save into its blocks before renaming it into place: overwrites instead of
+            new-file writes, at the cost of disk space for two generations. A spare still open
+            anywhere (a reader of that generation) is never overwritten. Default False.
 
     Returns:
         None.
@@ -176,8 +181,8 @@ def save(
     algorithm = integrity.normalize(checksum)
     backends.check_name(backend)
     plan = planning.build(state_dict, algorithm, chunk_bytes)
-    with durable.replace_atomically(os.fspath(path)) as tmp:
-        chosen, fd = backends.open_with_fallback(tmp, backend, write=True)
+    with durable.replace_atomically(os.fspath(path), recycle=recycle) as target:
+        chosen, fd = backends.open_with_fallback(target.path, backend, write=True, existing=target.recycled)
         try:
             _write_file(fd, chosen, plan, nthreads, buffer_bytes)
         finally:

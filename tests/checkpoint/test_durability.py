@@ -32,12 +32,12 @@ make_state = namespace["make_state"]
 CHILD = MAKE_STATE + '''
 import sys
 from gdsbench.checkpoint import save
-path = sys.argv[1]
+path, recycle = sys.argv[1], sys.argv[2] == "recycle"
 states = [make_state(1), make_state(2)]
 print("ready", flush=True)
 i = 0
 while True:
-    save(states[i % 2], path)
+    save(states[i % 2], path, recycle=recycle)
     i += 1
 '''
 
@@ -53,11 +53,13 @@ def _check_complete(path: pathlib.Path) -> int:
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("seed", range(5))
-def test_sigkill_never_tears_the_final_file(tmp_path: pathlib.Path, seed: int) -> None:
-    """Kill a child that re-saves 24 MiB in a loop at a random moment; the file stays whole."""
+@pytest.mark.parametrize("mode", ["new-file", "recycle"])
+def test_sigkill_never_tears_the_final_file(tmp_path: pathlib.Path, seed: int, mode: str) -> None:
+    """Kill a child that re-saves 24 MiB in a loop at a random moment; the file stays whole (with
+    recycling too, where the child overwrites the previous generation's file in place)."""
     path = tmp_path / "ckpt.pt"
     save(make_state(0), path)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path)], stdout=subprocess.PIPE,
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), mode], stdout=subprocess.PIPE,
                              cwd=pathlib.Path(__file__).resolve().parents[2], text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
@@ -66,11 +68,14 @@ def test_sigkill_never_tears_the_final_file(tmp_path: pathlib.Path, seed: int) -
         child.send_signal(signal.SIGKILL)
         child.wait()
     assert _check_complete(path) in (0, 1, 2)
-    leftovers = [p for p in tmp_path.iterdir() if p.name != "ckpt.pt"]
+    spare = pathlib.Path(durable.spare_path(str(path)))
+    if spare.exists():  # a whole earlier generation (or, killed between link and rename, the live one)
+        assert torch.load(spare, weights_only=True)["tag"] in (0, 1, 2)
+    leftovers = [p for p in tmp_path.iterdir() if p not in (path, spare)]
     assert all(p.name.startswith(".ckpt.pt.") and p.name.endswith(durable.TEMP_SUFFIX) for p in leftovers)
     assert sorted(durable.stale_temps(str(path))) == sorted(str(p) for p in leftovers)
     save(make_state(3), path)  # the next save cleans up after the dead one
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ckpt.pt"] + ([spare.name] if spare.exists() else []))
     assert _check_complete(path) == 3
 
 

@@ -21,8 +21,9 @@ class Backend(Protocol):
     name: str
     alignment: int  # offsets, lengths and memory addresses must be multiples of this (1: none)
 
-    def open_write(self, path: str) -> int:
-        """Create `path` for writing and return its fd (raises OSError EINVAL if unsupported)."""
+    def open_write(self, path: str, existing: bool = False) -> int:
+        """Create `path` (or open it to overwrite in place, `existing`) for writing and return its fd
+        (raises OSError EINVAL if unsupported)."""
         ...
 
     def open_read(self, path: str) -> int:
@@ -40,15 +41,18 @@ def check_name(requested: str) -> None:
         raise ValueError(f"backend must be one of {NAMES}, not {requested!r}")
 
 
-def open_with_fallback(path: str, requested: str, write: bool) -> tuple[Backend, int]:
-    """Open `path` with the requested backend; O_DIRECT refused (EINVAL) -> buffered + warning."""
+def open_with_fallback(path: str, requested: str, write: bool, existing: bool = False) -> tuple[Backend, int]:
+    """Open `path` with the requested backend; O_DIRECT refused (EINVAL) -> buffered + warning.
+
+    `existing` (writes only): open the file that is there to overwrite it in place, never truncating.
+    """
     check_name(requested)
     if requested == "gds":
         reason = gds.unavailable()
         raise BackendUnavailable("gds", reason or "gds moves data to CUDA tensors only (load with map_location='cuda')")
     backend = BACKENDS["buffered" if requested == "buffered" else "direct"]
     try:
-        return backend, backend.open_write(path) if write else backend.open_read(path)
+        return backend, backend.open_write(path, existing) if write else backend.open_read(path)
     except OSError as e:
         if backend.name != "direct" or e.errno != 22:  # EINVAL: filesystem refuses O_DIRECT
             raise
@@ -58,7 +62,7 @@ def open_with_fallback(path: str, requested: str, write: bool) -> tuple[Backend,
         stacklevel=4,
     )
     fallback = BACKENDS["buffered"]
-    return fallback, fallback.open_write(path) if write else fallback.open_read(path)
+    return fallback, fallback.open_write(path, existing) if write else fallback.open_read(path)
 
 
 def write_all(fd: int, data: memoryview, offset: int) -> None:

@@ -13,9 +13,10 @@ class BufferedBackend:
     name: str = "buffered"
     alignment: int = 1
 
-    def open_write(self, path: str) -> int:
-        """Create (exclusively) `path` for writing."""
-        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    def open_write(self, path: str, existing: bool = False) -> int:
+        """Create (exclusively) `path`, or open the `existing` one without truncating it, for writing."""
+        flags = os.O_WRONLY | os.O_CLOEXEC
+        return os.open(path, flags) if existing else os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
 
     def open_read(self, path: str) -> int:
         """Open `path` read-only."""

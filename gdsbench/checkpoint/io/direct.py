@@ -20,11 +20,14 @@ class DirectBackend:
     name: str = "direct"
     alignment: int = ALIGNMENT
 
-    def open_write(self, path: str) -> int:
-        """Create (exclusively) `path` for O_DIRECT writes; EINVAL if the filesystem refuses."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_DIRECT
+    def open_write(self, path: str, existing: bool = False) -> int:
+        """Create (exclusively) `path`, or open the `existing` one without truncating it, for O_DIRECT
+        writes; EINVAL if the filesystem refuses."""
+        flags = os.O_WRONLY | os.O_CLOEXEC | os.O_DIRECT
+        if existing:
+            return os.open(path, flags)
         try:
-            return os.open(path, flags, 0o644)
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError:
             if os.path.exists(path):  # open created the file, then refused O_DIRECT
                 os.unlink(path)

@@ -176,6 +176,22 @@ class CheckpointRunner(abc.ABC):
         """Unmeasured preparation load() uses (destination buffers, for engines that load in place)."""
         return None
 
+    def replaces_in_place(self, case: Case) -> bool:
+        """Whether a save needs the previous checkpoint on disk (it replaces it itself); otherwise the
+        runner removes its own previous checkpoint, unmeasured, and every save writes a new file."""
+        return False
+
+    def prepare_save(self, state: Any, path: Path, case: Case, ctx: RunContext) -> None:
+        """Unmeasured work that brings `path` to the state the measured save starts from (none by default)."""
+
+    def write_state(self, path: Path, case: Case) -> Any:
+        """What describe_write compares against after the save (nothing by default)."""
+        return None
+
+    def describe_write(self, before: Any, path: Path, case: Case) -> str:
+        """How the measured save wrote its files, for the row's note ("" by default)."""
+        return ""
+
     def files(self, path: Path) -> list[Path]:
         """The files a checkpoint at `path` consists of."""
         return [path] if path.is_file() else []
@@ -237,12 +253,16 @@ class CheckpointRunner(abc.ABC):
             raise ToolError(f"{self.name}: {type(exc).__name__}: {_first_line(exc)}") from exc
         return result, seconds, rss
 
-    def _write(self, case: Case, ctx: RunContext, workload: workloads.Workload, path: Path) -> tuple[float, PeakRss]:
-        """Durably write a checkpoint (engine save + fsync of its files and directory), timed."""
-        self._remove_ours(path, ctx)
-        self._track(path, ctx)
+    def _write(self, case: Case, ctx: RunContext, workload: workloads.Workload, path: Path) -> tuple[float, PeakRss, str]:
+        """Durably write a checkpoint (engine save + fsync of its files and directory), timed; return
+        the seconds, the RSS samples and what the engine says about the write (for the row's note)."""
         state = self.stage_save(case, workload.tensors)
+        if not self.replaces_in_place(case):
+            self._remove_ours(path, ctx)
+        self._track(path, ctx)
+        self.prepare_save(state, path, case, ctx)
         os.sync()  # earlier dirty pages are not this save's to write back
+        before = self.write_state(path, case)
 
         def durable_save() -> None:
             self.save(state, path, case)
@@ -253,14 +273,15 @@ class CheckpointRunner(abc.ABC):
 
         _, seconds, rss = self._call(durable_save)
         self._track_files(path, ctx)
-        return seconds, rss
+        return seconds, rss, self.describe_write(before, path, case)
 
     def _measure_save(self, case: Case, ctx: RunContext, workload: workloads.Workload, path: Path) -> Measurement:
         """Measure one durable save."""
-        seconds, rss = self._write(case, ctx, workload, path)
+        seconds, rss, how = self._write(case, ctx, workload, path)
         return Measurement(
             bytes=workload.nbytes, seconds=seconds, bw_bytes=workload.nbytes / seconds, peak_rss_bytes=rss.peak,
-            bytes_on_disk=disk_bytes(self.files(path)), note=f"{workload.description}; RSS before {mib(rss.before)}",
+            bytes_on_disk=disk_bytes(self.files(path)),
+            note="; ".join(filter(None, [how, workload.description, f"RSS before {mib(rss.before)}"])),
         )
 
     def _measure_load(self, case: Case, ctx: RunContext, workload: workloads.Workload, path: Path) -> Measurement:

@@ -5,6 +5,8 @@
 - fastpersist: ours, gdsbench.checkpoint.save/load through its public API: parallel positional
   writes/reads with `threads` workers, O_DIRECT for CPU_ONLY (a refused O_DIRECT fails the case
   rather than falling back silently), buffered for CPU_CACHED; loads verify their checksums.
+  Options: recycle (saves overwrite the previous generation's blocks), load_into (loads fill
+  existing tensors), mmap (loads map the file and fault it in with parallel readahead).
 - safetensors: safetensors.torch.save_file, then fsync; load_file (0.8 returns lazy views of an
   mmap), then one byte of every page read so the bytes are really in memory. Page cache (CPU_CACHED).
 - dcp: torch.distributed.checkpoint in one process (no_dist=True), FileSystemWriter with
@@ -95,13 +97,49 @@ class FastPersist(CheckpointRunner):
     modules = ("torch", "gdsbench.checkpoint")
     threaded = True
     backends = {Transfer.CPU_ONLY: "direct", Transfer.CPU_CACHED: "buffered"}
-    options = (*OPTIONS, Key("load_into", boolean, "true or false", False,
-                             "load into existing, initialised tensors (load(into=...)) instead of new memory"))
+    options = (*OPTIONS,
+               Key("load_into", boolean, "true or false", False,
+                   "load into existing, initialised tensors (load(into=...)) instead of new memory"),
+               Key("recycle", boolean, "true or false", False,
+                   "save with recycle=True: overwrite the previous generation's blocks (the steady state of "
+                   "repeated saves to one path, reached by unmeasured saves first) instead of a new file"),
+               Key("mmap", boolean, "true or false", False,
+                   "load with mmap=True: map the file and fault it in with parallel readahead (page cache, "
+                   "transfer CPU_CACHED) instead of reading into new memory"))
 
     @property
     def axes(self) -> frozenset[str]:
-        """The shared checkpoint axes plus load_into."""
-        return super().axes | {"load_into"}
+        """The shared checkpoint axes plus load_into, recycle and mmap."""
+        return super().axes | {"load_into", "recycle", "mmap"}
+
+    def replaces_in_place(self, case: Case) -> bool:
+        """Recycling saves need the previous generations: the runner must not remove them."""
+        return bool(case.get("recycle"))
+
+    def prepare_save(self, state: Any, path: Path, case: Case, ctx: RunContext) -> None:
+        """With recycle: save (unmeasured) until a spare generation exists, as from a training run's
+        third save on; the spare is this sweep's file and removed with the rest."""
+        if not case.get("recycle"):
+            return
+        spare = Path(durable_spare(path))
+        ctx.track_new([spare])
+        for _ in range(2):
+            if spare.is_file():
+                break
+            self.save(state, path, case)
+
+    def write_state(self, path: Path, case: Case) -> Any:
+        """The spare's inode before a recycling save (None when not recycling or there is none)."""
+        spare = Path(durable_spare(path))
+        return spare.stat().st_ino if case.get("recycle") and spare.is_file() else None
+
+    def describe_write(self, before: Any, path: Path, case: Case) -> str:
+        """Whether a recycling save really overwrote the spare (same inode now at `path`) or made a new file."""
+        if not case.get("recycle"):
+            return "new file"
+        if before is not None and path.stat().st_ino == before:
+            return "recycled: overwrote the previous generation's blocks"
+        return "recycle requested but the spare was unusable (in use, or none): new file"
 
     def stage_load(self, case: Case, tensors: Mapping[str, Any], path: Path) -> Any:
         """With load_into: the destination tensors, initialised as a model's are before a restart."""
@@ -110,7 +148,9 @@ class FastPersist(CheckpointRunner):
     def command(self, case: Case, ctx: RunContext) -> list[str]:
         """The API call, with the I/O backend the transfer selects."""
         into = ["into=initialised tensors"] if case.pattern is Pattern.LOAD and case.get("load_into") else []
-        return [*super().command(case, ctx), f"backend={self.backends[case.transfer]}", *into]
+        recycle = ["recycle=True"] if case.pattern is Pattern.SAVE and case.get("recycle") else []
+        mapped = ["mmap=True"] if case.pattern is Pattern.LOAD and case.get("mmap") else []
+        return [*super().command(case, ctx), f"backend={self.backends[case.transfer]}", *into, *recycle, *mapped]
 
     def why_not(self, case: Case, ctx: RunContext) -> str | None:
         """The library must import; CPU_ONLY needs O_DIRECT in the target directory."""
@@ -118,6 +158,8 @@ class FastPersist(CheckpointRunner):
             import gdsbench.checkpoint  # noqa: F401
         except ImportError as exc:
             return f"gdsbench.checkpoint not importable: {exc}"
+        if case.get("mmap") and case.pattern is Pattern.LOAD and case.transfer is not Transfer.CPU_CACHED:
+            return "mmap loads read through the page cache: use transfer CPU_CACHED"
         if case.transfer is Transfer.CPU_ONLY:
             return odirect_reason(str(ctx.directory))
         return None
@@ -134,7 +176,8 @@ class FastPersist(CheckpointRunner):
 
         with warnings.catch_warnings():
             warnings.simplefilter("error", DirectIOFallbackWarning)
-            save(state, path, threads=case.get("threads"), backend=self.backends[case.transfer])
+            save(state, path, threads=case.get("threads"), backend=self.backends[case.transfer],
+                 recycle=bool(case.get("recycle")))
 
     def load(self, path: Path, case: Case, staged: Any) -> Mapping[str, Any]:
         """gdsbench.checkpoint.load with checksum verification, onto the CPU."""
@@ -143,7 +186,7 @@ class FastPersist(CheckpointRunner):
         with warnings.catch_warnings():
             warnings.simplefilter("error", DirectIOFallbackWarning)
             return load(path, map_location="cpu", threads=case.get("threads"), verify=True,
-                        backend=self.backends[case.transfer], into=staged)
+                        backend=self.backends[case.transfer], into=staged, mmap=bool(case.get("mmap")))
 
 
 class Safetensors(CheckpointRunner):
@@ -175,6 +218,13 @@ class Safetensors(CheckpointRunner):
         tensors = load_file(str(path), device="cpu")
         touch_pages(tensors.values())
         return tensors
+
+
+def durable_spare(path: Path) -> str:
+    """Where gdsbench.checkpoint keeps the spare generation of a recycling save to `path`."""
+    from gdsbench.checkpoint.durable import spare_path
+
+    return spare_path(str(path))
 
 
 def initialised_like(tensors: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,129 @@
+"""save(recycle=True): the replaced generation becomes the spare the next save overwrites in place,
+never while anything still reads it, and the result is byte for byte what a fresh save writes."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+import torch
+
+from gdsbench.checkpoint import durable, load, save
+
+from .conftest import assert_same, random_tensor
+
+
+def _state(tag: int, mib: int = 6) -> dict:
+    """A state dict whose size and bytes depend on `tag` (odd lengths so tails and gaps vary)."""
+    return {"tag": tag, "w": random_tensor(((mib << 20) // 2 + 77 * tag,), torch.bfloat16, seed=tag),
+            "b": random_tensor((1000 + tag,), torch.float32, seed=100 + tag)}
+
+
+def _spare(path: pathlib.Path) -> pathlib.Path:
+    return pathlib.Path(durable.spare_path(str(path)))
+
+
+def _fresh_bytes(state: dict, directory: pathlib.Path) -> bytes:
+    """What a save without recycling writes for `state`."""
+    fresh = directory / "fresh" / "ckpt.pt"
+    fresh.parent.mkdir(exist_ok=True)
+    save(state, fresh)
+    return fresh.read_bytes()
+
+
+def test_third_save_overwrites_the_first_generations_blocks(tmp_path: pathlib.Path) -> None:
+    """Gen 1 becomes the spare at save 2 and is overwritten in place (same inode) by save 3."""
+    path = tmp_path / "ckpt.pt"
+    save(_state(1), path, recycle=True)
+    first = path.stat().st_ino
+    assert not _spare(path).exists()
+    save(_state(2), path, recycle=True)
+    assert _spare(path).stat().st_ino == first
+    assert torch.load(_spare(path), weights_only=True)["tag"] == 1  # the spare is a whole old generation
+    save(_state(3), path, recycle=True)
+    assert path.stat().st_ino == first
+    assert path.read_bytes() == _fresh_bytes(_state(3), tmp_path)
+    assert_same(load(path), _state(3))
+    assert torch.load(_spare(path), weights_only=True)["tag"] == 2
+
+
+@pytest.mark.parametrize("sizes", [(24, 3), (3, 24)], ids=["shrinks", "grows"])
+def test_recycled_file_of_another_size_equals_a_fresh_save(tmp_path: pathlib.Path, sizes: tuple[int, int]) -> None:
+    """A bigger spare is cut to size, a smaller one extended; no stale byte survives."""
+    path = tmp_path / "ckpt.pt"
+    save(_state(1, sizes[0]), path, recycle=True)
+    save(_state(2, sizes[0]), path, recycle=True)
+    recycled_inode = _spare(path).stat().st_ino
+    save(_state(3, sizes[1]), path, recycle=True)
+    assert path.stat().st_ino == recycled_inode
+    assert path.read_bytes() == _fresh_bytes(_state(3, sizes[1]), tmp_path)
+
+
+def test_open_reader_of_the_spare_is_never_overwritten(tmp_path: pathlib.Path) -> None:
+    """A reader that opened generation 1 before it was replaced keeps reading generation 1."""
+    path = tmp_path / "ckpt.pt"
+    save(_state(1), path, recycle=True)
+    expected = path.read_bytes()
+    with open(path, "rb") as reader:
+        save(_state(2), path, recycle=True)
+        save(_state(3), path, recycle=True)
+        assert os.fstat(reader.fileno()).st_ino != path.stat().st_ino
+        assert reader.read() == expected
+    assert_same(load(path), _state(3))
+    assert torch.load(_spare(path), weights_only=True)["tag"] == 2
+
+
+def test_mmap_loaded_tensors_of_the_spare_stay_intact(tmp_path: pathlib.Path) -> None:
+    """Tensors mapped from generation 1 (torch.load(mmap=True)) survive two recycling saves."""
+    path = tmp_path / "ckpt.pt"
+    save(_state(1), path, recycle=True)
+    mapped = torch.load(path, weights_only=True, mmap=True)
+    save(_state(2), path, recycle=True)
+    save(_state(3), path, recycle=True)
+    assert_same(mapped, _state(1))
+    assert_same(load(path), _state(3))
+
+
+def test_spare_still_linked_to_the_live_file_is_not_written(tmp_path: pathlib.Path) -> None:
+    """A crash between link and rename leaves the spare as a second name of the live file: the
+    next save must write a new file, leaving the live generation's bytes alone until the rename."""
+    path = tmp_path / "ckpt.pt"
+    save(_state(1), path, recycle=True)
+    expected = path.read_bytes()
+    os.link(path, _spare(path))  # the state that crash leaves
+    with open(path, "rb") as old:
+        save(_state(2), path, recycle=True)
+        assert old.read() == expected
+    assert_same(load(path), _state(2))
+    assert torch.load(_spare(path), weights_only=True)["tag"] == 1
+
+
+def test_spare_that_is_not_a_file_is_left_alone(tmp_path: pathlib.Path) -> None:
+    """Something else at the spare's name (a directory) is neither used nor removed."""
+    path = tmp_path / "ckpt.pt"
+    save(_state(1), path, recycle=True)
+    _spare(path).mkdir()
+    save(_state(2), path, recycle=True)
+    save(_state(3), path, recycle=True)
+    assert _spare(path).is_dir()
+    assert_same(load(path), _state(3))
+
+
+def test_without_recycle_no_spare_is_kept(tmp_path: pathlib.Path) -> None:
+    """The default keeps one generation on disk, as before."""
+    path = tmp_path / "ckpt.pt"
+    for tag in (1, 2, 3):
+        save(_state(tag), path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
+
+
+def test_buffered_backend_recycles_too(tmp_path: pathlib.Path) -> None:
+    """Recycling is the durable layer's, not O_DIRECT's: buffered saves overwrite the spare as well."""
+    path = tmp_path / "ckpt.pt"
+    save(_state(1), path, recycle=True, backend="buffered")
+    first = path.stat().st_ino
+    save(_state(2), path, recycle=True, backend="buffered")
+    save(_state(3), path, recycle=True, backend="buffered")
+    assert path.stat().st_ino == first
+    assert path.read_bytes() == _fresh_bytes(_state(3), tmp_path)
