@@ -240,3 +240,29 @@ def test_fastpersist_recycle_overwrites_the_spare_and_cleans_it_up(ctx):
     assert plain.note.startswith("new file")
     ctx.cleanup()
     assert list(ctx.directory.iterdir()) == []
+
+
+def test_level_memory_states(monkeypatch):
+    """recent touches and frees memory (RSS back where it was), idle waits, as-is does nothing;
+    each says so for the row's note."""
+    from gdsbench.runners.checkpoint import base
+
+    rss = PeakRss()
+    with rss:
+        note = base.level_memory("recent", 256 << 20)
+    assert note == "memory: 256 MiB touched and freed just before"
+    assert rss.peak - rss.before >= 200 << 20  # really touched
+    assert PeakRss().before - rss.before < 64 << 20  # and really freed
+    slept = []
+    monkeypatch.setattr(base.time, "sleep", slept.append)
+    assert base.level_memory("idle", 1 << 30) == "memory: 10 s idle before" and slept == [base.IDLE_SECONDS]
+    assert base.level_memory("as-is", 1 << 30) == "memory: as left by the previous case"
+
+
+def test_load_note_and_command_name_the_memory_state(ctx):
+    runner = runners.get("fastpersist")
+    save_case, load_case = cases("fastpersist", "CPU_ONLY", memory="as-is").values()
+    assert "memory=as-is" in runner.command(load_case, ctx)
+    runner.run(save_case, ctx)
+    assert "memory: as left by the previous case" in runner.run(load_case, ctx).note
+    ctx.cleanup()

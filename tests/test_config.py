@@ -48,6 +48,9 @@ def error_of(document) -> ConfigError:
     (with_(exclude=[{"patern": "read"}]), "exclude[0].patern", "a matrix axis"),
     (with_(exclude=[{"pattern": "read"}]), "matrix", "at least one case left"),
     (with_(ioengine="aio"), "ioengine", "one of libaio"),
+    (with_(memory="hot", matrix={"engine": ["fastpersist"], "pattern": ["load"]}), "memory", "one of recent, idle, as-is"),
+    (with_(matrix={"engine": ["fastpersist"], "pattern": ["save"], "recycle": ["yes please"]}), "matrix.recycle[0]",
+     "true or false"),
 ])
 def test_errors_name_file_key_and_expectation(document, key, expected):
     error = error_of(document)

@@ -10,7 +10,8 @@ Mechanism, for every engine alike:
   without its save case), then make the cache cold (drop_caches when root, else posix_fadvise
   DONTNEED on each file; the row's note says which) or warm (every file read once); measured, the
   engine's load with every byte in memory; unmeasured, every tensor compared with the workload, so a
-  wrong load fails the case instead of reporting a fast number.
+  wrong load fails the case instead of reporting a fast number. Before the measured load, free
+  memory is put in one state for every engine (`memory`, see level_memory).
 - peak_rss_bytes: this process's highest RSS during the measured call, sampled every 5 ms by a
   thread (ru_maxrss is a lifetime maximum, useless in a long-lived sweep process). It includes the
   workload held in memory; the note gives the RSS just before the call.
@@ -37,6 +38,8 @@ from gdsbench.runners.base import Measurement, RunContext
 from gdsbench.units import size_label
 
 CACHE_STATES = ("cold", "warm")
+MEMORY_STATES = ("recent", "idle", "as-is")
+IDLE_SECONDS = 10.0  # free page reporting returns memory free for ~2 s; 10 s lets it finish for GiBs
 SAMPLE_SECONDS = 0.005
 READ_CHUNK = 16 << 20
 
@@ -52,6 +55,10 @@ OPTIONS: tuple[Key, ...] = (
     Key("cache", one_of(*CACHE_STATES), "cold or warm", "cold",
         "page cache before a checkpoint load: cold (dropped or fadvised away) or warm (files read once)"),
     Key("seed", non_negative_int, "a non-negative integer", 0, "seed of the preset's random values"),
+    Key("memory", one_of(*MEMORY_STATES), "one of " + ", ".join(MEMORY_STATES), "recent",
+        "free memory before a load, the same for every engine: recent (memory the size of the checkpoint "
+        "touched and freed just before, as a restarted job finds it), idle (10 s of idle first, so a VM "
+        "balloon's free page reporting has handed free memory back to the host), as-is (nothing done)"),
 )
 OPTION_NAMES = tuple(key.name for key in OPTIONS)
 #: Exceptions an engine raises for a bad file or a failed I/O; anything else is a bug (traceback).
@@ -112,6 +119,27 @@ def set_cache(files: list[Path], cache: str) -> str:
     for path in files:
         sysinfo.evict(path)
     return "cold: posix_fadvise(DONTNEED) on each file (not root)"
+
+
+def level_memory(state: str, nbytes: int) -> str:
+    """Put free memory in the same state before every engine's load; say which, for the row's note.
+
+    New memory is the cost of most loads, and in a VM its price depends on history: memory the guest
+    freed a moment ago is still backed by the host, memory free for a while may have been handed back
+    (virtio-balloon free page reporting) and must be backed again at first touch, 2-4x slower here.
+    Without this, an engine's number depends on what the case before it freed.
+    """
+    if state == "recent":
+        from gdsbench.checkpoint.memory import Prefaulter, address_of, huge_buffer
+
+        mapping = huge_buffer(nbytes)
+        Prefaulter([(address_of(mapping), len(mapping))], os.cpu_count() or 1).join()
+        mapping.close()
+        return f"memory: {mib(nbytes)} touched and freed just before"
+    if state == "idle":
+        time.sleep(IDLE_SECONDS)
+        return f"memory: {IDLE_SECONDS:.0f} s idle before"
+    return "memory: as left by the previous case"
 
 
 def verify(expected: Mapping[str, Any], loaded: Any, path: Path) -> None:
@@ -216,7 +244,8 @@ class CheckpointRunner(abc.ABC):
         argv += [f"threads={case.get('threads')}"] if self.threaded else []
         argv += [f"workload={spec.source}", f"checkpoint_size={size_label(spec.size)}", f"dtype={spec.dtype}",
                  f"seed={spec.seed}"]
-        argv += ["fsync=files+directory"] if case.pattern is Pattern.SAVE else [f"cache={case.get('cache')}"]
+        argv += (["fsync=files+directory"] if case.pattern is Pattern.SAVE
+                 else [f"cache={case.get('cache')}", f"memory={case.get('memory', 'recent')}"])
         return argv
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
@@ -290,6 +319,7 @@ class CheckpointRunner(abc.ABC):
             self._write(case, ctx, workload, path)
         staged = self.stage_load(case, workload.tensors, path)
         cache_note = set_cache(self.files(path), case.get("cache"))
+        memory_note = level_memory(case.get("memory", "recent"), workload.nbytes)
         loaded, seconds, rss = self._call(lambda: self.load(path, case, staged))
         try:
             verify(workload.tensors, loaded, path)
@@ -298,7 +328,7 @@ class CheckpointRunner(abc.ABC):
         return Measurement(
             bytes=workload.nbytes, seconds=seconds, bw_bytes=workload.nbytes / seconds, peak_rss_bytes=rss.peak,
             bytes_on_disk=disk_bytes(self.files(path)), cache=case.get("cache"),
-            note=f"{cache_note}; verified; {workload.description}; RSS before {mib(rss.before)}",
+            note=f"{cache_note}; {memory_note}; verified; {workload.description}; RSS before {mib(rss.before)}",
         )
 
     def complete(self, path: Path) -> bool:
