@@ -47,7 +47,7 @@ def raw_writer(path: str, nbytes: int, sources: list[tuple[int, int]]):
         buf = buffer()
         if with_copy:
             address, size = sources[k % len(sources)]
-            copy(buf.address, address, min(CHUNK, size))
+            copy(buf.address, address, size)
         os.pwrite(fd, view(buf.address, CHUNK), k * CHUNK)
 
     def write(with_copy: bool) -> None:
@@ -69,8 +69,8 @@ def main() -> None:
     os.makedirs(args.dir, exist_ok=True)
     state = workloads.get(workloads.WorkloadSpec("llama3-8b", parse_size(args.size), "mixed")).tensors
     nbytes = sum(t.untyped_storage().nbytes() for t in state.values()) // CHUNK * CHUNK
-    sources = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in state.values()
-               if t.untyped_storage().nbytes() >= CHUNK]
+    sources = [(t.untyped_storage().data_ptr() + offset, min(CHUNK, t.untyped_storage().nbytes() - offset))
+               for t in state.values() for offset in range(0, t.untyped_storage().nbytes(), CHUNK)]
     new, recycled, raw = (os.path.join(args.dir, f"save-pipeline.{n}") for n in ("new.pt", "recycled.pt", "raw.bin"))
     write_raw, close_raw = raw_writer(raw, nbytes, sources)
     write_raw(False)  # allocate and write every block once: later passes overwrite

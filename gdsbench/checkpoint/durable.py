@@ -115,8 +115,28 @@ def replace_atomically(path: str, *, recycle: bool = False) -> Iterator[Target]:
             os.unlink(target.path)
         _release_later(previous)
         raise
+    if not recycle:
+        _drop_spare(path)
     fsync_dir(os.path.dirname(path))
     _release_later(previous)
+
+
+def _drop_spare(path: str) -> None:
+    """A save without recycling removes the spare earlier recycling saves kept (a plain file under our
+    name only), so turning recycling off gives the second generation's space back."""
+    spare = spare_path(path)
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISREG(os.lstat(spare).st_mode):
+            _unlink_off_critical_path(spare)
+
+
+def _unlink_off_critical_path(path: str) -> None:
+    """Remove a name; if that frees a large file, free its blocks from a background thread."""
+    held = _hold(path)
+    try:
+        os.unlink(path)
+    finally:
+        _release_later(held)
 
 
 def claim_spare(path: str, tmp: str) -> bool:
@@ -135,7 +155,7 @@ def claim_spare(path: str, tmp: str) -> bool:
         return False
     if _unshared(tmp):
         return True
-    os.unlink(tmp)
+    _unlink_off_critical_path(tmp)
     return False
 
 

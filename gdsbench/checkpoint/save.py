@@ -166,7 +166,8 @@ def save(
         recycle: keep the replaced checkpoint as a hidden spare (`.NAME.gdsbench-spare`) and write
             the next save into its blocks before renaming it into place: overwrites instead of
             new-file writes, at the cost of disk space for two generations. A spare still open
-            anywhere (a reader of that generation) is never overwritten. Default False.
+            anywhere (a reader of that generation) is never overwritten. Default False: a save
+            without recycling removes a spare left by earlier recycling saves to `path`.
 
     Returns:
         None.

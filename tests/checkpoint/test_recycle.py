@@ -118,6 +118,20 @@ def test_without_recycle_no_spare_is_kept(tmp_path: pathlib.Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
 
 
+def test_save_without_recycle_drops_the_spare(tmp_path: pathlib.Path) -> None:
+    """Turning recycling off gives the second generation's space back; a reader keeps its data."""
+    path = tmp_path / "ckpt.pt"
+    save(_state(1), path, recycle=True)
+    expected = path.read_bytes()
+    with open(path, "rb") as reader:
+        save(_state(2), path, recycle=True)
+        assert _spare(path).exists()
+        save(_state(3), path)
+        assert not _spare(path).exists() and reader.read() == expected
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
+    assert_same(load(path), _state(3))
+
+
 def test_buffered_backend_recycles_too(tmp_path: pathlib.Path) -> None:
     """Recycling is the durable layer's, not O_DIRECT's: buffered saves overwrite the spare as well."""
     path = tmp_path / "ckpt.pt"

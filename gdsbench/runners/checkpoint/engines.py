@@ -112,6 +112,12 @@ class FastPersist(CheckpointRunner):
         """The shared checkpoint axes plus load_into, recycle and mmap."""
         return super().axes | {"load_into", "recycle", "mmap"}
 
+    def path(self, case: Case, ctx: RunContext) -> Path:
+        """Recycling saves keep their generations under their own name (a plain save to the same path
+        would drop the spare they need)."""
+        path = super().path(case, ctx)
+        return path.with_suffix(".recycle" + path.suffix) if case.get("recycle") else path
+
     def replaces_in_place(self, case: Case) -> bool:
         """Recycling saves need the previous generations: the runner must not remove them."""
         return bool(case.get("recycle"))
