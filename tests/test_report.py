@@ -116,3 +116,21 @@ def test_variants_of_one_engine_are_kept_apart():
     assert ratios.loc["fastpersist (load_into=True)", "x_fio"] == pytest.approx(2.0)
     assert ratios.loc["fastpersist (load_into=False)", "x_torch_save"] == pytest.approx(1.75)
     assert ratios.loc["torch_save", "x_fio"] == pytest.approx(0.4)
+
+
+def test_loads_are_compared_with_torch_save_in_the_same_memory_state():
+    """A load after idle is divided by torch.load after idle, not by torch.load in another state;
+    integral parameters read back as floats are labelled as written (threads=4, not 4.0)."""
+    rows = [row(pattern="read", bw_bytes=1000),
+            row(engine="fastpersist", pattern="load", bw_bytes=2000, io_size=None, memory="recent", threads=4),
+            row(engine="fastpersist", pattern="load", bw_bytes=900, io_size=None, memory="idle", threads=4),
+            row(engine="torch_save", pattern="load", bw_bytes=1000, io_size=None, memory="recent", threads=None),
+            row(engine="torch_save", pattern="load", bw_bytes=300, io_size=None, memory="idle", threads=None)]
+    frame = pd.DataFrame(rows)
+    frame["threads"] = frame["threads"].astype(float)  # as a CSV column with gaps reads back
+    ratios = report.ceiling_ratios(frame).set_index("engine")
+    assert ratios.loc["fastpersist (memory=idle)", "x_torch_save"] == pytest.approx(3.0)
+    assert ratios.loc["fastpersist (memory=recent)", "x_torch_save"] == pytest.approx(2.0)
+    assert ratios.loc["torch_save (memory=idle)", "x_torch_save"] == pytest.approx(1.0)
+    variants = frame[frame["engine"] == "fastpersist"].assign(memory="recent", threads=[4.0, 8.0])
+    assert list(report.engine_labels(variants)) == ["fastpersist (threads=4)", "fastpersist (threads=8)"]

@@ -63,9 +63,14 @@ def engine_labels(rows: pd.DataFrame) -> pd.Series:
     for _, group in rows.groupby(["engine", "pattern"], sort=False):
         varying = [c for c in params if group[c].nunique(dropna=False) > 1]
         if varying:
-            text = group[varying].astype(str).apply(lambda r: ", ".join(f"{c}={v}" for c, v in r.items()), axis=1)
+            text = group[varying].apply(lambda r: ", ".join(f"{c}={_plain(v)}" for c, v in r.items()), axis=1)
             labels.loc[group.index] = group["engine"].astype(str) + " (" + text + ")"
     return labels
+
+
+def _plain(value: object) -> str:
+    """A parameter value as a config writes it: 4, not the 4.0 a column with gaps turns it into."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
@@ -85,12 +90,25 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
             fio = run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern])
                       & (run["transfer"] != "CPU_CACHED")]  # the disk's limit, not the page cache's
             ceiling = fio.groupby("case")["bw_bytes"].median().max() if not fio.empty else float("nan")
-            base = run[(run["engine"] == "torch_save") & (run["pattern"] == pattern)]["bw_bytes"].median()
+            base = _same_conditions(run[(run["engine"] == "torch_save") & (run["pattern"] == pattern)], group)
+            base = base["bw_bytes"].median()
             median = group["bw_bytes"].median()
             rows.append({"host": host, "run_id": run_id, "engine": label, "pattern": pattern, "n": len(group),
                          "bw_median": median, "x_fio": median / ceiling, "x_torch_save": median / base,
                          "fio_bw": ceiling})
     return pd.DataFrame(rows)
+
+
+CONDITIONS = ("cache", "memory")  # the state a load starts from: baselines are compared in the same one
+
+
+def _same_conditions(baseline: pd.DataFrame, group: pd.DataFrame) -> pd.DataFrame:
+    """The baseline rows measured in the group's page-cache and memory state, where the run has them."""
+    for column in CONDITIONS:
+        if column in group and column in baseline and group[column].nunique() == 1:
+            same = baseline[baseline[column] == group[column].iloc[0]]
+            baseline = same if not same.empty else baseline
+    return baseline
 
 
 def render(frame: pd.DataFrame, groups: list[str] | None, fmt: str) -> str:
