@@ -22,8 +22,8 @@ def run(*argv: str) -> str:
 
 def test_save_pipeline_measures_four_ways_and_cleans_up(disk_tmp: Path) -> None:
     out = run("benchmarks/save_pipeline.py", "--dir", str(disk_tmp), "--size", "96M", "--reps", "2")
-    medians = dict(re.findall(r"^  (new file|recycled|raw write|raw copy)\s+([\d.]+)", out, re.M))
-    assert set(medians) == {"new file", "recycled", "raw write", "raw copy"}
+    medians = dict(re.findall(r"^  (save|recycled|raw write|raw copy)\s+([\d.]+)", out, re.M))
+    assert set(medians) == {"save", "recycled", "raw write", "raw copy"}
     assert all(float(v) > 0 for v in medians.values())
     assert re.search(r"^  raw write\s+[\d.]+\s+x1\.00$", out, re.M)
     assert list(disk_tmp.iterdir()) == []

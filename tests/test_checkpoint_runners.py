@@ -268,3 +268,21 @@ def test_load_note_and_command_name_the_memory_state(ctx):
     runner.run(save_case, ctx)
     assert "memory: as left by the previous case" in runner.run(load_case, ctx).note
     ctx.cleanup()
+
+
+def test_failed_save_leaves_no_partial_checkpoint(ctx, monkeypatch):
+    """A save that dies half-way (FAKE: OSError after writing some bytes) removes its partial file, so
+    the load case reports the save's error instead of reading a torn file."""
+    runner = runners.get("torch_save")
+
+    def half_a_save(self, state, path, case):
+        path.write_bytes(b"PK\x03\x04 partial")
+        raise OSError(28, "No space left on device (fake)")
+
+    monkeypatch.setattr(type(runner), "save", half_a_save)
+    save_case, load_case = cases("torch_save", "CPU_CACHED").values()
+    for case in (save_case, load_case):
+        with pytest.raises(ToolError, match="No space left on device"):
+            runner.run(case, ctx)
+        assert not runner.path(save_case, ctx).exists()
+    ctx.cleanup()

@@ -7,8 +7,9 @@ the same path removes once its process is gone.
 Recycling (opt-in): the replaced generation is kept under `.NAME.gdsbench-spare` and the next save
 overwrites its blocks in place before renaming it over NAME, as repeated saves to one path do in
 training. Writing into allocated, written blocks skips ext4's allocation and extent conversion and,
-on thin-provisioned or discard-mounted disks, the re-backing of freed blocks (overwrites ran ~1.7x
-new-file writes on this project's VMs). The live file is never written: a spare is overwritten only
+on thin-provisioned or discard-mounted disks, the re-backing of freed blocks (on this project's VM:
+1.5-1.7x new-file writes when the spare was written minutes before, no gain when it was older;
+docs/benchmarks.md). The live file is never written: a spare is overwritten only
 when it has exactly one name and no process has it open (proved by taking a write lease on it), so
 a reader still holding the old generation keeps it intact. Cost: disk space for two generations.
 """

@@ -10,8 +10,9 @@ Mechanism, for every engine alike:
   without its save case), then make the cache cold (drop_caches when root, else posix_fadvise
   DONTNEED on each file; the row's note says which) or warm (every file read once); measured, the
   engine's load with every byte in memory; unmeasured, every tensor compared with the workload, so a
-  wrong load fails the case instead of reporting a fast number. Before the measured load, free
-  memory is put in one state for every engine (`memory`, see level_memory).
+  wrong load fails the case instead of reporting a fast number. Before every measured save and
+  load, free memory is put in one state for every engine (`memory`, see level_memory): page-cache
+  writers (torch.save) need new memory as much as loaders do.
 - peak_rss_bytes: this process's highest RSS during the measured call, sampled every 5 ms by a
   thread (ru_maxrss is a lifetime maximum, useless in a long-lived sweep process). It includes the
   workload held in memory; the note gives the RSS just before the call.
@@ -56,7 +57,7 @@ OPTIONS: tuple[Key, ...] = (
         "page cache before a checkpoint load: cold (dropped or fadvised away) or warm (files read once)"),
     Key("seed", non_negative_int, "a non-negative integer", 0, "seed of the preset's random values"),
     Key("memory", one_of(*MEMORY_STATES), "one of " + ", ".join(MEMORY_STATES), "recent",
-        "free memory before a load, the same for every engine: recent (memory the size of the checkpoint "
+        "free memory before a save or load, the same for every engine: recent (memory the size of the checkpoint "
         "touched and freed just before, as a restarted job finds it), idle (10 s of idle first, so a VM "
         "balloon's free page reporting has handed free memory back to the host), as-is (nothing done)"),
 )
@@ -244,8 +245,8 @@ class CheckpointRunner(abc.ABC):
         argv += [f"threads={case.get('threads')}"] if self.threaded else []
         argv += [f"workload={spec.source}", f"checkpoint_size={size_label(spec.size)}", f"dtype={spec.dtype}",
                  f"seed={spec.seed}"]
-        argv += (["fsync=files+directory"] if case.pattern is Pattern.SAVE
-                 else [f"cache={case.get('cache')}", f"memory={case.get('memory', 'recent')}"])
+        argv += ["fsync=files+directory"] if case.pattern is Pattern.SAVE else [f"cache={case.get('cache')}"]
+        argv += [f"memory={case.get('memory', 'recent')}"]
         return argv
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
@@ -291,6 +292,7 @@ class CheckpointRunner(abc.ABC):
         self._track(path, ctx)
         self.prepare_save(state, path, case, ctx)
         os.sync()  # earlier dirty pages are not this save's to write back
+        memory_note = level_memory(case.get("memory", "recent"), workload.nbytes)  # page-cache writers need new memory
         before = self.write_state(path, case)
 
         def durable_save() -> None:
@@ -300,9 +302,13 @@ class CheckpointRunner(abc.ABC):
             for directory in ([path] if path.is_dir() else []) + [path.parent]:
                 fsync_path(directory)
 
-        _, seconds, rss = self._call(durable_save)
+        try:
+            _, seconds, rss = self._call(durable_save)
+        except GdsbenchError:
+            self._remove_ours(path, ctx)  # a failed save's partial file must not pass for a checkpoint
+            raise
         self._track_files(path, ctx)
-        return seconds, rss, self.describe_write(before, path, case)
+        return seconds, rss, "; ".join(filter(None, [self.describe_write(before, path, case), memory_note]))
 
     def _measure_save(self, case: Case, ctx: RunContext, workload: workloads.Workload, path: Path) -> Measurement:
         """Measure one durable save."""

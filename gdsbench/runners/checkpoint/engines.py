@@ -16,7 +16,8 @@
   4 KiB-aligned offset of one file (pwrite futures in parallel) with a JSON index beside it; loads
   pread into fresh CUDA tensors. Needs CUDA and kvikio; skipped with the reason otherwise.
 - deepspeed: DeepSpeed's FastFileWriter (the FastPersist writer) under torch.save, from its aio
-  handle's page-locked buffer (new_cpu_locked_tensor: pin_memory() fails on a CPU-only torch);
+  handle's page-locked buffer (new_cpu_locked_tensor: pin_memory() fails on a CPU-only torch; on
+  the CPU accelerator its `utils` op comes from DeepSpeed's generic builder, see _cpu_utils_op);
   loads read the file with the same handle into a locked buffer, then torch.load from memory.
   Needs deepspeed and its async_io op (libaio); skipped with the reason otherwise.
 Every save is made durable by the runner (fsync of the files and the directory), see base.py.
@@ -431,11 +432,25 @@ class DeepSpeed(CheckpointRunner):
             self._aio[threads] = (aio, locked)
         return self._aio[threads]
 
+    @staticmethod
+    def _cpu_utils_op() -> None:
+        """FastFileWriter loads DeepSpeed's `utils` op through the accelerator, and the CPU accelerator
+        maps it to a builder that refuses ("not implemented on CPU backend"); the op itself is plain
+        C++ (flatten/unflatten, cast_to_byte_tensor), so point FastFileWriter at DeepSpeed's own
+        generic builder of it, which compiles for the CPU."""
+        import deepspeed.io.fast_file_writer as fast_file_writer
+        from deepspeed.ops.op_builder.cpu.no_impl import NotImplementedBuilder
+        from deepspeed.ops.op_builder.utils import UtilsBuilder
+
+        if issubclass(fast_file_writer.UtilsBuilder, NotImplementedBuilder):
+            fast_file_writer.UtilsBuilder = UtilsBuilder
+
     def save(self, state: Any, path: Path, case: Case) -> None:
         """torch.save into a FastFileWriter (O_DIRECT through libaio; it fsyncs on close)."""
         import torch
         from deepspeed.io import FastFileWriter, FastFileWriterConfig
 
+        self._cpu_utils_op()
         aio, locked = self.handle(case.get("threads", 1))
         config = FastFileWriterConfig(dnvme_handle=aio, pinned_tensor=locked, double_buffer=True,
                                       num_parallel_writers=1, writer_rank=0)
