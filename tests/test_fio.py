@@ -10,6 +10,7 @@ import pytest
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
 from gdsbench.report.fio_style import status_line
+from gdsbench import runners
 from gdsbench.runners import fio
 from gdsbench.runners.base import RunContext
 from tests.conftest import DATA
@@ -149,3 +150,19 @@ def test_huge_pages_reads_meminfo():
 
     facts = dict(line.split(":", 1) for line in open("/proc/meminfo").read().splitlines())
     assert sysinfo.huge_pages() == (int(facts["HugePages_Free"]), int(facts["Hugepagesize"].split()[0]) * 1024)
+
+
+@pytest.mark.needs_fio
+def test_unlink_cases_never_delete_the_shared_file(tmp_path):
+    """A new-file (unlink) write uses files of its own, so the overwrite case after it really overwrites:
+    real fio runs, the shared file keeps its inode across the unlink case."""
+    ctx = RunContext(directory=tmp_path, file_size=8 << 20)
+    overwrite = _case(pattern=Pattern.WRITE, threads=1, io_size=1 << 20, iodepth=1, ioengine="psync")
+    new_file = _case(pattern=Pattern.WRITE, threads=1, io_size=1 << 20, iodepth=1, ioengine="psync", unlink=True)
+    [shared] = fio.job_files(overwrite, ctx)
+    assert fio.job_files(new_file, ctx) != [shared]
+    runner = runners.get("fio")
+    runner.run(overwrite, ctx)
+    inode = shared.stat().st_ino
+    runner.run(new_file, ctx)
+    assert shared.stat().st_ino == inode and not fio.job_files(new_file, ctx)[0].exists()

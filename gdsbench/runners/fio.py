@@ -92,20 +92,24 @@ def engines(binary: str) -> frozenset[str]:
     return sysinfo.fio_engines(binary)
 
 
-def job_name(ctx: RunContext) -> str:
-    """fio job name; fio names each job's file `<name>.<job>.0`, so files are reused across cases."""
-    return f"gdsbench.{ctx.file_size}"
+def job_name(case: Case, ctx: RunContext) -> str:
+    """fio job name; fio names each job's file `<name>.<job>.0`, so files are reused across cases.
+
+    unlink cases get names of their own: fio deletes their files when the job ends, which must not
+    turn the next case's overwrite of the shared file into a new-file write.
+    """
+    return f"gdsbench.{ctx.file_size}" + (".new" if case.get("unlink") else "")
 
 
 def job_files(case: Case, ctx: RunContext) -> list[Path]:
     """The files fio will use for this case, one per job."""
-    return [ctx.directory / f"{job_name(ctx)}.{job}.0" for job in range(case.get("threads", 1))]
+    return [ctx.directory / f"{job_name(case, ctx)}.{job}.0" for job in range(case.get("threads", 1))]
 
 
 def fio_argv(case: Case, ctx: RunContext) -> list[str]:
     """Translate a case into fio's command line (sizes in bytes, so no suffix is ambiguous)."""
     argv = [
-        fio_binary(ctx), f"--name={job_name(ctx)}", f"--directory={fio_path(ctx.directory)}",
+        fio_binary(ctx), f"--name={job_name(case, ctx)}", f"--directory={fio_path(ctx.directory)}",
         f"--size={ctx.file_size}", f"--bs={case.get('io_size')}", f"--rw={case.pattern.value}",
         f"--numjobs={case.get('threads', 1)}", f"--iodepth={case.get('iodepth', 1)}",
         f"--direct={0 if case.transfer is Transfer.CPU_CACHED else 1}",
