@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import struct
 
 import pytest
 import torch
