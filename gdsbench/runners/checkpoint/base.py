@@ -123,12 +123,13 @@ def set_cache(files: list[Path], cache: str) -> str:
 
 
 def level_memory(state: str, nbytes: int) -> str:
-    """Put free memory in the same state before every engine's load; say which, for the row's note.
+    """Put free memory in the same state before every engine's save or load; say which, for the note.
 
-    New memory is the cost of most loads, and in a VM its price depends on history: memory the guest
-    freed a moment ago is still backed by the host, memory free for a while may have been handed back
-    (virtio-balloon free page reporting) and must be backed again at first touch, 2-4x slower here.
-    Without this, an engine's number depends on what the case before it freed.
+    New memory is the cost of most loads (and of page-cache saves), and in a VM its price depends on
+    history: memory the guest freed a moment ago is still backed by the host, memory free for a while
+    may have been handed back (virtio-balloon free page reporting) and must be backed again at first
+    touch (0.4-0.8 GB/s here against 24-30 GB/s, benchmarks/first_touch.py). Without this, an engine's
+    number depends on what the case before it freed.
     """
     if state == "recent":
         from gdsbench.checkpoint.memory import Prefaulter, address_of, huge_buffer
