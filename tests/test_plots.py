@@ -13,7 +13,8 @@ from matplotlib.figure import Figure
 from gdsbench import results
 from gdsbench.report import plots
 
-SAMPLE = sorted((Path(__file__).parents[1] / "results" / "sample").glob("*.csv"))
+ROOT = Path(__file__).parents[1]
+SAMPLE = sorted((ROOT / "results" / "sample").glob("*.csv"))
 
 
 @pytest.fixture(scope="module")
@@ -182,3 +183,21 @@ def test_save_writes_png_and_svg_with_deterministic_names(frame: pd.DataFrame, t
 
 def test_no_rows_to_draw_gives_no_figures(frame: pd.DataFrame) -> None:
     assert plots.figures(frame[frame["status"] == "skipped"]) == []
+
+
+def test_checkpoint_bars_of_many_engine_variants_keep_their_labels_apart() -> None:
+    """The committed checkpoint run (12 load variants, e.g. 'fastpersist (transfer=CPU_CACHED, threads=8,
+    memory=idle, ...)'): every variant gets its own bar and no two labels overlap."""
+    run = results.load([ROOT / "results" / "sample" / "checkpoint" / "checkpoint-20261122-050204.csv"])
+    figure = by_name(plots.figures(run))["checkpoint-load"]
+    labels = [t.get_text() for t in figure.axes[0].get_xticklabels()]
+    assert len(labels) == len(set(labels)) == 12
+    assert "fastpersist\n(transfer=CPU_ONLY,\nthreads=4,\nmemory=recent,\nload_into=True,\nmmap=False)" in labels
+    assert overlapping(figure) == []
+
+
+def test_wrap_label_keeps_the_engine_on_its_own_line() -> None:
+    assert plots.wrap_label("torch_save") == "torch_save"
+    assert plots.wrap_label("dcp (memory=idle)") == "dcp\n(memory=idle)"
+    wrapped = plots.wrap_label("fastpersist (threads=4, memory=recent, load_into=False)")
+    assert wrapped.split("\n") == ["fastpersist", "(threads=4,", "memory=recent,", "load_into=False)"]

@@ -19,6 +19,7 @@ Only `ok` rows are drawn; fio-style patterns need an io_size, checkpoint pattern
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -246,9 +247,15 @@ def checkpoint_bars(frame: pd.DataFrame) -> list[Plot]:
     if ok.empty:
         return []
     ceilings = with_run(ceiling_ratios(frame)) if len(ceiling_ratios(frame)) else pd.DataFrame()
-    rows = with_run(ok.assign(engine=engine_labels(ok).str.replace(" (", "\n(", regex=False)))  # wrap variants
+    rows = with_run(ok.assign(engine=engine_labels(ok).map(wrap_label)))
     return [Plot(slug("checkpoint", pattern), _checkpoint(group, ceilings, pattern))
             for pattern, group in rows.groupby("pattern", sort=True)]
+
+
+def wrap_label(label: str, width: int = 20) -> str:
+    """An engine label on several short lines (the engine, then its parameters), so bars' labels never overlap."""
+    engine, _, params = label.partition(" (")
+    return engine + ("\n" + textwrap.fill("(" + params, width, break_long_words=False) if params else "")
 
 
 def _checkpoint(group: pd.DataFrame, ceilings: pd.DataFrame, pattern: str) -> Figure:
@@ -259,7 +266,7 @@ def _checkpoint(group: pd.DataFrame, ceilings: pd.DataFrame, pattern: str) -> Fi
     data = group.assign(bw=group["bw_bytes"] / divisor)
     engines = sorted(data["engine"].unique())
     runs = sorted(data["run"].unique())
-    figure = new_figure(1, width=max(5.5, 1.2 * len(engines) * max(1, len(runs) / 2) + 2.5))
+    figure = new_figure(1, width=max(5.5, 1.6 * len(engines) * max(1, len(runs) / 2) + 2.5))
     axis = figure.subplots()
     hue = "run" if len(runs) > 1 else None
     sns.barplot(data, x="engine", y="bw", hue=hue, order=engines, estimator="median", errorbar=min_max,
