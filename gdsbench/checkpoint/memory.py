@@ -85,6 +85,15 @@ def populate_read(address: int, nbytes: int) -> None:
             pages[offset]
 
 
+def trim_heap() -> bool:
+    """Hand the C heap's free pages back to the kernel (glibc malloc_trim); False where libc has none."""
+    trim = getattr(_libc, "malloc_trim", None)
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
 def run_parallel(jobs: list[Callable[[], None]], threads: int, name: str) -> None:
     """Run jobs on `threads` workers in order; on the first failure cancel what has not started, re-raise it."""
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name) as pool:

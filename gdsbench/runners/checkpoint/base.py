@@ -158,14 +158,10 @@ def return_free_heap() -> bool:
     and the next engine's malloc reuses them with no page faults: torch.load ran 2.7x faster right
     after DCP's load than before it. False where libc has no malloc_trim (not glibc).
     """
-    import ctypes
+    from gdsbench.checkpoint.memory import trim_heap
 
     gc.collect()
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    if trim is None:
-        return False
-    trim(0)
-    return True
+    return trim_heap()
 
 
 def verify(expected: Mapping[str, Any], loaded: Any, path: Path) -> None:
