@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CONFIG ?= configs/local.yaml
 RESULTS ?= results
 
-.PHONY: run test system-deps install clean-venv
+.PHONY: run test lint system-deps install clean-venv
 
 system-deps:  ## fio (with its libaio and liburing) from the OS packages
 	@command -v fio >/dev/null 2>&1 || { $(SUDO) apt-get update && \
@@ -28,7 +28,14 @@ run: install  ## sweep the default config, then report what it wrote (even when 
 	  latest=$$(ls -t $(RESULTS)/*.csv 2>/dev/null | head -n 1); \
 	  [ -n "$$latest" ] && $(VENV)/bin/gdsbench report "$$latest"; exit $$status
 
-test: install  ## the whole test suite
+LINTED := gdsbench tests benchmarks
+
+lint: install  ## ruff (lint + format check) and mypy, as CI runs them
+	$(VENV)/bin/ruff check $(LINTED)
+	$(VENV)/bin/ruff format --check $(LINTED)
+	$(VENV)/bin/mypy
+
+test: lint  ## lint, then the whole test suite
 	$(VENV)/bin/pytest
 
 clean-venv:

@@ -52,8 +52,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     args = parser.parse_args()
     size = os.path.getsize(args.file)
-    ways = {"anon 1 thread": lambda: anon(size, 1), "anon 2 threads": lambda: anon(size, 2),
-            "page cache": lambda: page_cache(args.file), "O_DIRECT": lambda: direct(args.file)}
+    ways = {
+        "anon 1 thread": lambda: anon(size, 1),
+        "anon 2 threads": lambda: anon(size, 2),
+        "page cache": lambda: page_cache(args.file),
+        "O_DIRECT": lambda: direct(args.file),
+    }
     for _ in range(args.reps):
         for idle in args.idle:
             for name, fn in ways.items():
@@ -62,7 +66,9 @@ def main() -> None:
                 time.sleep(idle)
                 started = time.perf_counter()
                 fn()
-                print(f"idle {idle:4.1f} s  {name:15} {size / (time.perf_counter() - started) / 1e9:.2f} GB/s", flush=True)
+                print(
+                    f"idle {idle:4.1f} s  {name:15} {size / (time.perf_counter() - started) / 1e9:.2f} GB/s", flush=True
+                )
 
 
 if __name__ == "__main__":

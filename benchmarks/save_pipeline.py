@@ -29,7 +29,7 @@ CHUNK = 16 << 20
 THREADS = 4
 
 
-def raw_write(path: str, nbytes: int, buffers: "queue.Queue[Staging]", sources: list[tuple[int, int]] | None) -> None:
+def raw_write(path: str, nbytes: int, buffers: queue.Queue[Staging], sources: list[tuple[int, int]] | None) -> None:
     """Write `nbytes` into a new file with O_DIRECT from staging buffers (copied from `sources` first)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_DIRECT | os.O_CLOEXEC, 0o644)
 
@@ -63,14 +63,19 @@ def main() -> None:
     storages = [t.untyped_storage() for t in state.values()]
     total = sum(s.nbytes() for s in storages)
     nbytes = max(CHUNK, total // CHUNK * CHUNK)
-    sources = [(s.data_ptr() + offset, min(CHUNK, s.nbytes() - offset))
-               for s in storages for offset in range(0, s.nbytes(), CHUNK)]
+    sources = [
+        (s.data_ptr() + offset, min(CHUNK, s.nbytes() - offset))
+        for s in storages
+        for offset in range(0, s.nbytes(), CHUNK)
+    ]
     buffers = queue_of([Staging(CHUNK) for _ in range(THREADS)])
     new, raw, recycled = (os.path.join(args.dir, f"save-pipeline.{n}") for n in ("new.pt", "raw.bin", "recycled.pt"))
-    ways = {"save": (lambda: save(state, new), new, total),
-            "raw write": (lambda: raw_write(raw, nbytes, buffers, None), raw, nbytes),
-            "raw copy": (lambda: raw_write(raw, nbytes, buffers, sources), raw, nbytes),
-            "recycled": (lambda: save(state, recycled, recycle=True), None, total)}
+    ways = {
+        "save": (lambda: save(state, new), new, total),
+        "raw write": (lambda: raw_write(raw, nbytes, buffers, None), raw, nbytes),
+        "raw copy": (lambda: raw_write(raw, nbytes, buffers, sources), raw, nbytes),
+        "recycled": (lambda: save(state, recycled, recycle=True), None, total),
+    }
     speeds: dict[str, list[float]] = {name: [] for name in ways}
     try:
         for _ in range(2):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import enum
 import itertools
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
 
 
 class Pattern(str, enum.Enum):

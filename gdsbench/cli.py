@@ -9,8 +9,9 @@ import dataclasses
 import shlex
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import click
 from rich.console import Console
@@ -41,13 +42,27 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("config_file", required=False, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--output", "-o", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
-              show_default=True, help="Folder for the results CSV and its sidecar.")
-@click.option("--resume", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Append to this results CSV, running only the cases it does not have yet.")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Folder for the results CSV and its sidecar.",
+)
+@click.option(
+    "--resume",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Append to this results CSV, running only the cases it does not have yet.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the expanded cases and the exact command of each; run nothing.")
-@click.option("--gdsio", "gdsio_path", default=None, metavar="PATH",
-              help="The gdsio executable (else the config's `gdsio`, $GDSIO, PATH, /usr/local/cuda*/gds/tools).")
+@click.option(
+    "--gdsio",
+    "gdsio_path",
+    default=None,
+    metavar="PATH",
+    help="The gdsio executable (else the config's `gdsio`, $GDSIO, PATH, /usr/local/cuda*/gds/tools).",
+)
 def sweep(config_file: Path | None, output: Path, resume: Path | None, dry_run: bool, gdsio_path: str | None) -> None:
     """Run the sweep described by CONFIG_FILE (a YAML file; see configs/)."""
     from gdsbench import config as config_mod
@@ -65,7 +80,8 @@ def sweep(config_file: Path | None, output: Path, resume: Path | None, dry_run: 
 
 def _execute(config: Any, output: Path, resume: Path | None = None) -> tuple[Path, list[dict[str, Any]]]:
     """Run a sweep under a progress bar, writing results and sidecar; Ctrl-C keeps the rows and exits 130."""
-    from gdsbench import results, sweep as sweep_mod
+    from gdsbench import results
+    from gdsbench import sweep as sweep_mod
 
     csv_path = resume or sweep_mod.results_path(config, output)
     meta = results.read_sidecar(csv_path) if resume else {}
@@ -106,8 +122,14 @@ def _config_of(resume: Path | None) -> Path:
 
 def _progress(rows: Iterator[dict[str, Any]], steps: Counter) -> Iterator[dict[str, Any]]:
     """Wrap the sweep's rows in a rich progress bar with an ETA, counting scheduled runs per case."""
-    columns = (TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("eta"), TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description:<28}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    )
     seen: Counter = Counter()
     with Progress(*columns, console=err, transient=False) as progress:
         task = progress.add_task("sweep", total=sum(steps.values()))
@@ -135,11 +157,14 @@ def _summary(rows: list[dict[str, Any]], csv_path: Path) -> int:
 
 def _print_plan(config: Any) -> None:
     """--dry-run: each case, whether it would be skipped, and its exact command."""
-    from gdsbench import runners, sweep as sweep_mod
+    from gdsbench import runners
+    from gdsbench import sweep as sweep_mod
 
     ctx = sweep_mod.context(config, None)
-    click.echo(f"{config.name}: {len(config.cases)} cases x {config.repetitions} repetitions"
-               f" (+{config.warmup} warmup) from {config.source}")
+    click.echo(
+        f"{config.name}: {len(config.cases)} cases x {config.repetitions} repetitions"
+        f" (+{config.warmup} warmup) from {config.source}"
+    )
     for index, case in enumerate(config.cases, 1):
         click.echo(f"[{index}] {case.key}")
         reason = sweep_mod.skip_reason(case, ctx)
@@ -153,13 +178,22 @@ def _print_plan(config: Any) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--by", default=None, help="Group by these columns (comma-separated), e.g. transfer,io_size.")
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv"]), default="text", show_default=True)
-@click.option("--plots", "plots_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Also write the figures (PNG and SVG) into this folder.")
-@click.option("--html", "html_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Also write a self-contained report.html (metadata, tables, figures) into this folder.")
+@click.option(
+    "--plots",
+    "plots_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also write the figures (PNG and SVG) into this folder.",
+)
+@click.option(
+    "--html",
+    "html_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also write a self-contained report.html (metadata, tables, figures) into this folder.",
+)
 def report(files: tuple[Path, ...], by: str | None, fmt: str, plots_dir: Path | None, html_dir: Path | None) -> None:
     """Summarise results CSVs: fio-style run-status lines and a table of medians with min-max."""
-    from gdsbench import report as report_mod, results
+    from gdsbench import report as report_mod
+    from gdsbench import results
 
     frame = results.load(files)
     groups = [c.strip() for c in by.split(",") if c.strip()] if by else None
@@ -194,10 +228,18 @@ def list_runners() -> None:
 
 
 @cli.command()
-@click.option("--directory", "-d", type=click.Path(path_type=Path), default=Path("/tmp"), show_default=True,
-              help="The directory whose filesystem, O_DIRECT support and block device to check.")
+@click.option(
+    "--directory",
+    "-d",
+    type=click.Path(path_type=Path),
+    default=Path("/tmp"),
+    show_default=True,
+    help="The directory whose filesystem, O_DIRECT support and block device to check.",
+)
 @click.option("--gdsio", "gdsio_path", default=None, metavar="PATH", help="The gdsio executable to check.")
-@click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON (the same facts every sweep's sidecar holds).")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the facts as JSON (the same facts every sweep's sidecar holds)."
+)
 def doctor(directory: Path, gdsio_path: str | None, as_json: bool) -> None:
     """What this machine can run: fio engines, gdsio, GPUs, nvidia-fs, cufile.json, kvikio, torch, the target."""
     from gdsbench import doctor as doctor_mod
@@ -212,8 +254,12 @@ def doctor(directory: Path, gdsio_path: str | None, as_json: bool) -> None:
 @cli.command()
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("new", type=click.Path(path_type=Path))
-@click.option("--threshold", default="10%", show_default=True,
-              help="A slower case fails the comparison when new/base is below 1 - threshold.")
+@click.option(
+    "--threshold",
+    default="10%",
+    show_default=True,
+    help="A slower case fails the comparison when new/base is below 1 - threshold.",
+)
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown"]), default="text", show_default=True)
 def compare(base: Path, new: Path, threshold: str, fmt: str) -> None:
     """Compare NEW results with BASE case by case; exit 1 on a regression beyond --threshold."""
@@ -226,14 +272,27 @@ def compare(base: Path, new: Path, threshold: str, fmt: str) -> None:
 
 @cli.command()
 @click.argument("config_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--output", "-o", type=click.Path(file_okay=False, path_type=Path), default=Path("results"),
-              show_default=True, help="Folder for the results CSV and its sidecar (when running the sweep).")
-@click.option("--results", "results_files", multiple=True, type=click.Path(path_type=Path),
-              help="Check these existing results CSVs instead of running the sweep (repeatable).")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("results"),
+    show_default=True,
+    help="Folder for the results CSV and its sidecar (when running the sweep).",
+)
+@click.option(
+    "--results",
+    "results_files",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Check these existing results CSVs instead of running the sweep (repeatable).",
+)
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write the check outcomes as JUnit XML.")
 def qualify(config_file: Path, output: Path, results_files: tuple[Path, ...], junit: Path | None) -> None:
     """Run CONFIG_FILE's sweep (or read --results) and judge its `checks:`; exit 1 if any check fails."""
-    from gdsbench import config as config_mod, qualify as qualify_mod, results
+    from gdsbench import config as config_mod
+    from gdsbench import qualify as qualify_mod
+    from gdsbench import results
     from gdsbench.report import junit as junit_mod
 
     config = config_mod.load(config_file)
@@ -248,8 +307,11 @@ def qualify(config_file: Path, output: Path, results_files: tuple[Path, ...], ju
         click.echo(line)
     if junit:
         hosts = ",".join(sorted(frame["host"].astype(str).unique()))
-        props = {"config": str(config_file), "results": " ".join(map(str, results_files)),
-                 "run_id": ",".join(sorted(frame["run_id"].astype(str).unique()))}
+        props = {
+            "config": str(config_file),
+            "results": " ".join(map(str, results_files)),
+            "run_id": ",".join(sorted(frame["run_id"].astype(str).unique())),
+        }
         junit.parent.mkdir(parents=True, exist_ok=True)
         junit.write_text(junit_mod.to_xml(outcomes, config.name, hosts, properties=props))
         err.print(f"junit: {junit}")

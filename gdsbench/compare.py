@@ -90,9 +90,21 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, threshold: float = DEFAULT_TH
         if b["n"] == 0 and n["n"] == 0:
             word = "skipped"
         regression = (word == "failed" and b["n"] > 0) or (word == "slower" and ratio < 1 - threshold)
-        rows.append({"case": case, "base_n": b["n"], "base_bw": b["median"], "new_n": n["n"], "new_bw": n["median"],
-                     "ratio": ratio, "verdict": word, "regression": bool(regression)})
-    table = pd.DataFrame(rows, columns=["case", "base_n", "base_bw", "new_n", "new_bw", "ratio", "verdict", "regression"])
+        rows.append(
+            {
+                "case": case,
+                "base_n": b["n"],
+                "base_bw": b["median"],
+                "new_n": n["n"],
+                "new_bw": n["median"],
+                "ratio": ratio,
+                "verdict": word,
+                "regression": bool(regression),
+            }
+        )
+    table = pd.DataFrame(
+        rows, columns=["case", "base_n", "base_bw", "new_n", "new_bw", "ratio", "verdict", "regression"]
+    )
     only_base = tuple(c for c in left.index if c not in right.index)
     only_new = tuple(c for c in right.index if c not in left.index)
     return Comparison(table, only_base, only_new, threshold)
@@ -108,8 +120,9 @@ def labels(cases: list[str]) -> tuple[list[str], list[list[str]]]:
     parsed = [dict(part.split("=", 1) for part in case.split(",") if "=" in part) for case in cases]
     names = list(dict.fromkeys(name for params in parsed for name in params))
     varying = [n for n in names if len({p.get(n) for p in parsed}) > 1] or ["engine"]
-    return varying, [[tables.cell(n, _number(p.get(n))) if n == "io_size" else p.get(n, "-") for n in varying]
-                     for p in parsed]
+    return varying, [
+        [tables.cell(n, _number(p.get(n))) if n == "io_size" else p.get(n, "-") for n in varying] for p in parsed
+    ]
 
 
 def _number(text: str | None) -> float | None:
@@ -125,15 +138,26 @@ def render(comparison: Comparison, fmt: str, base: str = "BASE", new: str = "NEW
     table = comparison.table
     names, cells = labels(list(table["case"]))
     header = [*names, "base bw", "new bw", "new/base", "verdict"]
-    rows = [[*cell, f"{tables.bw_text(r.base_bw)} n={r.base_n}", f"{tables.bw_text(r.new_bw)} n={r.new_n}",
-             tables.number(r.ratio, 2), r.verdict + (" REGRESSION" if r.regression else "")]
-            for cell, r in zip(cells, table.itertuples())]
+    rows = [
+        [
+            *cell,
+            f"{tables.bw_text(r.base_bw)} n={r.base_n}",
+            f"{tables.bw_text(r.new_bw)} n={r.new_n}",
+            tables.number(r.ratio, 2),
+            r.verdict + (" REGRESSION" if r.regression else ""),
+        ]
+        for cell, r in zip(cells, table.itertuples())
+    ]
     notes = [f"only in {base}: {case}" for case in comparison.only_base]
     notes += [f"only in {new}: {case}" for case in comparison.only_new]
     count = len(comparison.regressions)
-    notes.append(f"{count} regression{'s' if count != 1 else ''} beyond {comparison.threshold:.0%} "
-                 f"({len(table)} cases compared; verdict 'same' = ranges overlap or change within combined spread)")
+    notes.append(
+        f"{count} regression{'s' if count != 1 else ''} beyond {comparison.threshold:.0%} "
+        f"({len(table)} cases compared; verdict 'same' = ranges overlap or change within combined spread)"
+    )
     if fmt == "markdown":
-        return "\n".join([f"### {new} vs {base}", "", *tables.md_table(header, rows), "",
-                          *(f"- {n}" for n in notes)]) + "\n"
+        return (
+            "\n".join([f"### {new} vs {base}", "", *tables.md_table(header, rows), "", *(f"- {n}" for n in notes)])
+            + "\n"
+        )
     return tables.plain_text(tables.rich_table(f"{new} vs {base}", header, rows), *notes)

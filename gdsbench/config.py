@@ -5,9 +5,10 @@ Every error names the file, the key (as a path such as `matrix[1].io_size[2]`) a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -15,7 +16,16 @@ from gdsbench import runners
 from gdsbench.cases import CORE_AXES, Case, Pattern, Transfer, cross_product, matches, unique
 from gdsbench.errors import ConfigError
 from gdsbench.keys import (
-    Key, boolean, choices_text, duration, member_of, non_negative_int, one_of, positive_int, size, text,
+    Key,
+    boolean,
+    choices_text,
+    duration,
+    member_of,
+    non_negative_int,
+    one_of,
+    positive_int,
+    size,
+    text,
 )
 
 #: The axes every matrix has besides `engine`, with the value used when a matrix leaves one out.
@@ -28,19 +38,22 @@ AXIS_KEYS: dict[str, Key] = {
 }
 
 #: Settings of the whole sweep (top-level YAML keys), besides matrix, exclude and runner options.
-SWEEP_KEYS: dict[str, Key] = {key.name: key for key in (
-    Key("name", text, "a name for the results files", None, "defaults to the config file's stem"),
-    Key("description", str, "a string", "", "what the sweep answers"),
-    Key("directory", text, "a directory path", "/tmp/gdsbench", "where test files are made (created if missing)"),
-    Key("file_size", size, "a size such as 1G or 512M", 1 << 30, "size of each test file"),
-    Key("runtime", duration, "a duration such as 5s or 2m", None, "time-bound runs; omit for size-bound"),
-    Key("ramp_time", duration, "a duration such as 2s", None, "fio ramp time, not measured"),
-    Key("repetitions", positive_int, "a positive integer", 3, "recorded runs per case"),
-    Key("warmup", non_negative_int, "a non-negative integer", 0, "unrecorded runs before each case"),
-    Key("interleave", boolean, "true or false", False, "run repetition-major so drift falls on all cases alike"),
-    Key("keep_files", boolean, "true or false", False, "keep the test files gdsbench created"),
-    Key("timeout", duration, "a duration such as 10m", None, "limit for one run of one case"),
-)}
+SWEEP_KEYS: dict[str, Key] = {
+    key.name: key
+    for key in (
+        Key("name", text, "a name for the results files", None, "defaults to the config file's stem"),
+        Key("description", str, "a string", "", "what the sweep answers"),
+        Key("directory", text, "a directory path", "/tmp/gdsbench", "where test files are made (created if missing)"),
+        Key("file_size", size, "a size such as 1G or 512M", 1 << 30, "size of each test file"),
+        Key("runtime", duration, "a duration such as 5s or 2m", None, "time-bound runs; omit for size-bound"),
+        Key("ramp_time", duration, "a duration such as 2s", None, "fio ramp time, not measured"),
+        Key("repetitions", positive_int, "a positive integer", 3, "recorded runs per case"),
+        Key("warmup", non_negative_int, "a non-negative integer", 0, "unrecorded runs before each case"),
+        Key("interleave", boolean, "true or false", False, "run repetition-major so drift falls on all cases alike"),
+        Key("keep_files", boolean, "true or false", False, "keep the test files gdsbench created"),
+        Key("timeout", duration, "a duration such as 10m", None, "limit for one run of one case"),
+    )
+}
 
 STRUCTURE_KEYS = ("matrix", "exclude", "checks")
 

@@ -8,8 +8,9 @@ filesystem, O_DIRECT and block device); this module only judges them and renders
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -138,11 +139,15 @@ def _details(f: Facts) -> Table:
     rows = {
         "fio ioengines": ", ".join(f["tools"]["fio_engines"]) or "-",
         "gdscheck": gds["gdscheck"] or "not found",
-        "cufile.json": (f"{cufile['path']}: {cufile.get('properties') or cufile.get('error') or '{}'}"
-                        if cufile["exists"] else f"{cufile['path']} not found (CUFILE_ENV_PATH_JSON unset or missing)"),
+        "cufile.json": (
+            f"{cufile['path']}: {cufile.get('properties') or cufile.get('error') or '{}'}"
+            if cufile["exists"]
+            else f"{cufile['path']} not found (CUFILE_ENV_PATH_JSON unset or missing)"
+        ),
         "nvidia-fs stats": str(gds["nvidia_fs"]["stats"]) if gds["nvidia_fs"]["stats"] is not None else "not readable",
         "target": f"{f['target']['directory']}: {f['target'].get('fstype')} on {f['target'].get('device')}",
-        "block device": f"{device.get('name', '-')} model {device.get('model') or '-'}" + (f"; members {members}" if members else ""),
+        "block device": f"{device.get('name', '-')} model {device.get('model') or '-'}"
+        + (f"; members {members}" if members else ""),
     }
     table = Table(title="details", show_header=False)
     for key, value in rows.items():

@@ -16,9 +16,10 @@ is read: a bad entry raises ConfigError naming `checks[i].key`.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -78,8 +79,12 @@ LIMITS: dict[str, Limit] = {
 }
 #: How `where:` values are parsed per column; runner option columns compare as text.
 WHERE_PARSERS: dict[str, Callable[[Any], Any]] = {
-    "engine": str, "pattern": Pattern, "transfer": Transfer, "io_size": parse_size,
-    "threads": lambda v: int(parse_number(v)), "iodepth": lambda v: int(parse_number(v)),
+    "engine": str,
+    "pattern": Pattern,
+    "transfer": Transfer,
+    "io_size": parse_size,
+    "threads": lambda v: int(parse_number(v)),
+    "iodepth": lambda v: int(parse_number(v)),
 }
 KINDS = (*LIMITS, "ratio", "baseline")
 CHECK_KEYS = ("name", "where", *KINDS, "min_ratio")
@@ -160,14 +165,16 @@ def _ratio_check(source: str, key: str, name: str, where: tuple, block: Any) -> 
     unknown = [k for k in block if k not in ("of", "to", "min", "max")]
     if unknown:
         raise ConfigError(source, f"{key}.{unknown[0]}", "one of of, to, min, max")
-    bounds = tuple(_value(source, f"{key}.{b}", parse_number, "a positive number", block[b]) if b in block else None
-                   for b in ("min", "max"))
+    bounds = tuple(
+        _value(source, f"{key}.{b}", parse_number, "a positive number", block[b]) if b in block else None
+        for b in ("min", "max")
+    )
     if bounds == (None, None):
         raise ConfigError(source, key, "min: and/or max: (the allowed of/to ratio)")
     of, to = parse_where(source, f"{key}.of", block["of"]), parse_where(source, f"{key}.to", block["to"])
     if not of or not to:
         raise ConfigError(source, key, "non-empty of: and to: selections")
-    return Check(name, where, "ratio", of=of, to=to, bounds=bounds)
+    return Check(name, where, "ratio", of=of, to=to, bounds=(bounds[0], bounds[1]))
 
 
 def _baseline_check(source: str, key: str, name: str, where: tuple, entry: Mapping[str, Any]) -> Check:
@@ -177,8 +184,9 @@ def _baseline_check(source: str, key: str, name: str, where: tuple, entry: Mappi
         raise ConfigError(source, f"{key}.baseline", "a path to a results CSV", raw)
     path = Path(raw) if Path(raw).is_absolute() else Path(source).parent / raw
     if not path.is_file():
-        raise ConfigError(source, f"{key}.baseline", "an existing results CSV (relative to the config's folder)",
-                          str(path))
+        raise ConfigError(
+            source, f"{key}.baseline", "an existing results CSV (relative to the config's folder)", str(path)
+        )
     if "min_ratio" not in entry:
         raise ConfigError(source, f"{key}.min_ratio", "a ratio such as 0.9 (new / baseline median bandwidth)")
     ratio = _value(source, f"{key}.min_ratio", parse_number, "a positive number such as 0.9", entry["min_ratio"])
@@ -213,8 +221,13 @@ def evaluate(check: Check, frame: pd.DataFrame) -> Outcome:
     seconds = float(ok["seconds"].fillna(0).sum()) if "seconds" in ok else 0.0
     if not failed.empty:
         first = failed.iloc[0]
-        return Outcome(check.name, FAIL, f"{failed['case'].nunique()} case(s) failed: {first['error']}",
-                       details=first["case"], seconds=seconds)
+        return Outcome(
+            check.name,
+            FAIL,
+            f"{failed['case'].nunique()} case(s) failed: {first['error']}",
+            details=first["case"],
+            seconds=seconds,
+        )
     if ok.empty:
         reason = str(rows.iloc[0]["error"]).removeprefix("skipped: ")
         return Outcome(check.name, SKIP, f"all {rows['case'].nunique()} matching case(s) skipped: {reason}")
@@ -225,12 +238,14 @@ def evaluate(check: Check, frame: pd.DataFrame) -> Outcome:
 def _limit(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
     """An absolute threshold on each case's median."""
     limit = LIMITS[check.kind]
+    threshold = check.limit
+    assert threshold is not None  # parse_check sets it for every absolute kind
     medians = ok.groupby([*RUN_COLUMNS, "case"])[limit.column].median().dropna()
     if medians.empty:
         return FAIL, f"no {limit.column} values in the matching rows", ""
-    bad = medians[~medians.map(lambda v: limit.compare(v, check.limit))]
+    bad = medians[~medians.map(lambda v: limit.compare(v, threshold))]
     worst = medians.min() if limit.symbol == ">=" else medians.max()
-    need = f"{limit.symbol} {limit.text(check.limit)}"
+    need = f"{limit.symbol} {limit.text(threshold)}"
     details = "\n".join(f"{case}: {limit.text(v)}" for (_, _, case), v in medians.items())
     if len(bad):
         return FAIL, f"{len(bad)} of {len(medians)} case(s) miss {need}: worst {limit.text(worst)}", details
@@ -245,8 +260,11 @@ def _ratio(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
     bottom = select(ok, check.to).groupby(keys, dropna=False)["bw_bytes"].median()
     ratios = (top / bottom).dropna()
     if ratios.empty:
-        return FAIL, (f"no pairs of rows with {where_text(check.of)} and {where_text(check.to)} at the same "
-                      "parameters"), ""
+        return (
+            FAIL,
+            (f"no pairs of rows with {where_text(check.of)} and {where_text(check.to)} at the same parameters"),
+            "",
+        )
     return _bounded(check, ratios, f"{where_text(check.of)} / {where_text(check.to)}")
 
 
@@ -269,11 +287,18 @@ def _label(key: Any) -> str:
 
 def _baseline(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
     """Each case's median against the same case's median in a baseline of the same host."""
+    assert check.baseline is not None  # parse_check sets it for every baseline check
     base = results.load([check.baseline])
     base_hosts, hosts = set(base["host"].astype(str)), set(ok["host"].astype(str))
     if base_hosts != hosts:
-        return FAIL, (f"baseline {check.baseline} is from host {', '.join(sorted(base_hosts))} but these results are "
-                      f"from {', '.join(sorted(hosts))}; record a baseline on this host"), ""
+        return (
+            FAIL,
+            (
+                f"baseline {check.baseline} is from host {', '.join(sorted(base_hosts))} but these results are "
+                f"from {', '.join(sorted(hosts))}; record a baseline on this host"
+            ),
+            "",
+        )
     base_ok = select(base[base["status"] == "ok"], check.where)
     ratios = (ok.groupby("case")["bw_bytes"].median() / base_ok.groupby("case")["bw_bytes"].median()).dropna()
     if ratios.empty:
@@ -282,7 +307,9 @@ def _baseline(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
 
 
 JUDGES: dict[str, Callable[[Check, pd.DataFrame], tuple[str, str, str]]] = {
-    **{kind: _limit for kind in LIMITS}, "ratio": _ratio, "baseline": _baseline,
+    **dict.fromkeys(LIMITS, _limit),
+    "ratio": _ratio,
+    "baseline": _baseline,
 }
 
 

@@ -8,26 +8,75 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from gdsbench.errors import UsageError
 
+if TYPE_CHECKING:
+    import pandas
+
 #: Columns every results file has, in this order; runner options follow them as extra columns.
 COLUMNS = (
-    "run_id", "host", "case", "engine", "transfer", "pattern", "io_size", "threads", "iodepth",
-    "repetition", "status", "bytes", "seconds", "bw_bytes", "iops",
-    "lat_mean_us", "lat_stdev_us", "lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_p999_us",
-    "bw_min_bytes", "bw_max_bytes", "seconds_min", "peak_rss_bytes", "bytes_on_disk", "cache",
-    "started_at", "error", "note", "command", "raw_output",
+    "run_id",
+    "host",
+    "case",
+    "engine",
+    "transfer",
+    "pattern",
+    "io_size",
+    "threads",
+    "iodepth",
+    "repetition",
+    "status",
+    "bytes",
+    "seconds",
+    "bw_bytes",
+    "iops",
+    "lat_mean_us",
+    "lat_stdev_us",
+    "lat_p50_us",
+    "lat_p90_us",
+    "lat_p99_us",
+    "lat_p999_us",
+    "bw_min_bytes",
+    "bw_max_bytes",
+    "seconds_min",
+    "peak_rss_bytes",
+    "bytes_on_disk",
+    "cache",
+    "started_at",
+    "error",
+    "note",
+    "command",
+    "raw_output",
 )
 STATUSES = ("ok", "failed", "skipped")
 #: Columns that say what was measured (the case); runner option columns are parameters too.
 PARAMETERS = ("engine", "transfer", "pattern", "io_size", "threads", "iodepth")
-NUMERIC = ("io_size", "threads", "iodepth", "repetition", "bytes", "seconds", "bw_bytes", "iops",
-           "lat_mean_us", "lat_stdev_us", "lat_p50_us", "lat_p90_us", "lat_p99_us", "lat_p999_us",
-           "bw_min_bytes", "bw_max_bytes", "seconds_min", "peak_rss_bytes", "bytes_on_disk")
+NUMERIC = (
+    "io_size",
+    "threads",
+    "iodepth",
+    "repetition",
+    "bytes",
+    "seconds",
+    "bw_bytes",
+    "iops",
+    "lat_mean_us",
+    "lat_stdev_us",
+    "lat_p50_us",
+    "lat_p90_us",
+    "lat_p99_us",
+    "lat_p999_us",
+    "bw_min_bytes",
+    "bw_max_bytes",
+    "seconds_min",
+    "peak_rss_bytes",
+    "bytes_on_disk",
+)
 
 
 def parameters(columns: Iterable[str]) -> list[str]:
@@ -114,7 +163,7 @@ def done_keys(path: Path) -> frozenset[tuple[str, int]]:
         )
 
 
-def load(paths: Iterable[str | Path]) -> "pandas.DataFrame":  # noqa: F821
+def load(paths: Iterable[str | Path]) -> pandas.DataFrame:
     """Load one or more results CSVs into one DataFrame (numeric columns typed, a `source` column added).
 
     Args:

@@ -11,9 +11,10 @@ import hashlib
 import os
 import shlex
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from gdsbench import results, runners, sysinfo
 from gdsbench.cases import Case
@@ -48,8 +49,13 @@ def context(config: SweepConfig, csv_path: Path | None) -> RunContext:
     runtime, ramp = config.runtime, config.ramp_time
     timeout = config.timeout or ((runtime or 0) + (ramp or 0)) * 3 + 600
     return RunContext(
-        directory=Path(config.directory), file_size=config.file_size, runtime=runtime, ramp_time=ramp,
-        timeout=timeout, keep_files=config.keep_files, options=config.options,
+        directory=Path(config.directory),
+        file_size=config.file_size,
+        runtime=runtime,
+        ramp_time=ramp,
+        timeout=timeout,
+        keep_files=config.keep_files,
+        options=config.options,
         raw_dir=results.raw_dir(csv_path) if csv_path else None,
     )
 
@@ -82,8 +88,13 @@ def skip_reason(case: Case, ctx: RunContext) -> str | None:
     return runner.unavailable(case, ctx)
 
 
-def run(config: SweepConfig, writer: results.ResultWriter, ctx: RunContext, run_id: str,
-        done: frozenset[tuple[str, int]] = frozenset()) -> Iterator[dict[str, Any]]:
+def run(
+    config: SweepConfig,
+    writer: results.ResultWriter,
+    ctx: RunContext,
+    run_id: str,
+    done: frozenset[tuple[str, int]] = frozenset(),
+) -> Iterator[dict[str, Any]]:
     """Run every step not in `done`; yield each row (warmups too, with status 'warmup') once written."""
     prepare_target(ctx.directory)
     skipped: dict[str, str | None] = {}
@@ -119,11 +130,20 @@ def _measure(step: Step, ctx: RunContext, run_id: str) -> dict[str, Any]:
     try:
         measurement = runner.run(step.case, ctx)
     except GdsbenchError as exc:
-        return _row(step.case, step.repetition, run_id, status="failed", error=str(exc),
-                    started_at=started, command=command)
+        return _row(
+            step.case, step.repetition, run_id, status="failed", error=str(exc), started_at=started, command=command
+        )
     raw = _keep_raw(ctx, step, measurement.raw)
-    return _row(step.case, step.repetition, run_id, status="ok", started_at=started, command=command,
-                raw_output=raw, **measurement.row())
+    return _row(
+        step.case,
+        step.repetition,
+        run_id,
+        status="ok",
+        started_at=started,
+        command=command,
+        raw_output=raw,
+        **measurement.row(),
+    )
 
 
 def _keep_raw(ctx: RunContext, step: Step, raw: str | None) -> str | None:
@@ -139,8 +159,14 @@ def _keep_raw(ctx: RunContext, step: Step, raw: str | None) -> str | None:
 
 def _row(case: Case, repetition: int, run_id: str, **fields: Any) -> dict[str, Any]:
     """A results row: identity, case parameters, then what was measured."""
-    return {"run_id": run_id, "host": sysinfo.host(), "case": case.key, "repetition": repetition,
-            **case.row(), **fields}
+    return {
+        "run_id": run_id,
+        "host": sysinfo.host(),
+        "case": case.key,
+        "repetition": repetition,
+        **case.row(),
+        **fields,
+    }
 
 
 def new_run_id() -> str:
@@ -168,7 +194,7 @@ def metadata(config: SweepConfig, run_id: str) -> dict[str, Any]:
         "run_id": run_id,
         "config_file": str(Path(config.source).resolve()),
         "config": dict(config.raw),
-        "settings": {k: v for k, v in config.settings.items()},
+        "settings": dict(config.settings.items()),
         "cases": len(config.cases),
         **sysinfo.collect(Path(config.directory), config.options),
     }

@@ -13,15 +13,16 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import re
-import sys
 import platform
+import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 PACKAGES = ("torch", "safetensors", "kvikio-cu12", "kvikio-cu13", "kvikio", "deepspeed", "numpy", "pandas")
 
@@ -92,7 +93,7 @@ def block_device(device: str) -> dict[str, Any]:
     if not base.exists():
         return {}
     queue = base / "queue" if (base / "queue").exists() else base.resolve().parent / "queue"
-    facts = {"name": name}
+    facts: dict[str, Any] = {"name": name}
     for fact in ("rotational", "scheduler", "max_segments", "max_sectors_kb", "logical_block_size", "nr_requests"):
         facts[fact] = _read(queue / fact)
     facts["model"] = _read(base / "device" / "model") or _read(base.resolve().parent / "device" / "model")
@@ -136,7 +137,7 @@ def odirect_works(directory: Path) -> tuple[bool, str]:
         os.close(fd)
         return True, "ok"
     except OSError as exc:
-        reason = "the filesystem refuses O_DIRECT" if exc.errno == errno.EINVAL else exc.strerror
+        reason = "the filesystem refuses O_DIRECT" if exc.errno == errno.EINVAL else str(exc.strerror)
         return False, reason
     finally:
         os.unlink(name)
@@ -171,7 +172,7 @@ def tool_version(argv: list[str]) -> str | None:
 
 def packages() -> dict[str, str | None]:
     """Installed versions of the Python packages the checkpoint engines use (not imported)."""
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = importlib.metadata.version(name)
@@ -186,9 +187,15 @@ def git_commit() -> str | None:
     if not (root / ".git").exists() or shutil.which("git") is None:
         return None
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10)
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     if commit.returncode != 0:
@@ -233,12 +240,23 @@ def evict(path: Path) -> None:
         os.close(fd)
 
 
-GDS_TOOLS_HELP = ("NVIDIA's GDS tools package (gds-tools-<cuda version>, pulled in by nvidia-gds) installs "
-                  "gdsio and gdscheck under /usr/local/cuda/gds/tools")
+GDS_TOOLS_HELP = (
+    "NVIDIA's GDS tools package (gds-tools-<cuda version>, pulled in by nvidia-gds) installs "
+    "gdsio and gdscheck under /usr/local/cuda/gds/tools"
+)
 NVFS_STATS = Path("/proc/driver/nvidia-fs/stats")
-CUFILE_KEYS = ("allow_compat_mode", "use_compat_mode", "force_compat_mode", "use_pci_p2pdma", "max_direct_io_size_kb",
-               "max_device_cache_size_kb", "max_device_pinned_mem_size_kb", "use_poll_mode", "poll_mode_max_size_kb",
-               "max_batch_io_size")
+CUFILE_KEYS = (
+    "allow_compat_mode",
+    "use_compat_mode",
+    "force_compat_mode",
+    "use_pci_p2pdma",
+    "max_direct_io_size_kb",
+    "max_device_cache_size_kb",
+    "max_device_pinned_mem_size_kb",
+    "use_poll_mode",
+    "poll_mode_max_size_kb",
+    "max_batch_io_size",
+)
 
 
 @functools.lru_cache(maxsize=8)
@@ -290,7 +308,11 @@ def gpus() -> dict[str, Any]:
         if found is not None:
             return {"source": "nvml", "gpus": found, "reason": None if found else "NVML lists no GPU"}
     if shutil.which("nvidia-smi") is None:
-        return {"source": None, "gpus": [], "reason": "no NVIDIA GPU visible: pynvml not installed and nvidia-smi not found"}
+        return {
+            "source": None,
+            "gpus": [],
+            "reason": "no NVIDIA GPU visible: pynvml not installed and nvidia-smi not found",
+        }
     return _smi_gpus()
 
 
@@ -308,9 +330,14 @@ def _nvml_gpus() -> list[dict[str, Any]] | None:
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             name = pynvml.nvmlDeviceGetName(handle)
             bus = pynvml.nvmlDeviceGetPciInfo(handle).busId
-            found.append(_gpu(index, name if isinstance(name, str) else name.decode(),
-                              bus if isinstance(bus, str) else bus.decode(),
-                              pynvml.nvmlDeviceGetMemoryInfo(handle).total))
+            found.append(
+                _gpu(
+                    index,
+                    name if isinstance(name, str) else name.decode(),
+                    bus if isinstance(bus, str) else bus.decode(),
+                    pynvml.nvmlDeviceGetMemoryInfo(handle).total,
+                )
+            )
         return found
     finally:
         pynvml.nvmlShutdown()
@@ -338,8 +365,13 @@ def _gpu(index: int, name: str, bus_id: str, memory_bytes: int) -> dict[str, Any
     bdf = bus_id.lower()
     bdf = bdf[4:] if len(bdf) > 12 and bdf.startswith("0000") else bdf  # NVML pads the domain to 8 digits
     numa = _read(Path("/sys/bus/pci/devices") / bdf / "numa_node")
-    return {"index": index, "name": name, "pci_bus_id": bdf, "memory_bytes": memory_bytes,
-            "numa_node": int(numa) if numa not in (None, "") else None}
+    return {
+        "index": index,
+        "name": name,
+        "pci_bus_id": bdf,
+        "memory_bytes": memory_bytes,
+        "numa_node": int(numa) if numa not in (None, "") else None,
+    }
 
 
 def parse_nvfs_stats(text: str) -> dict[str, int]:
@@ -412,9 +444,11 @@ def _version(package: str) -> str | None:
         return None
 
 
-_TORCH_PROBE = ("import json, torch; c = torch.cuda.is_available(); "
-                "print(json.dumps({'version': torch.__version__, 'cuda_build': torch.version.cuda, "
-                "'cuda_available': c, 'devices': torch.cuda.device_count() if c else 0}))")
+_TORCH_PROBE = (
+    "import json, torch; c = torch.cuda.is_available(); "
+    "print(json.dumps({'version': torch.__version__, 'cuda_build': torch.version.cuda, "
+    "'cuda_available': c, 'devices': torch.cuda.device_count() if c else 0}))"
+)
 
 
 def torch_cuda() -> dict[str, Any]:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import gc
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 #: Widths tried, largest first, until one layer plus the embeddings fit the requested size.
 SCALES = tuple(1 / 2**k for k in range(12))
@@ -55,72 +56,81 @@ def _specs(*rows: tuple[str, tuple[str | int, ...], str]) -> tuple[TensorSpec, .
     return tuple(TensorSpec(*row) for row in rows)
 
 
-PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
-    Preset(
-        "gpt2-xl", "GPT-2 XL-like (Conv1D layers, biases, LayerNorm, tied head)",
-        {"h": 1600, "f": 6400, "v": 50257}, 48,
-        layer=_specs(
-            ("transformer.h.{i}.ln_1.weight", ("h",), "norm"),
-            ("transformer.h.{i}.ln_1.bias", ("h",), "bias"),
-            ("transformer.h.{i}.attn.c_attn.weight", ("h", "3h"), "matrix"),
-            ("transformer.h.{i}.attn.c_attn.bias", ("3h",), "bias"),
-            ("transformer.h.{i}.attn.c_proj.weight", ("h", "h"), "matrix"),
-            ("transformer.h.{i}.attn.c_proj.bias", ("h",), "bias"),
-            ("transformer.h.{i}.ln_2.weight", ("h",), "norm"),
-            ("transformer.h.{i}.ln_2.bias", ("h",), "bias"),
-            ("transformer.h.{i}.mlp.c_fc.weight", ("h", "f"), "matrix"),
-            ("transformer.h.{i}.mlp.c_fc.bias", ("f",), "bias"),
-            ("transformer.h.{i}.mlp.c_proj.weight", ("f", "h"), "matrix"),
-            ("transformer.h.{i}.mlp.c_proj.bias", ("h",), "bias"),
+PRESETS: dict[str, Preset] = {
+    preset.name: preset
+    for preset in (
+        Preset(
+            "gpt2-xl",
+            "GPT-2 XL-like (Conv1D layers, biases, LayerNorm, tied head)",
+            {"h": 1600, "f": 6400, "v": 50257},
+            48,
+            layer=_specs(
+                ("transformer.h.{i}.ln_1.weight", ("h",), "norm"),
+                ("transformer.h.{i}.ln_1.bias", ("h",), "bias"),
+                ("transformer.h.{i}.attn.c_attn.weight", ("h", "3h"), "matrix"),
+                ("transformer.h.{i}.attn.c_attn.bias", ("3h",), "bias"),
+                ("transformer.h.{i}.attn.c_proj.weight", ("h", "h"), "matrix"),
+                ("transformer.h.{i}.attn.c_proj.bias", ("h",), "bias"),
+                ("transformer.h.{i}.ln_2.weight", ("h",), "norm"),
+                ("transformer.h.{i}.ln_2.bias", ("h",), "bias"),
+                ("transformer.h.{i}.mlp.c_fc.weight", ("h", "f"), "matrix"),
+                ("transformer.h.{i}.mlp.c_fc.bias", ("f",), "bias"),
+                ("transformer.h.{i}.mlp.c_proj.weight", ("f", "h"), "matrix"),
+                ("transformer.h.{i}.mlp.c_proj.bias", ("h",), "bias"),
+            ),
+            fixed=_specs(
+                ("transformer.wte.weight", ("v", "h"), "embedding"),
+                ("transformer.wpe.weight", (1024, "h"), "embedding"),
+                ("transformer.ln_f.weight", ("h",), "norm"),
+                ("transformer.ln_f.bias", ("h",), "bias"),
+            ),
+            rows="v",
         ),
-        fixed=_specs(
-            ("transformer.wte.weight", ("v", "h"), "embedding"),
-            ("transformer.wpe.weight", (1024, "h"), "embedding"),
-            ("transformer.ln_f.weight", ("h",), "norm"),
-            ("transformer.ln_f.bias", ("h",), "bias"),
+        Preset(
+            "llama3-8b",
+            "Llama-3-8B-like (grouped-query attention, SwiGLU MLP, RMSNorm, untied head)",
+            {"h": 4096, "kv": 1024, "f": 14336, "v": 128256},
+            32,
+            layer=_specs(
+                ("model.layers.{i}.input_layernorm.weight", ("h",), "norm"),
+                ("model.layers.{i}.self_attn.q_proj.weight", ("h", "h"), "matrix"),
+                ("model.layers.{i}.self_attn.k_proj.weight", ("kv", "h"), "matrix"),
+                ("model.layers.{i}.self_attn.v_proj.weight", ("kv", "h"), "matrix"),
+                ("model.layers.{i}.self_attn.o_proj.weight", ("h", "h"), "matrix"),
+                ("model.layers.{i}.post_attention_layernorm.weight", ("h",), "norm"),
+                ("model.layers.{i}.mlp.gate_proj.weight", ("f", "h"), "matrix"),
+                ("model.layers.{i}.mlp.up_proj.weight", ("f", "h"), "matrix"),
+                ("model.layers.{i}.mlp.down_proj.weight", ("h", "f"), "matrix"),
+            ),
+            fixed=_specs(
+                ("model.embed_tokens.weight", ("v", "h"), "embedding"),
+                ("model.norm.weight", ("h",), "norm"),
+                ("lm_head.weight", ("v", "h"), "embedding"),
+            ),
+            rows="v",
         ),
-        rows="v",
-    ),
-    Preset(
-        "llama3-8b", "Llama-3-8B-like (grouped-query attention, SwiGLU MLP, RMSNorm, untied head)",
-        {"h": 4096, "kv": 1024, "f": 14336, "v": 128256}, 32,
-        layer=_specs(
-            ("model.layers.{i}.input_layernorm.weight", ("h",), "norm"),
-            ("model.layers.{i}.self_attn.q_proj.weight", ("h", "h"), "matrix"),
-            ("model.layers.{i}.self_attn.k_proj.weight", ("kv", "h"), "matrix"),
-            ("model.layers.{i}.self_attn.v_proj.weight", ("kv", "h"), "matrix"),
-            ("model.layers.{i}.self_attn.o_proj.weight", ("h", "h"), "matrix"),
-            ("model.layers.{i}.post_attention_layernorm.weight", ("h",), "norm"),
-            ("model.layers.{i}.mlp.gate_proj.weight", ("f", "h"), "matrix"),
-            ("model.layers.{i}.mlp.up_proj.weight", ("f", "h"), "matrix"),
-            ("model.layers.{i}.mlp.down_proj.weight", ("h", "f"), "matrix"),
+        Preset(
+            "resnet",
+            "ResNet-like stack: many small tensors (3x3 convs, batch-norm stats, int64 counters)",
+            {"c": 512, "k": 1000},
+            50,
+            layer=_specs(
+                ("layers.{i}.conv.weight", ("c", "c", 3, 3), "matrix"),
+                ("layers.{i}.bn.weight", ("c",), "norm"),
+                ("layers.{i}.bn.bias", ("c",), "bias"),
+                ("layers.{i}.bn.running_mean", ("c",), "bias"),
+                ("layers.{i}.bn.running_var", ("c",), "norm"),
+                ("layers.{i}.bn.num_batches_tracked", (), "count"),
+            ),
+            fixed=_specs(
+                ("stem.conv.weight", ("c", 3, 7, 7), "matrix"),
+                ("fc.weight", ("k", "c"), "embedding"),
+                ("fc.bias", ("k",), "bias"),
+            ),
+            rows="k",
         ),
-        fixed=_specs(
-            ("model.embed_tokens.weight", ("v", "h"), "embedding"),
-            ("model.norm.weight", ("h",), "norm"),
-            ("lm_head.weight", ("v", "h"), "embedding"),
-        ),
-        rows="v",
-    ),
-    Preset(
-        "resnet", "ResNet-like stack: many small tensors (3x3 convs, batch-norm stats, int64 counters)",
-        {"c": 512, "k": 1000}, 50,
-        layer=_specs(
-            ("layers.{i}.conv.weight", ("c", "c", 3, 3), "matrix"),
-            ("layers.{i}.bn.weight", ("c",), "norm"),
-            ("layers.{i}.bn.bias", ("c",), "bias"),
-            ("layers.{i}.bn.running_mean", ("c",), "bias"),
-            ("layers.{i}.bn.running_var", ("c",), "norm"),
-            ("layers.{i}.bn.num_batches_tracked", (), "count"),
-        ),
-        fixed=_specs(
-            ("stem.conv.weight", ("c", 3, 7, 7), "matrix"),
-            ("fc.weight", ("k", "c"), "embedding"),
-            ("fc.bias", ("k",), "bias"),
-        ),
-        rows="k",
-    ),
-)}
+    )
+}
 
 #: dtype (by torch attribute name) of each tensor role under each dtype mix.
 DTYPE_MIXES: dict[str, dict[str, str]] = {
@@ -189,7 +199,10 @@ def _dim(expr: str | int, dims: Mapping[str, int]) -> int:
     """The value of a shape entry: a number, a dim name, or a multiple such as '3h'."""
     if isinstance(expr, int):
         return expr
-    factor, name = re.fullmatch(r"(\d*)([a-z]+)", expr).groups()
+    match = re.fullmatch(r"(\d*)([a-z]+)", expr)
+    if match is None:
+        raise ValueError(f"bad shape entry {expr!r}")
+    factor, name = match.groups()
     return int(factor or 1) * dims[name]
 
 
@@ -266,7 +279,7 @@ def fill(tensor: Any, role: str, generator: Any) -> None:
     scratch = torch.empty(min(CHUNK_ELEMENTS, flat.numel()), dtype=torch.float32)
     for start in range(0, flat.numel(), CHUNK_ELEMENTS):
         part = scratch[: min(CHUNK_ELEMENTS, flat.numel() - start)]
-        flat[start:start + part.numel()].copy_(part.normal_(mean, std, generator=generator))
+        flat[start : start + part.numel()].copy_(part.normal_(mean, std, generator=generator))
 
 
 def generate(spec: WorkloadSpec) -> Workload:

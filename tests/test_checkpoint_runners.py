@@ -26,8 +26,13 @@ ROOT = Path(__file__).parent.parent
 
 def cases(engine: str, transfer: str, **axes) -> dict[Pattern, Case]:
     """The save and load cases of one engine, expanded by the real config code."""
-    block = {"engine": [engine], "pattern": ["save", "load"], "transfer": [transfer], "threads": [2],
-             **{k: [v] for k, v in axes.items()}}
+    block = {
+        "engine": [engine],
+        "pattern": ["save", "load"],
+        "transfer": [transfer],
+        "threads": [2],
+        **{k: [v] for k, v in axes.items()},
+    }
     document = {"checkpoint_size": SIZE, "workload": "llama3-8b", "dtype": "mixed", "matrix": block}
     return {case.pattern: case for case in config.from_dict(document, "test.yaml").cases}
 
@@ -63,8 +68,12 @@ def test_save_then_load_measures_the_workload(engine, ctx):
 
 def test_torch_mmap_loads_what_torch_save_wrote_and_only_loads(ctx):
     runner = runners.get("torch_mmap")
-    document = {"checkpoint_size": SIZE, "workload": "llama3-8b", "dtype": "mixed",
-                "matrix": {"engine": ["torch_mmap"], "pattern": ["load"], "transfer": ["CPU_CACHED"]}}
+    document = {
+        "checkpoint_size": SIZE,
+        "workload": "llama3-8b",
+        "dtype": "mixed",
+        "matrix": {"engine": ["torch_mmap"], "pattern": ["load"], "transfer": ["CPU_CACHED"]},
+    }
     [load_case] = config.from_dict(document, "test.yaml").cases
     loaded = runner.run(load_case, ctx)  # writes its file first (untimed), then loads and verifies it
     assert loaded.bytes == workload_bytes() and loaded.cache == "cold" and "verified" in loaded.note
@@ -76,7 +85,7 @@ def test_torch_mmap_loads_what_torch_save_wrote_and_only_loads(ctx):
 def flip_tensor_bytes(files: list[Path], tensor) -> None:
     """Invert 64 bytes of a tensor's data where they sit in the checkpoint's files (not padding)."""
     raw = tensor.reshape(-1).view(torch_uint8()).numpy().tobytes()
-    needle = raw[len(raw) // 2: len(raw) // 2 + 64]
+    needle = raw[len(raw) // 2 : len(raw) // 2 + 64]
     for path in files:
         content = path.read_bytes()
         at = content.find(needle)
@@ -141,7 +150,9 @@ def test_command_names_the_api_threads_and_durability(ctx):
 
 
 def test_transfers_each_engine_lacks_are_skipped_with_a_reason(ctx):
-    assert sweep.skip_reason(cases("torch_save", "CPU_ONLY")[Pattern.SAVE], ctx) == "torch_save has no CPU_ONLY transfer"
+    assert (
+        sweep.skip_reason(cases("torch_save", "CPU_ONLY")[Pattern.SAVE], ctx) == "torch_save has no CPU_ONLY transfer"
+    )
     assert sweep.skip_reason(cases("fastpersist", "GDS")[Pattern.LOAD], ctx) == "fastpersist has no GDS transfer"
 
 
@@ -149,7 +160,10 @@ def test_gpu_and_deepspeed_engines_say_why_they_cannot_run_here(ctx):
     kvikio = cases("kvikio", "GDS")[Pattern.SAVE]
     assert runners.get("kvikio").unavailable(kvikio, ctx)  # no kvikio, or no CUDA device
     if importlib.util.find_spec("deepspeed") is None:
-        assert runners.get("deepspeed").unavailable(cases("deepspeed", "CPU_ONLY")[Pattern.SAVE], ctx) == "deepspeed not installed"
+        assert (
+            runners.get("deepspeed").unavailable(cases("deepspeed", "CPU_ONLY")[Pattern.SAVE], ctx)
+            == "deepspeed not installed"
+        )
 
 
 def test_a_failing_engine_becomes_a_one_line_tool_error(ctx):
@@ -186,8 +200,13 @@ def test_sweep_and_report_show_each_engine_against_fio(tmp_path):
     from gdsbench.cli import cli
 
     document = {
-        "name": "ckpt", "directory": str(tmp_path / "target"), "file_size": SIZE, "checkpoint_size": SIZE,
-        "repetitions": 1, "interleave": True, "workload": "gpt2-xl",
+        "name": "ckpt",
+        "directory": str(tmp_path / "target"),
+        "file_size": SIZE,
+        "checkpoint_size": SIZE,
+        "repetitions": 1,
+        "interleave": True,
+        "workload": "gpt2-xl",
         "matrix": [
             {"engine": ["fio"], "pattern": ["write", "read"], "io_size": ["4M"], "iodepth": [4]},
             {"engine": ["fastpersist"], "pattern": ["save", "load"], "transfer": ["CPU_ONLY"], "threads": [2]},
@@ -207,7 +226,7 @@ def test_sweep_and_report_show_each_engine_against_fio(tmp_path):
     assert list((tmp_path / "target").iterdir()) == []
     reported = CliRunner().invoke(cli, ["report", str(csv_path)])
     assert reported.exit_code == 0, reported.output
-    table = reported.output[reported.output.index("against the fio ceiling"):]
+    table = reported.output[reported.output.index("against the fio ceiling") :]
     assert "x fio" in table and "x torch_save" in table
     lines = {tuple(line.split("│")[1:3]): line for line in table.splitlines() if line.count("│") > 5}
     torch_save = next(line for key, line in lines.items() if "torch_save" in key[0] and "save" in key[1])

@@ -22,7 +22,7 @@ def test_bad_config_exits_2_with_file_key_and_no_traceback(tmp_path):
     result = invoke("sweep", path)
     assert result.exit_code == 2
     assert f"gdsbench: error: {path}: matrix.transfer[0]: expected one of GDS" in result.output
-    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    assert ("Traceback" not in result.output and result.exception is None) or isinstance(result.exception, SystemExit)
 
 
 def test_target_that_is_a_file_exits_2(tmp_path):

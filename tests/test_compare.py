@@ -25,9 +25,11 @@ def variant(tmp_path: Path, name: str, change) -> Path:
 
 def scale(pattern: str, factor: float):
     """A change that multiplies every bandwidth of one pattern."""
+
     def apply(frame: pd.DataFrame) -> pd.DataFrame:
         frame.loc[frame["pattern"] == pattern, "bw_bytes"] *= factor
         return frame
+
     return apply
 
 
@@ -79,7 +81,9 @@ def test_verdict_rule_overlap_then_combined_spread() -> None:
     # No overlap and 12% is beyond (10% + 1.8%) / 2.
     assert compare.verdict(side(3, 100, 95, 105), side(3, 112, 111, 113)) == "faster"
     assert compare.verdict(side(1, 100, 100, 100), side(1, 99, 99, 99)) == "slower"
-    assert compare.verdict(side(2, 100, 99, 101), side(0, float("nan"), float("nan"), float("nan"), "failed")) == "failed"
+    assert (
+        compare.verdict(side(2, 100, 99, 101), side(0, float("nan"), float("nan"), float("nan"), "failed")) == "failed"
+    )
 
 
 def test_failed_cases_are_regressions_and_one_sided_cases_listed(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gdsbench import config
 from gdsbench.cases import Pattern, Transfer
@@ -28,30 +29,52 @@ def error_of(document) -> ConfigError:
     return info.value
 
 
-@pytest.mark.parametrize("document,key,expected", [
-    (with_(runtim="5s"), "runtim", "a known key"),
-    (with_(file_size="1Q"), "file_size", "a size"),
-    (with_(file_size=0), "file_size", "a size"),
-    (with_(runtime="soon"), "runtime", "a duration"),
-    (with_(repetitions=0), "repetitions", "a positive integer"),
-    (with_(matrix={}), "matrix", "non-empty"),
-    (with_(matrix=None), "matrix", "non-empty"),
-    (with_(matrix={"engine": ["fio"], "pattern": ["read"], "transfer": ["CPU_ONY"]}), "matrix.transfer[0]", "one of GDS"),
-    (with_(matrix={"engine": ["fio"], "pattern": ["read"], "io_size": ["4K", "x"]}), "matrix.io_size[1]", "a size"),
-    (with_(matrix={"engine": ["fio"], "pattern": ["read"], "threads": [1, True]}), "matrix.threads[1]", "positive integer"),
-    (with_(matrix={"engine": ["fio"], "pattern": ["read"], "io_sizes": ["4K"]}), "matrix.io_sizes", "a matrix axis"),
-    (with_(matrix={"engine": ["fio"], "pattern": []}), "matrix.pattern", "a non-empty list"),
-    (with_(matrix={"engine": ["nope"], "pattern": ["read"]}), "matrix.engine[0]", "one of fio"),
-    (with_(matrix={"pattern": ["read"]}), "matrix.engine", "a list"),
-    (with_(matrix=[{"engine": ["fio"], "pattern": ["read"]}, "x"]), "matrix[1]", "a non-empty mapping"),
-    (with_(exclude={"pattern": "read"}), "exclude", "a list"),
-    (with_(exclude=[{"patern": "read"}]), "exclude[0].patern", "a matrix axis"),
-    (with_(exclude=[{"pattern": "read"}]), "matrix", "at least one case left"),
-    (with_(ioengine="aio"), "ioengine", "one of libaio"),
-    (with_(memory="hot", matrix={"engine": ["fastpersist"], "pattern": ["load"]}), "memory", "one of recent, idle, as-is"),
-    (with_(matrix={"engine": ["fastpersist"], "pattern": ["save"], "recycle": ["yes please"]}), "matrix.recycle[0]",
-     "true or false"),
-])
+@pytest.mark.parametrize(
+    "document,key,expected",
+    [
+        (with_(runtim="5s"), "runtim", "a known key"),
+        (with_(file_size="1Q"), "file_size", "a size"),
+        (with_(file_size=0), "file_size", "a size"),
+        (with_(runtime="soon"), "runtime", "a duration"),
+        (with_(repetitions=0), "repetitions", "a positive integer"),
+        (with_(matrix={}), "matrix", "non-empty"),
+        (with_(matrix=None), "matrix", "non-empty"),
+        (
+            with_(matrix={"engine": ["fio"], "pattern": ["read"], "transfer": ["CPU_ONY"]}),
+            "matrix.transfer[0]",
+            "one of GDS",
+        ),
+        (with_(matrix={"engine": ["fio"], "pattern": ["read"], "io_size": ["4K", "x"]}), "matrix.io_size[1]", "a size"),
+        (
+            with_(matrix={"engine": ["fio"], "pattern": ["read"], "threads": [1, True]}),
+            "matrix.threads[1]",
+            "positive integer",
+        ),
+        (
+            with_(matrix={"engine": ["fio"], "pattern": ["read"], "io_sizes": ["4K"]}),
+            "matrix.io_sizes",
+            "a matrix axis",
+        ),
+        (with_(matrix={"engine": ["fio"], "pattern": []}), "matrix.pattern", "a non-empty list"),
+        (with_(matrix={"engine": ["nope"], "pattern": ["read"]}), "matrix.engine[0]", "one of fio"),
+        (with_(matrix={"pattern": ["read"]}), "matrix.engine", "a list"),
+        (with_(matrix=[{"engine": ["fio"], "pattern": ["read"]}, "x"]), "matrix[1]", "a non-empty mapping"),
+        (with_(exclude={"pattern": "read"}), "exclude", "a list"),
+        (with_(exclude=[{"patern": "read"}]), "exclude[0].patern", "a matrix axis"),
+        (with_(exclude=[{"pattern": "read"}]), "matrix", "at least one case left"),
+        (with_(ioengine="aio"), "ioengine", "one of libaio"),
+        (
+            with_(memory="hot", matrix={"engine": ["fastpersist"], "pattern": ["load"]}),
+            "memory",
+            "one of recent, idle, as-is",
+        ),
+        (
+            with_(matrix={"engine": ["fastpersist"], "pattern": ["save"], "recycle": ["yes please"]}),
+            "matrix.recycle[0]",
+            "true or false",
+        ),
+    ],
+)
 def test_errors_name_file_key_and_expectation(document, key, expected):
     error = error_of(document)
     assert error.file == "sweep.yaml" and error.key == key and expected in error.expected
@@ -71,23 +94,38 @@ def test_missing_file_is_a_config_error(tmp_path):
 
 
 def test_expansion_order_is_nested_loops_last_key_fastest():
-    document = with_(matrix={"engine": ["fio"], "pattern": ["write", "read"], "io_size": ["4K", "1M"],
-                             "threads": [1, 4]})
+    document = with_(
+        matrix={"engine": ["fio"], "pattern": ["write", "read"], "io_size": ["4K", "1M"], "threads": [1, 4]}
+    )
     cases = config.from_dict(document, "s.yaml").cases
     assert [(c.pattern.value, c.get("io_size"), c.get("threads")) for c in cases] == [
-        ("write", 4096, 1), ("write", 4096, 4), ("write", 1 << 20, 1), ("write", 1 << 20, 4),
-        ("read", 4096, 1), ("read", 4096, 4), ("read", 1 << 20, 1), ("read", 1 << 20, 4),
+        ("write", 4096, 1),
+        ("write", 4096, 4),
+        ("write", 1 << 20, 1),
+        ("write", 1 << 20, 4),
+        ("read", 4096, 1),
+        ("read", 4096, 4),
+        ("read", 1 << 20, 1),
+        ("read", 1 << 20, 4),
     ]
 
 
 def test_exclude_compares_parsed_values_and_defaults_fill_in():
-    document = with_(matrix={"engine": ["fio"], "pattern": ["randwrite", "read"], "io_size": ["4K", "16M"]},
-                     exclude=[{"pattern": "randwrite", "io_size": "16384K"}], iodepth=None, ioengine="io_uring")
+    document = with_(
+        matrix={"engine": ["fio"], "pattern": ["randwrite", "read"], "io_size": ["4K", "16M"]},
+        exclude=[{"pattern": "randwrite", "io_size": "16384K"}],
+        iodepth=None,
+        ioengine="io_uring",
+    )
     cases = config.from_dict(document, "s.yaml").cases
     assert [(c.pattern, c.get("io_size")) for c in cases] == [
-        (Pattern.RANDWRITE, 4096), (Pattern.READ, 4096), (Pattern.READ, 16 << 20)]
-    assert all(c.transfer is Transfer.CPU_ONLY and c.get("threads") == 1 and c.get("ioengine") == "io_uring"
-               for c in cases)
+        (Pattern.RANDWRITE, 4096),
+        (Pattern.READ, 4096),
+        (Pattern.READ, 16 << 20),
+    ]
+    assert all(
+        c.transfer is Transfer.CPU_ONLY and c.get("threads") == 1 and c.get("ioengine") == "io_uring" for c in cases
+    )
 
 
 def test_matrix_blocks_and_duplicates():

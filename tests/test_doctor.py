@@ -46,7 +46,8 @@ def test_doctor_json_parses_and_holds_the_sidecar_facts(tmp_path):
     gpus = facts["gpu_gds"]["gpus"]["gpus"]
     assert facts["can_run"]["GPU"]["ok"] == bool(gpus)
     assert facts["can_run"]["fio GDS/CPU_GPU (libcufile)"]["ok"] == (
-        "libcufile" in facts["tools"]["fio_engines"] and bool(gpus))
+        "libcufile" in facts["tools"]["fio_engines"] and bool(gpus)
+    )
     assert facts["gpu_gds"]["nvidia_fs"]["loaded"] == facts["can_run"]["GDS path (nvidia-fs)"]["ok"]
 
 
@@ -82,7 +83,10 @@ def test_kvikio_compat_mode_follows_env_and_nvidia_fs(monkeypatch):
     assert sysinfo.kvikio_mode(nvfs_loaded=True)["compat_mode"] is False
     monkeypatch.setenv("KVIKIO_COMPAT_MODE", "ON")
     assert sysinfo.kvikio_mode(nvfs_loaded=True) | {"versions": {}, "installed": False} == {
-        "versions": {}, "installed": False, "compat_mode": True, "why": "KVIKIO_COMPAT_MODE=ON"}
+        "versions": {},
+        "installed": False,
+        "compat_mode": True,
+        "why": "KVIKIO_COMPAT_MODE=ON",
+    }
     monkeypatch.setenv("KVIKIO_COMPAT_MODE", "off")
     assert sysinfo.kvikio_mode(nvfs_loaded=False)["compat_mode"] is False
-

@@ -21,8 +21,16 @@ def gdsbench(*args):
 
 
 def test_sweep_then_report(tmp_path):
-    path = write_config(tmp_path, matrix={"engine": ["fio"], "pattern": ["write", "read"], "io_size": ["1M"],
-                                          "threads": [1, 2], "transfer": ["CPU_ONLY", "CPU_CACHED"]})
+    path = write_config(
+        tmp_path,
+        matrix={
+            "engine": ["fio"],
+            "pattern": ["write", "read"],
+            "io_size": ["1M"],
+            "threads": [1, 2],
+            "transfer": ["CPU_ONLY", "CPU_CACHED"],
+        },
+    )
     swept = gdsbench("sweep", path, "-o", tmp_path / "out")
     assert swept.returncode == 0, swept.stderr
     [csv_path] = (tmp_path / "out").glob("tiny-*.csv")
@@ -37,7 +45,7 @@ def test_sweep_then_report(tmp_path):
     assert reported.returncode == 0, reported.stderr
     for _, row in frame.iterrows():  # every row's numbers are fio's: the raw JSON agrees
         raw = Path(row["raw_output"]).read_text()
-        jobs = json.loads(raw[raw.index("{"):])["jobs"]
+        jobs = json.loads(raw[raw.index("{") :])["jobs"]
         section = "write" if row["pattern"] == "write" else "read"
         assert row["bytes"] == sum(j[section]["io_bytes"] for j in jobs)
         assert row["bw_bytes"] == row["bytes"] * 1000 // max(j[section]["runtime"] for j in jobs)

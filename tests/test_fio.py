@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from gdsbench import runners
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
 from gdsbench.report.fio_style import status_line
-from gdsbench import runners
 from gdsbench.runners import fio
 from gdsbench.runners.base import RunContext
 from tests.conftest import DATA
@@ -22,8 +23,8 @@ def recorded(path):
     """(fio's stdout as a CompletedProcess, its JSON document, its run-status line)."""
     text = path.read_text()
     proc = subprocess.CompletedProcess(["fio"], 0, text, "")
-    document, _ = json.JSONDecoder().raw_decode(text[text.index("{"):])
-    line = next(l for l in text.splitlines() if l.strip().startswith(("READ:", "WRITE:")))
+    document, _ = json.JSONDecoder().raw_decode(text[text.index("{") :])
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith(("READ:", "WRITE:")))
     return proc, document, line
 
 
@@ -94,8 +95,17 @@ def test_warning_lines_before_json_are_skipped():
 
 
 def _case(**params):
-    base = {"pattern": Pattern.READ, "transfer": Transfer.CPU_ONLY, "io_size": 1 << 20, "threads": 2, "iodepth": 8,
-            "ioengine": "io_uring", "iomem": "malloc", "end_fsync": False, "gpu": "0"}
+    base = {
+        "pattern": Pattern.READ,
+        "transfer": Transfer.CPU_ONLY,
+        "io_size": 1 << 20,
+        "threads": 2,
+        "iodepth": 8,
+        "ioengine": "io_uring",
+        "iomem": "malloc",
+        "end_fsync": False,
+        "gpu": "0",
+    }
     base.update(params)
     return Case("fio", tuple(base.items()))
 
@@ -104,8 +114,19 @@ def test_argv_translates_the_case(tmp_path):
     ctx = RunContext(directory=tmp_path, file_size=64 << 20, runtime=5.0)
     argv = fio.fio_argv(_case(), ctx)
     assert argv[0] == "fio"
-    for arg in ("--bs=1048576", "--rw=read", "--numjobs=2", "--iodepth=8", "--direct=1", "--ioengine=io_uring",
-                "--size=67108864", f"--directory={tmp_path}", "--time_based", "--runtime=5", "--output-format=json+"):
+    for arg in (
+        "--bs=1048576",
+        "--rw=read",
+        "--numjobs=2",
+        "--iodepth=8",
+        "--direct=1",
+        "--ioengine=io_uring",
+        "--size=67108864",
+        f"--directory={tmp_path}",
+        "--time_based",
+        "--runtime=5",
+        "--output-format=json+",
+    ):
         assert arg in argv
     cached = fio.fio_argv(_case(transfer=Transfer.CPU_CACHED, pattern=Pattern.WRITE, end_fsync=True), ctx)
     assert "--direct=0" in cached and "--end_fsync=1" in cached and "--unlink=1" not in cached
@@ -138,8 +159,9 @@ def test_hugetlb_buffers_need_reserved_pages(tmp_path, monkeypatch):
     case = _case(iomem="shmhuge", io_size=16 << 20, iodepth=8, threads=1)
     monkeypatch.setattr(sysinfo, "huge_pages", lambda: (0, 2 << 20))
     reason = fio.huge_pages_missing(case)
-    assert reason == ("iomem=shmhuge needs 65 free huge pages (0 free); reserve them as root: "
-                      "echo 65 > /proc/sys/vm/nr_hugepages")
+    assert reason == (
+        "iomem=shmhuge needs 65 free huge pages (0 free); reserve them as root: echo 65 > /proc/sys/vm/nr_hugepages"
+    )
     monkeypatch.setattr(sysinfo, "huge_pages", lambda: (65, 2 << 20))
     assert fio.huge_pages_missing(case) is None
     assert fio.huge_pages_missing(_case(iomem="malloc")) is None
@@ -148,7 +170,7 @@ def test_hugetlb_buffers_need_reserved_pages(tmp_path, monkeypatch):
 def test_huge_pages_reads_meminfo():
     from gdsbench import sysinfo
 
-    facts = dict(line.split(":", 1) for line in open("/proc/meminfo").read().splitlines())
+    facts = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
     assert sysinfo.huge_pages() == (int(facts["HugePages_Free"]), int(facts["Hugepagesize"].split()[0]) * 1024)
 
 

@@ -11,7 +11,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gdsbench import config as config_mod, results, sysinfo
+from gdsbench import config as config_mod
+from gdsbench import results, sysinfo
 from gdsbench.cases import Pattern, Transfer
 from gdsbench.cli import cli
 from gdsbench.errors import ToolError
@@ -27,20 +28,25 @@ SAMPLES = DATA / "gdsio"
 # (io_type, xfer, threads, iodepth, done KiB, requested KiB, io KiB, GiB/s, latency us, ops, seconds)
 EXPECTED = {
     "read-gpud-8threads-timebased.txt": [
-        ("READ", "GPUD", 8, None, 818796544, 4096000, "1024", 6.524658, 1197.370995, 799606, 119.679102)],
+        ("READ", "GPUD", 8, None, 818796544, 4096000, "1024", 6.524658, 1197.370995, 799606, 119.679102)
+    ],
     "read-gpud-8threads-timebased-far-gpu.txt": [
-        ("READ", "GPUD", 8, None, 491438080, 4096000, "1024", 3.893747, 2003.091575, 479920, 120.365276)],
+        ("READ", "GPUD", 8, None, 491438080, 4096000, "1024", 3.893747, 2003.091575, 479920, 120.365276)
+    ],
     "write-gpud-4k.txt": [("WRITE", "GPUD", 1, None, 1024, 1024, "4", 0.013104, 264.007812, 256, 0.074524)],
     "write-gpud-8k-file.txt": [("WRITE", "GPUD", 1, None, 8, 8, "4", 0.001081, 14.0, 2, 0.007057)],
     "write-cpu-gpu-8k-file.txt": [("WRITE", "CPU_GPU", 1, None, 8, 8, "4", 0.001127, 40.0, 2, 0.006769)],
     "write-gpu-batch-iodepth10.txt": [("WRITE", "GPU_BATCH", 1, 10, 80, 80, "4", 0.010523, 3476.65, 20, 0.00725)],
     "read-cpuonly-4threads.txt": [
-        ("READ", "CPUONLY", 4, None, 4187136, 4194304, "1024", 3.22766, 1209.149901, 4089, 1.23717)],
+        ("READ", "CPUONLY", 4, None, 4187136, 4194304, "1024", 3.22766, 1209.149901, 4089, 1.23717)
+    ],
     "read-gpud-4threads-100g.txt": [
-        ("READ", "GPUD", 4, None, 104837120, 104857600, "1024", 6.622534, 589.436984, 102380, 15.097011)],
+        ("READ", "GPUD", 4, None, 104837120, 104857600, "1024", 6.622534, 589.436984, 102380, 15.097011)
+    ],
     "write-read-cpuonly-verify.txt": [
         ("WRITE", "CPUONLY", 4, None, 4156416, 4194304, "1024", 1.049312, 3721.307952, 4059, 3.777586),
-        ("READ", "CPUONLY", 4, None, 4069376, 4194304, "1024", 2.69805, 1443.841342, 3974, 1.438394)],
+        ("READ", "CPUONLY", 4, None, 4069376, 4194304, "1024", 2.69805, 1443.841342, 3974, 1.438394),
+    ],
 }
 
 
@@ -99,8 +105,13 @@ def test_error_output_is_a_tool_error_with_gdsio_message():
 
 def case_of(tmp_path, **matrix):
     """The first case of a one-block gdsio matrix, with its RunContext."""
-    document = {"directory": str(tmp_path), "file_size": "30G", "runtime": "2.5s", "gdsio": str(FAKE),
-                "matrix": {"engine": ["gdsio"], **{k: [v] for k, v in matrix.items()}}}
+    document = {
+        "directory": str(tmp_path),
+        "file_size": "30G",
+        "runtime": "2.5s",
+        "gdsio": str(FAKE),
+        "matrix": {"engine": ["gdsio"], **{k: [v] for k, v in matrix.items()}},
+    }
     config = config_mod.from_dict(document, "test.yaml")
     ctx = RunContext(directory=tmp_path, file_size=config.file_size, runtime=config.runtime, options=config.options)
     return config.cases[0], ctx
@@ -109,8 +120,26 @@ def case_of(tmp_path, **matrix):
 def test_argv_for_a_gds_read(tmp_path):
     case, ctx = case_of(tmp_path, pattern="read", transfer="GDS", io_size="1M", threads=8, gpu=2, numa_node=1)
     assert gdsio.gdsio_argv(case, ctx) == [
-        str(FAKE), "-D", str(tmp_path), "-d", "2", "-w", "8", "-s", "30G", "-i", "1M", "-x", "0", "-I", "0",
-        "-n", "1", "-T", "3"]
+        str(FAKE),
+        "-D",
+        str(tmp_path),
+        "-d",
+        "2",
+        "-w",
+        "8",
+        "-s",
+        "30G",
+        "-i",
+        "1M",
+        "-x",
+        "0",
+        "-I",
+        "0",
+        "-n",
+        "1",
+        "-T",
+        "3",
+    ]
 
 
 @pytest.mark.parametrize("transfer,code", [(t.value, c) for t, c in gdsio.XFER_CODES.items()])
@@ -121,8 +150,9 @@ def test_every_transfer_has_its_x_code(tmp_path, transfer, code):
 
 
 def test_batch_size_verify_and_alignment_options(tmp_path):
-    case, ctx = case_of(tmp_path, pattern="randread", transfer="GPU_BATCH", io_size="4K", batch_size=64,
-                        verify=True, alignment="4K")
+    case, ctx = case_of(
+        tmp_path, pattern="randread", transfer="GPU_BATCH", io_size="4K", batch_size=64, verify=True, alignment="4K"
+    )
     argv = gdsio.gdsio_argv(case, ctx)
     assert argv[argv.index("-B") + 1] == "64" and argv[argv.index("-a") + 1] == "4K" and "-V" in argv
     case, ctx = case_of(tmp_path, pattern="read", transfer="GDS", io_size="4K", batch_size=64)
@@ -180,9 +210,19 @@ def test_fake_refuses_what_gdsio_refuses(tmp_path):
 
 def write_sweep(folder: Path, **overrides) -> Path:
     """A tiny gdsio sweep config (1 MiB files, 2 threads, one repetition) in `folder`."""
-    document = {"name": "gdsio-tiny", "directory": str(folder / "target"), "file_size": "1M", "repetitions": 1,
-                "matrix": {"engine": ["gdsio"], "pattern": ["write", "read"], "transfer": ["GDS"],
-                           "io_size": ["4K"], "threads": [2]}}
+    document = {
+        "name": "gdsio-tiny",
+        "directory": str(folder / "target"),
+        "file_size": "1M",
+        "repetitions": 1,
+        "matrix": {
+            "engine": ["gdsio"],
+            "pattern": ["write", "read"],
+            "transfer": ["GDS"],
+            "io_size": ["4K"],
+            "threads": [2],
+        },
+    }
     document.update(overrides)
     path = folder / "gdsio-tiny.yaml"
     path.write_text(yaml.safe_dump(document))
@@ -224,8 +264,10 @@ def test_read_alone_writes_its_files_first_and_keeps_files_it_did_not_make(tmp_p
     target.mkdir()
     (target / "gdsio.0").write_bytes(b"\0" * (1 << 20))  # a user's file at full size: reused, never deleted
     log = tmp_path / "calls.log"
-    config = write_sweep(tmp_path, matrix={"engine": ["gdsio"], "pattern": ["read"], "transfer": ["CPU_ONLY"],
-                                           "io_size": ["1M"], "threads": [2]})
+    config = write_sweep(
+        tmp_path,
+        matrix={"engine": ["gdsio"], "pattern": ["read"], "transfer": ["CPU_ONLY"], "io_size": ["1M"], "threads": [2]},
+    )
     result, csv_path = sweep(tmp_path, config, "--gdsio", str(FAKE), env={"FAKE_GDSIO_LOG": str(log)})
     assert result.exit_code == 0, result.output
     (row,) = data_rows(csv_path)
@@ -237,8 +279,16 @@ def test_read_alone_writes_its_files_first_and_keeps_files_it_did_not_make(tmp_p
 
 
 def test_gdsio_error_makes_a_failed_row_and_the_sweep_goes_on(tmp_path):
-    config = write_sweep(tmp_path, matrix={"engine": ["gdsio"], "pattern": ["write"], "transfer": ["GDS", "CPU_GPU"],
-                                           "io_size": ["1M"], "threads": [1]})
+    config = write_sweep(
+        tmp_path,
+        matrix={
+            "engine": ["gdsio"],
+            "pattern": ["write"],
+            "transfer": ["GDS", "CPU_GPU"],
+            "io_size": ["1M"],
+            "threads": [1],
+        },
+    )
     env = {"GDSIO": str(FAKE), "FAKE_GDSIO_OUTPUT": "error-file-register.txt"}
     result, csv_path = sweep(tmp_path, config, env=env)
     assert result.exit_code == 1

@@ -58,8 +58,14 @@ def test_page_is_self_contained_with_every_figure(page: str) -> None:
 
 def test_page_has_run_metadata_tables_and_status_lines(page: str) -> None:
     meta = json.loads(SAMPLE[0].with_suffix(".meta.json").read_text())
-    for fact in (meta["run_id"], meta["machine"]["host"], meta["machine"]["kernel"], meta["tools"]["fio"],
-                 meta["target"]["fstype"], "qualify-local"):
+    for fact in (
+        meta["run_id"],
+        meta["machine"]["host"],
+        meta["machine"]["kernel"],
+        meta["tools"]["fio"],
+        meta["target"]["fstype"],
+        "qualify-local",
+    ):
         assert fact in page
     assert "<th>bw (median)</th>" in page and "<th>min-max</th>" in page
     assert re.search(r"READ: bw=\d+MiB/s", page) and re.search(r"WRITE: bw=\d+MiB/s", page)
@@ -68,8 +74,19 @@ def test_page_has_run_metadata_tables_and_status_lines(page: str) -> None:
 
 
 def test_cli_report_writes_plots_and_html(tmp_path: Path) -> None:
-    result = CliRunner().invoke(cli, ["report", str(SAMPLE[0]), "--format", "markdown",
-                                      "--plots", str(tmp_path / "fig"), "--html", str(tmp_path / "html")])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "report",
+            str(SAMPLE[0]),
+            "--format",
+            "markdown",
+            "--plots",
+            str(tmp_path / "fig"),
+            "--html",
+            str(tmp_path / "html"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "| transfer | pattern | io_size | threads |" in result.output
     names = sorted(p.name for p in (tmp_path / "fig").iterdir())

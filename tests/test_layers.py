@@ -36,7 +36,9 @@ def imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
     return names
 
@@ -50,8 +52,11 @@ def test_imports_follow_the_layers(path):
     for prefix, banned in FORBIDDEN.items():
         if name == prefix or name.startswith(prefix + "."):
             own = prefix + "."
-            bad = [m for m in imports(path) if any(m.startswith(b) for b in banned) and not m.startswith(own)
-                   and m != prefix]
+            bad = [
+                m
+                for m in imports(path)
+                if any(m.startswith(b) for b in banned) and not m.startswith(own) and m != prefix
+            ]
             assert not bad, f"{name} imports {bad}"
 
 
@@ -59,7 +64,9 @@ def test_fio_only_sweep_does_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import sys, gdsbench.cli, gdsbench.sweep, gdsbench.config, gdsbench.runners, gdsbench.report;"
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys, gdsbench.cli, gdsbench.sweep, gdsbench.config, gdsbench.runners, gdsbench.report;"
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

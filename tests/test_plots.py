@@ -61,8 +61,16 @@ def overlapping(figure: Figure) -> list[tuple[str, str]]:
 
 def test_one_figure_per_documented_group(frame: pd.DataFrame) -> None:
     names = [p.name for p in plots.figures(frame)]
-    assert names == ["heatmap-read-CPU_CACHED", "heatmap-read-CPU_ONLY", "heatmap-write-CPU_CACHED",
-                     "heatmap-write-CPU_ONLY", "bandwidth-read", "bandwidth-write", "latency-read", "latency-write"]
+    assert names == [
+        "heatmap-read-CPU_CACHED",
+        "heatmap-read-CPU_ONLY",
+        "heatmap-write-CPU_CACHED",
+        "heatmap-write-CPU_ONLY",
+        "bandwidth-read",
+        "bandwidth-write",
+        "latency-read",
+        "latency-write",
+    ]
 
 
 def test_bandwidth_figure_axes_ticks_title_and_bands(frame: pd.DataFrame) -> None:
@@ -86,12 +94,19 @@ def test_bandwidth_line_is_the_median_in_fio_units(frame: pd.DataFrame) -> None:
     figure = by_name(plots.bandwidth_lines(frame))["bandwidth-write"]
     axis = figure.axes[0]  # 1 thread
     divisor = {"bandwidth (GiB/s)": 2**30, "bandwidth (MiB/s)": 2**20}[axis.get_ylabel()]
-    ok = frame[(frame["status"] == "ok") & (frame["pattern"] == "write") & (frame["threads"] == 1)
-               & (frame["transfer"] == "CPU_ONLY")]
+    ok = frame[
+        (frame["status"] == "ok")
+        & (frame["pattern"] == "write")
+        & (frame["threads"] == 1)
+        & (frame["transfer"] == "CPU_ONLY")
+    ]
     expected = ok.groupby("io_size")["bw_bytes"].median() / divisor
     lines = [line for line in axis.get_lines() if len(line.get_xdata()) == 4]
-    assert any(list(line.get_xdata()) == list(expected.index) and
-               pytest.approx(list(expected.values)) == list(line.get_ydata()) for line in lines)
+    assert any(
+        list(line.get_xdata()) == list(expected.index)
+        and pytest.approx(list(expected.values)) == list(line.get_ydata())
+        for line in lines
+    )
 
 
 def test_heatmap_cells_are_medians(frame: pd.DataFrame) -> None:
@@ -106,14 +121,18 @@ def test_heatmap_cells_are_medians(frame: pd.DataFrame) -> None:
     ok = frame[(frame["status"] == "ok") & (frame["pattern"] == "read") & (frame["transfer"] == "CPU_ONLY")]
     medians = ok.groupby(["threads", "io_size"])["bw_bytes"].median() / divisor
     cells = [float(t.get_text()) for t in axis.texts]
-    expected = [medians[(4, s)] for s in (4096, 131072, 2**20, 2**24)] + [medians[(1, s)] for s in (4096, 131072, 2**20, 2**24)]
+    expected = [medians[(4, s)] for s in (4096, 131072, 2**20, 2**24)] + [
+        medians[(1, s)] for s in (4096, 131072, 2**20, 2**24)
+    ]
     assert cells == pytest.approx(expected, abs=0.006)
 
 
 def test_latency_figure_has_mean_and_p99_panels(frame: pd.DataFrame) -> None:
     figure = by_name(plots.latency_lines(frame))["latency-read"]
-    assert [a.get_title() for a in figure.axes[:2]] == ["mean latency (median over repetitions)",
-                                                          "p99 latency (median over repetitions)"]
+    assert [a.get_title() for a in figure.axes[:2]] == [
+        "mean latency (median over repetitions)",
+        "p99 latency (median over repetitions)",
+    ]
     assert figure.axes[0].get_yscale() == "log"
     assert [t.get_text() for t in figure.axes[1].get_xticklabels()] == ["4K", "128K", "1M", "16M"]
     legend = [t.get_text() for t in figure.axes[1].get_legend().get_texts()]
@@ -138,15 +157,29 @@ def test_merged_runs_facet_and_style_by_run(frame: pd.DataFrame, merged: dict[st
 
 def checkpoint_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """Checkpoint-engine rows shaped as the checkpoint runner writes them (no io_size), beside the fio rows."""
-    fio = frame[(frame["status"] == "ok") & (frame["transfer"] == "CPU_ONLY") & (frame["io_size"] == 2**20)
-                & (frame["threads"] == 1)]
+    fio = frame[
+        (frame["status"] == "ok")
+        & (frame["transfer"] == "CPU_ONLY")
+        & (frame["io_size"] == 2**20)
+        & (frame["threads"] == 1)
+    ]
     rows = []
     for engine, share in (("torch_save", 0.15), ("fastpersist", 0.4)):
-        for (pattern, fio_pattern) in (("save", "write"), ("load", "read")):
+        for pattern, fio_pattern in (("save", "write"), ("load", "read")):
             for rep, bw in enumerate(fio[fio["pattern"] == fio_pattern]["bw_bytes"], 1):
-                rows.append({**fio.iloc[0].to_dict(), "engine": engine, "pattern": pattern, "io_size": float("nan"),
-                             "threads": float("nan"), "iodepth": float("nan"), "repetition": rep, "bw_bytes": bw * share,
-                             "case": f"engine={engine},pattern={pattern}"})
+                rows.append(
+                    {
+                        **fio.iloc[0].to_dict(),
+                        "engine": engine,
+                        "pattern": pattern,
+                        "io_size": float("nan"),
+                        "threads": float("nan"),
+                        "iodepth": float("nan"),
+                        "repetition": rep,
+                        "bw_bytes": bw * share,
+                        "case": f"engine={engine},pattern={pattern}",
+                    }
+                )
     return pd.concat([frame, pd.DataFrame(rows)], ignore_index=True)
 
 
@@ -160,8 +193,12 @@ def test_checkpoint_bars_with_fio_reference_line(frame: pd.DataFrame) -> None:
     assert [t.get_text() for t in axis.get_xticklabels()] == ["fastpersist", "torch_save"]
     unit = axis.get_ylabel().split("(")[1].split(",")[0]
     divisor = {"GiB/s": 2**30, "MiB/s": 2**20}[unit]
-    fio_best = (frame[(frame["status"] == "ok") & (frame["pattern"] == "write") & (frame["transfer"] != "CPU_CACHED")]
-                .groupby("case")["bw_bytes"].median().max())
+    fio_best = (
+        frame[(frame["status"] == "ok") & (frame["pattern"] == "write") & (frame["transfer"] != "CPU_CACHED")]
+        .groupby("case")["bw_bytes"]
+        .median()
+        .max()
+    )
     dashed = [line for line in axis.get_lines() if line.get_linestyle() == "--"]
     assert len(dashed) == 1 and dashed[0].get_ydata()[0] == pytest.approx(fio_best / divisor)
     assert "fio write limit" in [t.get_text() for t in axis.get_legend().get_texts()]
@@ -172,8 +209,12 @@ def test_checkpoint_bars_with_fio_reference_line(frame: pd.DataFrame) -> None:
 def test_save_writes_png_and_svg_with_deterministic_names(frame: pd.DataFrame, tmp_path: Path) -> None:
     wanted = plots.bandwidth_lines(frame)
     paths = plots.save(wanted, tmp_path)
-    assert sorted(p.name for p in paths) == ["bandwidth-read.png", "bandwidth-read.svg", "bandwidth-write.png",
-                                             "bandwidth-write.svg"]
+    assert sorted(p.name for p in paths) == [
+        "bandwidth-read.png",
+        "bandwidth-read.svg",
+        "bandwidth-write.png",
+        "bandwidth-write.svg",
+    ]
     assert (tmp_path / "bandwidth-read.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     svg = (tmp_path / "bandwidth-read.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg

@@ -50,9 +50,15 @@ def test_shipped_local_config_passes_on_the_sample(tmp_path: Path) -> None:
     assert "PASS seq write 1M x 4 threads, O_DIRECT: 1 case(s), worst 3154MiB/s" in result.output
     node = suite(junit)
     assert {k: node.get(k) for k in ("name", "tests", "failures", "errors", "skipped", "hostname")} == {
-        "name": "qualify-local", "tests": "6", "failures": "0", "errors": "0", "skipped": "1", "hostname": "vm"}
+        "name": "qualify-local",
+        "tests": "6",
+        "failures": "0",
+        "errors": "0",
+        "skipped": "1",
+        "hostname": "vm",
+    }
     cases = node.findall("testcase")
-    assert [c.get("name") for c in cases][0] == "seq write 1M x 4 threads, O_DIRECT"
+    assert next(c.get("name") for c in cases) == "seq write 1M x 4 threads, O_DIRECT"
     skipped = [c for c in cases if c.find("skipped") is not None]
     assert len(skipped) == 1 and "no libcufile engine for GDS" in skipped[0].find("skipped").get("message")
     assert float(node.get("time")) == pytest.approx(sum(float(c.get("time")) for c in cases), abs=0.01)
@@ -62,10 +68,16 @@ def test_failures_missing_rows_and_ratios_fail_with_messages(tmp_path: Path) -> 
     checks = [
         {"name": "too fast to be true", "where": {"pattern": "read", "transfer": "CPU_ONLY"}, "min_bw": "100GiB/s"},
         {"name": "nothing there", "where": {"pattern": "randread"}, "min_bw": "1MiB/s"},
-        {"name": "cache 5x direct", "where": {"pattern": "read", "io_size": "1M"},
-         "ratio": {"of": {"transfer": "CPU_CACHED"}, "to": {"transfer": "CPU_ONLY"}, "min": 5}},
-        {"name": "latency", "where": {"pattern": "write", "transfer": "CPU_ONLY", "io_size": "16M"},
-         "max_lat_p99": "1ms"},
+        {
+            "name": "cache 5x direct",
+            "where": {"pattern": "read", "io_size": "1M"},
+            "ratio": {"of": {"transfer": "CPU_CACHED"}, "to": {"transfer": "CPU_ONLY"}, "min": 5},
+        },
+        {
+            "name": "latency",
+            "where": {"pattern": "write", "transfer": "CPU_ONLY", "io_size": "16M"},
+            "max_lat_p99": "1ms",
+        },
         {"name": "fine", "where": {"pattern": "write", "io_size": "4K", "threads": 1}, "min_iops": 1000},
     ]
     junit = tmp_path / "q.xml"
@@ -73,7 +85,9 @@ def test_failures_missing_rows_and_ratios_fail_with_messages(tmp_path: Path) -> 
     assert result.exit_code == 1
     assert "FAIL too fast to be true: 8 of 8 case(s) miss >= 100GiB/s" in result.output
     assert "FAIL nothing there: no rows match pattern=randread" in result.output
-    assert "FAIL cache 5x direct: transfer=CPU_CACHED / transfer=CPU_ONLY: 2 of 2 ratio(s) outside >= 5" in result.output
+    assert (
+        "FAIL cache 5x direct: transfer=CPU_CACHED / transfer=CPU_ONLY: 2 of 2 ratio(s) outside >= 5" in result.output
+    )
     assert "FAIL latency: 2 of 2 case(s) miss <= 1.00ms" in result.output
     assert "PASS fine" in result.output
     node = suite(junit)
@@ -86,8 +100,10 @@ def test_baseline_same_host_passes_other_host_fails(tmp_path: Path) -> None:
     other = tmp_path / "other-host.csv"
     results.load([SAMPLE]).drop(columns="source").assign(host="elsewhere").to_csv(other, index=False)
     shutil.copy(SAMPLE, tmp_path / "base.csv")
-    checks = [{"name": "vs own baseline", "where": {"transfer": "CPU_ONLY"}, "baseline": "base.csv", "min_ratio": 0.9},
-              {"name": "vs other host", "where": {"transfer": "CPU_ONLY"}, "baseline": str(other), "min_ratio": 0.9}]
+    checks = [
+        {"name": "vs own baseline", "where": {"transfer": "CPU_ONLY"}, "baseline": "base.csv", "min_ratio": 0.9},
+        {"name": "vs other host", "where": {"transfer": "CPU_ONLY"}, "baseline": str(other), "min_ratio": 0.9},
+    ]
     result = run("qualify", str(config_with(tmp_path, checks)), "--results", str(SAMPLE))
     assert result.exit_code == 1
     assert "PASS vs own baseline: new / baseline base.csv: 16 ratio(s) 1.00x-1.00x, all >= 0.9" in result.output
@@ -96,33 +112,54 @@ def test_baseline_same_host_passes_other_host_fails(tmp_path: Path) -> None:
 
 def test_ratio_between_rows_pairs_same_parameters() -> None:
     frame = results.load([SAMPLE])
-    check = qualify.parse_check("x.yaml", "checks[0]", {"where": {"pattern": "write"},
-                                "ratio": {"of": {"transfer": "CPU_CACHED"}, "to": {"transfer": "CPU_ONLY"}, "max": 100}})
+    check = qualify.parse_check(
+        "x.yaml",
+        "checks[0]",
+        {
+            "where": {"pattern": "write"},
+            "ratio": {"of": {"transfer": "CPU_CACHED"}, "to": {"transfer": "CPU_ONLY"}, "max": 100},
+        },
+    )
     outcome = qualify.evaluate(check, frame)
     assert outcome.status == "pass" and "8 ratio(s)" in outcome.message
-    ok = frame[(frame["status"] == "ok") & (frame["pattern"] == "write") & (frame["io_size"] == 4096) & (frame["threads"] == 1)]
-    expected = (ok[ok["transfer"] == "CPU_CACHED"]["bw_bytes"].median() / ok[ok["transfer"] == "CPU_ONLY"]["bw_bytes"].median())
+    ok = frame[
+        (frame["status"] == "ok") & (frame["pattern"] == "write") & (frame["io_size"] == 4096) & (frame["threads"] == 1)
+    ]
+    expected = (
+        ok[ok["transfer"] == "CPU_CACHED"]["bw_bytes"].median() / ok[ok["transfer"] == "CPU_ONLY"]["bw_bytes"].median()
+    )
     assert f"{expected:.3f}x" in outcome.details
 
 
-@pytest.mark.parametrize("entry, key", [
-    ("not a mapping", "checks[0]"),
-    ({"where": {"pattern": "read"}, "min_bw": "fast"}, "checks[0].min_bw"),
-    ({"where": {"pattern": "read"}, "min_bw": "200MiB"}, "checks[0].min_bw"),
-    ({"where": {"pattern": "read"}, "max_lat_p99": "soon"}, "checks[0].max_lat_p99"),
-    ({"where": {"colour": "red"}, "min_bw": "1GiB/s"}, "checks[0].where.colour"),
-    ({"where": {"transfer": "FLOPPY"}, "min_bw": "1GiB/s"}, "checks[0].where.transfer"),
-    ({"where": {"io_size": "huge"}, "min_bw": "1GiB/s"}, "checks[0].where.io_size"),
-    ({"where": {"pattern": "read"}, "min_bw": "1GiB/s", "max_lat_p99": "2ms"}, "checks[0]"),
-    ({"where": {"pattern": "read"}}, "checks[0]"),
-    ({"where": {"pattern": "read"}, "min_bw": "1GiB/s", "speed": 3}, "checks[0].speed"),
-    ({"where": {"pattern": "read"}, "ratio": {"of": {"transfer": "GDS"}, "min": 1.5}}, "checks[0].ratio"),
-    ({"where": {"pattern": "read"}, "ratio": {"of": {"transfer": "GDS"}, "to": {"transfer": "CPU_GPU"}}}, "checks[0].ratio"),
-    ({"where": {"pattern": "read"}, "ratio": {"of": {"transfer": "GDS"}, "to": {"transfer": "CPU_GPU"}, "min": -1}},
-     "checks[0].ratio.min"),
-    ({"where": {"pattern": "read"}, "baseline": "missing.csv", "min_ratio": 0.9}, "checks[0].baseline"),
-    ({"where": {"pattern": "read"}, "min_bw": "1GiB/s", "min_ratio": 0.9}, "checks[0].min_ratio"),
-])
+@pytest.mark.parametrize(
+    "entry, key",
+    [
+        ("not a mapping", "checks[0]"),
+        ({"where": {"pattern": "read"}, "min_bw": "fast"}, "checks[0].min_bw"),
+        ({"where": {"pattern": "read"}, "min_bw": "200MiB"}, "checks[0].min_bw"),
+        ({"where": {"pattern": "read"}, "max_lat_p99": "soon"}, "checks[0].max_lat_p99"),
+        ({"where": {"colour": "red"}, "min_bw": "1GiB/s"}, "checks[0].where.colour"),
+        ({"where": {"transfer": "FLOPPY"}, "min_bw": "1GiB/s"}, "checks[0].where.transfer"),
+        ({"where": {"io_size": "huge"}, "min_bw": "1GiB/s"}, "checks[0].where.io_size"),
+        ({"where": {"pattern": "read"}, "min_bw": "1GiB/s", "max_lat_p99": "2ms"}, "checks[0]"),
+        ({"where": {"pattern": "read"}}, "checks[0]"),
+        ({"where": {"pattern": "read"}, "min_bw": "1GiB/s", "speed": 3}, "checks[0].speed"),
+        ({"where": {"pattern": "read"}, "ratio": {"of": {"transfer": "GDS"}, "min": 1.5}}, "checks[0].ratio"),
+        (
+            {"where": {"pattern": "read"}, "ratio": {"of": {"transfer": "GDS"}, "to": {"transfer": "CPU_GPU"}}},
+            "checks[0].ratio",
+        ),
+        (
+            {
+                "where": {"pattern": "read"},
+                "ratio": {"of": {"transfer": "GDS"}, "to": {"transfer": "CPU_GPU"}, "min": -1},
+            },
+            "checks[0].ratio.min",
+        ),
+        ({"where": {"pattern": "read"}, "baseline": "missing.csv", "min_ratio": 0.9}, "checks[0].baseline"),
+        ({"where": {"pattern": "read"}, "min_bw": "1GiB/s", "min_ratio": 0.9}, "checks[0].min_ratio"),
+    ],
+)
 def test_bad_checks_name_file_and_key(tmp_path: Path, entry, key: str) -> None:
     path = config_with(tmp_path, [entry])
     with pytest.raises(ConfigError) as caught:
@@ -153,9 +190,23 @@ def test_shipped_h200_config_validates() -> None:
 @pytest.mark.skipif(shutil.which("fio") is None, reason="needs the fio binary")
 def test_qualify_runs_the_sweep_with_real_fio(tmp_path: Path) -> None:
     checks = [{"name": "seq write works", "where": {"pattern": "write"}, "min_bw": "1MiB/s"}]
-    path = config_with(tmp_path, checks, name="tiny", directory=str(tmp_path / "target"), file_size="16M",
-                       runtime="1s", repetitions=1, matrix={"engine": ["fio"], "pattern": ["write"], "io_size": ["1M"],
-                                                           "threads": [1], "iodepth": [4], "transfer": ["CPU_ONLY"]})
+    path = config_with(
+        tmp_path,
+        checks,
+        name="tiny",
+        directory=str(tmp_path / "target"),
+        file_size="16M",
+        runtime="1s",
+        repetitions=1,
+        matrix={
+            "engine": ["fio"],
+            "pattern": ["write"],
+            "io_size": ["1M"],
+            "threads": [1],
+            "iodepth": [4],
+            "transfer": ["CPU_ONLY"],
+        },
+    )
     junit = tmp_path / "q.xml"
     result = run("qualify", str(path), "-o", str(tmp_path / "res"), "--junit", str(junit))
     assert result.exit_code == 0, result.output

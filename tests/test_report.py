@@ -13,38 +13,80 @@ from gdsbench.report.fio_style import status_line
 
 
 def row(**fields):
-    base = {"run_id": "r1", "host": "h1", "engine": "fio", "transfer": "CPU_ONLY", "pattern": "write",
-            "io_size": 1 << 20, "threads": 1, "iodepth": 8, "status": "ok", "bytes": 2147483648,
-            "seconds": 1.086, "seconds_min": 1.086, "bw_bytes": 1977424147, "bw_min_bytes": 1977424147,
-            "bw_max_bytes": 1977424147, "iops": 1886.0, "lat_mean_us": 4000.0, "lat_p99_us": 8000.0,
-            "error": None, "repetition": 1}
+    base = {
+        "run_id": "r1",
+        "host": "h1",
+        "engine": "fio",
+        "transfer": "CPU_ONLY",
+        "pattern": "write",
+        "io_size": 1 << 20,
+        "threads": 1,
+        "iodepth": 8,
+        "status": "ok",
+        "bytes": 2147483648,
+        "seconds": 1.086,
+        "seconds_min": 1.086,
+        "bw_bytes": 1977424147,
+        "bw_min_bytes": 1977424147,
+        "bw_max_bytes": 1977424147,
+        "iops": 1886.0,
+        "lat_mean_us": 4000.0,
+        "lat_p99_us": 8000.0,
+        "error": None,
+        "repetition": 1,
+    }
     base.update(fields)
     for bound in ("bw_min_bytes", "bw_max_bytes"):  # one job: its range is the bandwidth itself
         if bound not in fields:
             base[bound] = base["bw_bytes"]
-    base["case"] = f"engine={base['engine']},pattern={base['pattern']},io_size={base['io_size']},threads={base['threads']}"
+    base["case"] = (
+        f"engine={base['engine']},pattern={base['pattern']},io_size={base['io_size']},threads={base['threads']}"
+    )
     return base
 
 
 def test_status_line_matches_the_issue_example():
     # The example in the issue: fio printed this for 2 GiB written in 1086 ms.
-    assert status_line(row()) == ("  WRITE: bw=1886MiB/s (1977MB/s), 1886MiB/s-1886MiB/s (1977MB/s-1977MB/s), "
-                                  "io=2048MiB (2147MB), run=1086-1086msec")
+    assert status_line(row()) == (
+        "  WRITE: bw=1886MiB/s (1977MB/s), 1886MiB/s-1886MiB/s (1977MB/s-1977MB/s), "
+        "io=2048MiB (2147MB), run=1086-1086msec"
+    )
 
 
 def test_status_line_of_a_checkpoint_row_uses_its_direction():
-    line = status_line(row(engine="fastpersist", pattern="load", bw_min_bytes=None, bw_max_bytes=None,
-                           seconds_min=None, bw_bytes=2.5e9, bytes=4 << 30, seconds=1.718))
-    assert line.startswith("   LOAD: bw=2384MiB/s (2500MB/s), 2384MiB/s-2384MiB/s") and line.endswith("run=1718-1718msec")
+    line = status_line(
+        row(
+            engine="fastpersist",
+            pattern="load",
+            bw_min_bytes=None,
+            bw_max_bytes=None,
+            seconds_min=None,
+            bw_bytes=2.5e9,
+            bytes=4 << 30,
+            seconds=1.718,
+        )
+    )
+    assert line.startswith("   LOAD: bw=2384MiB/s (2500MB/s), 2384MiB/s-2384MiB/s") and line.endswith(
+        "run=1718-1718msec"
+    )
 
 
 def frame():
-    rows = [row(repetition=1, bw_bytes=100 << 20), row(repetition=2, bw_bytes=120 << 20),
-            row(repetition=3, bw_bytes=110 << 20),
-            row(threads=4, repetition=1, bw_bytes=300 << 20), row(threads=4, repetition=2, bw_bytes=310 << 20),
-            row(threads=4, repetition=3, bw_bytes=290 << 20),
-            row(pattern="randread", transfer="GPU_BATCH", status="skipped", repetition=0,
-                error="skipped: fio has no GPU_BATCH transfer")]
+    rows = [
+        row(repetition=1, bw_bytes=100 << 20),
+        row(repetition=2, bw_bytes=120 << 20),
+        row(repetition=3, bw_bytes=110 << 20),
+        row(threads=4, repetition=1, bw_bytes=300 << 20),
+        row(threads=4, repetition=2, bw_bytes=310 << 20),
+        row(threads=4, repetition=3, bw_bytes=290 << 20),
+        row(
+            pattern="randread",
+            transfer="GPU_BATCH",
+            status="skipped",
+            repetition=0,
+            error="skipped: fio has no GPU_BATCH transfer",
+        ),
+    ]
     return pd.DataFrame(rows)
 
 
@@ -66,13 +108,19 @@ def test_markdown_report():
     text = report.render(frame(), ["threads"], "markdown")
     assert text.startswith("### Run status (fio style, median repetition)\n")
     assert "# threads=1\n  WRITE: bw=110MiB/s (115MB/s), 110MiB/s-110MiB/s (115MB/s-115MB/s)," in text
-    assert textwrap.dedent("""\
+    assert (
+        textwrap.dedent("""\
         | threads | n | bw (median) | min-max | IOPS | lat mean us | lat p99 us |
         |---|---|---|---|---|---|---|
         | 1 | 3 | 110MiB/s (115MB/s) | 100MiB/s-120MiB/s | 1886 | 4000.0 | 8000.0 |
         | 4 | 3 | 300MiB/s (315MB/s) | 290MiB/s-310MiB/s | 1886 | 4000.0 | 8000.0 |
-        """) in text
-    assert "- skipped: engine=fio,pattern=randread,io_size=1048576,threads=1: skipped: fio has no GPU_BATCH transfer" in text
+        """)
+        in text
+    )
+    assert (
+        "- skipped: engine=fio,pattern=randread,io_size=1048576,threads=1: skipped: fio has no GPU_BATCH transfer"
+        in text
+    )
 
 
 def test_text_report_has_lines_table_and_warnings():
@@ -95,11 +143,14 @@ def test_unknown_group_column_is_a_usage_error():
 
 
 def test_ceiling_ratios_against_fio_and_torch_save():
-    rows = [row(pattern="write", bw_bytes=2000), row(pattern="read", bw_bytes=1000),
-            row(pattern="write", transfer="CPU_CACHED", bw_bytes=9000),
-            row(engine="fastpersist", pattern="save", bw_bytes=1900, io_size=None),
-            row(engine="torch_save", pattern="save", bw_bytes=250, io_size=None),
-            row(engine="fastpersist", pattern="load", bw_bytes=950, io_size=None)]
+    rows = [
+        row(pattern="write", bw_bytes=2000),
+        row(pattern="read", bw_bytes=1000),
+        row(pattern="write", transfer="CPU_CACHED", bw_bytes=9000),
+        row(engine="fastpersist", pattern="save", bw_bytes=1900, io_size=None),
+        row(engine="torch_save", pattern="save", bw_bytes=250, io_size=None),
+        row(engine="fastpersist", pattern="load", bw_bytes=950, io_size=None),
+    ]
     ratios = report.ceiling_ratios(pd.DataFrame(rows)).set_index(["engine", "pattern"])
     assert ratios.loc[("fastpersist", "save"), "x_fio"] == pytest.approx(0.95)
     assert ratios.loc[("fastpersist", "save"), "x_torch_save"] == pytest.approx(7.6)
@@ -108,10 +159,12 @@ def test_ceiling_ratios_against_fio_and_torch_save():
 
 
 def test_variants_of_one_engine_are_kept_apart():
-    rows = [row(pattern="read", bw_bytes=1000),
-            row(engine="fastpersist", pattern="load", bw_bytes=700, io_size=None, load_into=False),
-            row(engine="fastpersist", pattern="load", bw_bytes=2000, io_size=None, load_into=True),
-            row(engine="torch_save", pattern="load", bw_bytes=400, io_size=None, load_into=None)]
+    rows = [
+        row(pattern="read", bw_bytes=1000),
+        row(engine="fastpersist", pattern="load", bw_bytes=700, io_size=None, load_into=False),
+        row(engine="fastpersist", pattern="load", bw_bytes=2000, io_size=None, load_into=True),
+        row(engine="torch_save", pattern="load", bw_bytes=400, io_size=None, load_into=None),
+    ]
     ratios = report.ceiling_ratios(pd.DataFrame(rows)).set_index("engine")
     assert ratios.loc["fastpersist (load_into=True)", "x_fio"] == pytest.approx(2.0)
     assert ratios.loc["fastpersist (load_into=False)", "x_torch_save"] == pytest.approx(1.75)
@@ -121,11 +174,13 @@ def test_variants_of_one_engine_are_kept_apart():
 def test_loads_are_compared_with_torch_save_in_the_same_memory_state():
     """A load after idle is divided by torch.load after idle, not by torch.load in another state;
     integral parameters read back as floats are labelled as written (threads=4, not 4.0)."""
-    rows = [row(pattern="read", bw_bytes=1000),
-            row(engine="fastpersist", pattern="load", bw_bytes=2000, io_size=None, memory="recent", threads=4),
-            row(engine="fastpersist", pattern="load", bw_bytes=900, io_size=None, memory="idle", threads=4),
-            row(engine="torch_save", pattern="load", bw_bytes=1000, io_size=None, memory="recent", threads=None),
-            row(engine="torch_save", pattern="load", bw_bytes=300, io_size=None, memory="idle", threads=None)]
+    rows = [
+        row(pattern="read", bw_bytes=1000),
+        row(engine="fastpersist", pattern="load", bw_bytes=2000, io_size=None, memory="recent", threads=4),
+        row(engine="fastpersist", pattern="load", bw_bytes=900, io_size=None, memory="idle", threads=4),
+        row(engine="torch_save", pattern="load", bw_bytes=1000, io_size=None, memory="recent", threads=None),
+        row(engine="torch_save", pattern="load", bw_bytes=300, io_size=None, memory="idle", threads=None),
+    ]
     frame = pd.DataFrame(rows)
     frame["threads"] = frame["threads"].astype(float)  # as a CSV column with gaps reads back
     ratios = report.ceiling_ratios(frame).set_index("engine")

@@ -32,8 +32,9 @@ def run_sweep(config_path: Path, csv_path: Path, done=frozenset()):
 
 def test_failed_case_is_recorded_and_the_sweep_goes_on(tmp_path):
     # 1000-byte O_DIRECT I/O is refused by the kernel (EINVAL): a real fio failure.
-    path = write_config(tmp_path, repetitions=1, matrix={"engine": ["fio"], "pattern": ["write"],
-                                                         "io_size": ["1000", "1M"]})
+    path = write_config(
+        tmp_path, repetitions=1, matrix={"engine": ["fio"], "pattern": ["write"], "io_size": ["1000", "1M"]}
+    )
     rows = run_sweep(path, tmp_path / "r.csv")
     assert [r["status"] for r in rows] == ["failed", "ok"]
     assert "Invalid argument" in rows[0]["error"] and rows[0]["command"].startswith("fio ")
@@ -47,7 +48,7 @@ def test_rows_hold_fios_numbers_and_raw_output(tmp_path):
     rows = run_sweep(path, tmp_path / "r.csv")
     for row in rows:
         raw = Path(row["raw_output"]).read_text()
-        document = json.loads(raw[raw.index("{"):])
+        document = json.loads(raw[raw.index("{") :])
         job = document["jobs"][0]["write" if row["pattern"] == "write" else "read"]
         assert row["bytes"] == job["io_bytes"] == 16 << 20
         assert row["bw_bytes"] == job["bw_bytes"]  # one job: the group figure is the job's
@@ -61,8 +62,12 @@ def test_cleanup_removes_only_files_the_sweep_created(tmp_path):
     mine.write_bytes(b"x" * 4096)
     other = target / "precious.dat"
     other.write_text("keep me")
-    run_sweep(write_config(tmp_path, repetitions=1, matrix={"engine": ["fio"], "pattern": ["write"],
-                                                            "threads": [2], "io_size": ["1M"]}), tmp_path / "r.csv")
+    run_sweep(
+        write_config(
+            tmp_path, repetitions=1, matrix={"engine": ["fio"], "pattern": ["write"], "threads": [2], "io_size": ["1M"]}
+        ),
+        tmp_path / "r.csv",
+    )
     assert other.read_text() == "keep me" and mine.exists()
     assert not (target / "gdsbench.16777216.1.0").exists()
 
@@ -114,11 +119,16 @@ def test_refuses_unusable_target(tmp_path, make):
 
 
 def test_ctrl_c_keeps_every_finished_row(tmp_path):
-    path = write_config(tmp_path, runtime="1s", repetitions=6, matrix={"engine": ["fio"], "pattern": ["write"],
-                                                                      "io_size": ["1M"]})
+    path = write_config(
+        tmp_path, runtime="1s", repetitions=6, matrix={"engine": ["fio"], "pattern": ["write"], "io_size": ["1M"]}
+    )
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "gdsbench", "sweep", str(path), "-o", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gdsbench", "sweep", str(path), "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 60
     while time.time() < deadline:
         csvs = list(out.glob("*.csv"))
@@ -134,8 +144,12 @@ def test_ctrl_c_keeps_every_finished_row(tmp_path):
     assert "Traceback" not in stderr
     assert not list((tmp_path / "target").glob("gdsbench.*")), "test files are removed on interrupt"
 
-    resumed = subprocess.run([sys.executable, "-m", "gdsbench", "sweep", "--resume", str(csvs[0])],
-                             capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "gdsbench", "sweep", "--resume", str(csvs[0])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert resumed.returncode == 0, resumed.stderr
     after = data_rows(csvs[0])
     assert [int(r["repetition"]) for r in after] == list(range(1, 7)), "the rest ran once each, nothing twice"

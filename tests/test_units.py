@@ -5,15 +5,29 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gdsbench.units import format_bandwidth, num2str, parse_duration, parse_size, size_label
 from tests.conftest import DATA
 
 SIZES = [
-    ("4K", 4096), ("4k", 4096), ("512k", 512 * 1024), ("1M", 1 << 20), ("16M", 16 << 20), ("1G", 1 << 30),
-    ("1GiB", 1 << 30), ("128KiB", 128 << 10), ("1GB", 10**9), ("4KB", 4000), ("4096", 4096), (4096, 4096),
-    ("1.5M", 3 << 19), ("4Ki", 4096), ("2T", 2 << 40), (" 8M ", 8 << 20),
+    ("4K", 4096),
+    ("4k", 4096),
+    ("512k", 512 * 1024),
+    ("1M", 1 << 20),
+    ("16M", 16 << 20),
+    ("1G", 1 << 30),
+    ("1GiB", 1 << 30),
+    ("128KiB", 128 << 10),
+    ("1GB", 10**9),
+    ("4KB", 4000),
+    ("4096", 4096),
+    (4096, 4096),
+    ("1.5M", 3 << 19),
+    ("4Ki", 4096),
+    ("2T", 2 << 40),
+    (" 8M ", 8 << 20),
 ]
 
 
@@ -28,8 +42,10 @@ def test_parse_size_rejects(text):
         parse_size(text)
 
 
-@pytest.mark.parametrize("text,seconds", [("5s", 5.0), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0), (30, 30.0),
-                                          ("1.5", 1.5), ("250us", 0.00025)])
+@pytest.mark.parametrize(
+    "text,seconds",
+    [("5s", 5.0), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0), (30, 30.0), ("1.5", 1.5), ("250us", 0.00025)],
+)
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
@@ -42,9 +58,14 @@ def test_size_label_round_trips(count, suffix):
 
 # (number, pow2, unit, what fio printed) taken from fio 3.33's run-status lines in tests/data/fio.
 NUM2STR = [
-    (1977614336, True, "B/s", "1886MiB/s"), (63941405, True, "B/s", "61.0MiB/s"),
-    (63941405, False, "B/s", "63.9MB/s"), (8388608, True, "B", "8192KiB"), (8388608, False, "B", "8389kB"),
-    (16777216, True, "B", "16.0MiB"), (16777216, False, "B", "16.8MB"), (104857600, False, "B", "105MB"),
+    (1977614336, True, "B/s", "1886MiB/s"),
+    (63941405, True, "B/s", "61.0MiB/s"),
+    (63941405, False, "B/s", "63.9MB/s"),
+    (8388608, True, "B", "8192KiB"),
+    (8388608, False, "B", "8389kB"),
+    (16777216, True, "B", "16.0MiB"),
+    (16777216, False, "B", "16.8MB"),
+    (104857600, False, "B", "105MB"),
 ]
 
 
@@ -72,8 +93,19 @@ def test_run_status_lines_rebuilt_byte_exact():
 def _value(text: str) -> float:
     """Read a num2str string back into a number."""
     match = re.fullmatch(r"([\d.]+)(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)?", text)
-    scale = {None: 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
-             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}[match.group(2)]
+    scale = {
+        None: 1,
+        "k": 1e3,
+        "M": 1e6,
+        "G": 1e9,
+        "T": 1e12,
+        "P": 1e15,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "Pi": 2**50,
+    }[match.group(2)]
     return float(match.group(1)) * scale
 
 

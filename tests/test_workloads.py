@@ -22,7 +22,9 @@ def test_same_seed_same_tensors_other_seed_other_values():
     other = workloads.generate(WorkloadSpec("llama3-8b", SMALL, "mixed", seed=8))
     assert list(first.tensors) == list(again.tensors) == list(other.tensors)
     assert all(torch.equal(first.tensors[k], again.tensors[k]) for k in first.tensors)
-    assert not any(torch.equal(first.tensors[k], other.tensors[k]) for k in first.tensors if first.tensors[k].numel() > 1)
+    assert not any(
+        torch.equal(first.tensors[k], other.tensors[k]) for k in first.tensors if first.tensors[k].numel() > 1
+    )
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))
@@ -57,8 +59,11 @@ def row_bytes(preset: workloads.Preset, plan: workloads.Layout, dtype: str) -> i
 
 
 @settings(max_examples=200, deadline=None)
-@given(preset=st.sampled_from(list(PRESETS)), dtype=st.sampled_from(list(workloads.DTYPE_MIXES)),
-       size=st.integers(min_value=1 << 20, max_value=64 << 30))
+@given(
+    preset=st.sampled_from(list(PRESETS)),
+    dtype=st.sampled_from(list(workloads.DTYPE_MIXES)),
+    size=st.integers(min_value=1 << 20, max_value=64 << 30),
+)
 def test_layout_lands_within_one_row_below_the_requested_size(preset, dtype, size):
     plan = workloads.layout(PRESETS[preset], size, dtype)
     assert plan.layers >= 1
@@ -98,7 +103,10 @@ def test_a_real_state_dict_file_is_flattened_into_unshared_copies(tmp_path):
     workload = workloads.read_file(WorkloadSpec(str(path), 1))
     assert set(workload.tensors) == {"model.w", "model.tied", "opt.0"}
     assert torch.equal(workload.tensors["model.tied"], weight)
-    assert workload.tensors["model.w"].untyped_storage().data_ptr() != workload.tensors["model.tied"].untyped_storage().data_ptr()
+    assert (
+        workload.tensors["model.w"].untyped_storage().data_ptr()
+        != workload.tensors["model.tied"].untyped_storage().data_ptr()
+    )
     assert workload.nbytes == 2 * 64 * 32 * 4 + 5 * 8
 
 

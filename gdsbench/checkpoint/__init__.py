@@ -1,9 +1,9 @@
 """gdsbench.checkpoint: fast, durable, verifiable PyTorch checkpoints that torch.load can read.
 
-    from gdsbench.checkpoint import save, load
-    save(model.state_dict(), "ckpt.pt")          # O_DIRECT, parallel, fsync + atomic rename
-    state = load("ckpt.pt")                       # parallel reads into huge-page memory, verified
-    torch.load("ckpt.pt", weights_only=True)      # also works: the file is torch's zip format
+from gdsbench.checkpoint import save, load
+save(model.state_dict(), "ckpt.pt")          # O_DIRECT, parallel, fsync + atomic rename
+state = load("ckpt.pt")                       # parallel reads into huge-page memory, verified
+torch.load("ckpt.pt", weights_only=True)      # also works: the file is torch's zip format
 """
 
 from .errors import (

@@ -25,9 +25,7 @@ class TruncatedCheckpoint(CheckpointError):
         self.path = os.fspath(path)
         self.expected = expected
         self.actual = actual
-        super().__init__(
-            f"{self.path}: truncated checkpoint: expected {expected} bytes, found {actual}"
-        )
+        super().__init__(f"{self.path}: truncated checkpoint: expected {expected} bytes, found {actual}")
 
 
 class CorruptCheckpoint(CheckpointError):

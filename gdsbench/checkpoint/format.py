@@ -57,8 +57,9 @@ class Header:
 
     def pack(self) -> bytes:
         """Serialise to the on-disk 48 bytes."""
-        return HEADER.pack(MAGIC, self.version, 0, self.file_size, self.index_offset,
-                           self.index_nbytes, self.index_xxh3)
+        return HEADER.pack(
+            MAGIC, self.version, 0, self.file_size, self.index_offset, self.index_nbytes, self.index_xxh3
+        )
 
 
 @dataclass(frozen=True)
@@ -97,12 +98,17 @@ class ZipEntry:
     method: int
 
 
-def render_index(checksum: str, chunk_bytes: int, pickle_digest: str,
-                 storages: list[dict[str, Any]]) -> bytes:
+def render_index(checksum: str, chunk_bytes: int, pickle_digest: str, storages: list[dict[str, Any]]) -> bytes:
     """The index record's JSON bytes (digests are fixed width, so placeholders keep the length)."""
-    doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "alignment": ALIGNMENT,
-           "checksum": checksum, "chunk_bytes": chunk_bytes, "pickle_digest": pickle_digest,
-           "storages": storages}
+    doc = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "alignment": ALIGNMENT,
+        "checksum": checksum,
+        "chunk_bytes": chunk_bytes,
+        "pickle_digest": pickle_digest,
+        "storages": storages,
+    }
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=True).encode()
 
 
@@ -139,7 +145,7 @@ def _end_of_directory(read_at: ReadAt, size: int) -> tuple[int, int, int]:
     count, cd_size, cd_off = _u("HII", tail, pos + 10)
     if 0xFFFFFFFF in (cd_size, cd_off) or count == 0xFFFF:
         loc = pos - 20
-        if loc < 0 or tail[loc:loc + 4] != b"PK\x06\x07":
+        if loc < 0 or tail[loc : loc + 4] != b"PK\x06\x07":
             raise ValueError("zip64 locator missing")
         (eocd64,) = _u("Q", tail, loc + 8)
         rec = read_at(eocd64, 56)
@@ -158,13 +164,13 @@ def read_zip_directory(read_at: ReadAt, size: int) -> dict[str, ZipEntry]:
     out: dict[str, ZipEntry] = {}
     at = 0
     for _ in range(count):
-        if cd[at:at + 4] != b"PK\x01\x02":
+        if cd[at : at + 4] != b"PK\x01\x02":
             raise ValueError("bad central directory entry")
-        method, = _u("H", cd, at + 10)
+        (method,) = _u("H", cd, at + 10)
         csize, usize, nlen, elen, clen = _u("IIHHH", cd, at + 20)
         (lho,) = _u("I", cd, at + 42)
-        name = cd[at + 46:at + 46 + nlen].decode("utf-8", "replace")
-        extra = cd[at + 46 + nlen:at + 46 + nlen + elen]
+        name = cd[at + 46 : at + 46 + nlen].decode("utf-8", "replace")
+        extra = cd[at + 46 + nlen : at + 46 + nlen + elen]
         usize, csize, lho = _zip64_extra(extra, [usize, csize, lho])
         out[name] = ZipEntry(name, _local_data_offset(read_at, lho, name), usize, method)
         at += 46 + nlen + elen + clen
@@ -196,8 +202,9 @@ def _read_header(path: str, read_at: ReadAt, size: int) -> Header:
     nlen, elen = _u("HH", local, 26)
     name = read_at(30, nlen).decode("utf-8", "replace")
     if not name.endswith("/" + HEADER_RECORD):
-        raise InvalidCheckpoint(path, f"first record is {name!r}, not '<archive>/{HEADER_RECORD}' "
-                                      "(a plain torch.save file? use torch.load)")
+        raise InvalidCheckpoint(
+            path, f"first record is {name!r}, not '<archive>/{HEADER_RECORD}' (a plain torch.save file? use torch.load)"
+        )
     start = 30 + nlen + elen
     raw = read_at(start, HEADER.size)
     if len(raw) < HEADER.size:
@@ -240,20 +247,25 @@ def _want(path: str, doc: dict[str, Any], key: str, kind: type | tuple[type, ...
     return value
 
 
-def _check_digests(path: str, doc: dict[str, Any], digests: Any, nbytes: int,
-                   checksum: str, chunk: int) -> tuple[str, ...]:
+def _check_digests(
+    path: str, doc: dict[str, Any], digests: Any, nbytes: int, checksum: str, chunk: int
+) -> tuple[str, ...]:
     """Digest list must have one fixed-width hex string per chunk (none when checksum is 'none')."""
     expect = 0 if checksum == "none" else integrity.chunk_count(nbytes, chunk)
     w = integrity.width(checksum)
-    ok = isinstance(digests, list) and len(digests) == expect and all(
-        isinstance(d, str) and len(d) == w and all(c in "0123456789abcdef" for c in d) for d in digests)
+    ok = (
+        isinstance(digests, list)
+        and len(digests) == expect
+        and all(isinstance(d, str) and len(d) == w and all(c in "0123456789abcdef" for c in d) for d in digests)
+    )
     if not ok:
         raise InvalidCheckpoint(path, f"storage {doc.get('key')!r}: digests malformed")
     return tuple(digests)
 
 
-def _storage_entries(path: str, doc: dict[str, Any], checksum: str, chunk: int,
-                     records: dict[str, ZipEntry], archive: str) -> tuple[StorageEntry, ...]:
+def _storage_entries(
+    path: str, doc: dict[str, Any], checksum: str, chunk: int, records: dict[str, ZipEntry], archive: str
+) -> tuple[StorageEntry, ...]:
     """Validate each index storage against the dtype table and its zip record."""
     entries = []
     for item in _want(path, doc, "storages", list):
@@ -273,12 +285,15 @@ def _storage_entries(path: str, doc: dict[str, Any], checksum: str, chunk: int,
     return tuple(entries)
 
 
-def _check_extents(path: str, header: Header, storages: tuple[StorageEntry, ...],
-                   pickle: ZipEntry) -> None:
+def _check_extents(path: str, header: Header, storages: tuple[StorageEntry, ...], pickle: ZipEntry) -> None:
     """Extents must lie inside the file and must not overlap each other, the pickle or the index."""
-    spans = sorted([(s.offset, s.offset + s.nbytes, s.key) for s in storages if s.nbytes]
-                   + [(pickle.data_offset, pickle.data_offset + pickle.nbytes, "data.pkl"),
-                      (header.index_offset, header.index_offset + header.index_nbytes, "index")])
+    spans = sorted(
+        [(s.offset, s.offset + s.nbytes, s.key) for s in storages if s.nbytes]
+        + [
+            (pickle.data_offset, pickle.data_offset + pickle.nbytes, "data.pkl"),
+            (header.index_offset, header.index_offset + header.index_nbytes, "index"),
+        ]
+    )
     prev_end, prev = 0, "start"
     for start, end, key in spans:
         if start < prev_end:
@@ -307,8 +322,11 @@ def parse_index(path: str, fd: int) -> Index:
     archive = next(iter(records), "/").split("/", 1)[0]
     pickle = records.get(f"{archive}/{PICKLE_RECORD}")
     index_rec = records.get(f"{archive}/{INDEX_RECORD}")
-    if pickle is None or index_rec is None or (index_rec.data_offset, index_rec.nbytes) != (
-            header.index_offset, header.index_nbytes):
+    if (
+        pickle is None
+        or index_rec is None
+        or (index_rec.data_offset, index_rec.nbytes) != (header.index_offset, header.index_nbytes)
+    ):
         raise InvalidCheckpoint(path, "zip directory lacks data.pkl or disagrees with the header about the index")
     storages = _storage_entries(path, doc, checksum, chunk, records, archive)
     if len({s.key for s in storages}) != len(storages):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Optional
 
 import crc32c
 import xxhash
@@ -16,7 +15,7 @@ ALGORITHMS: dict[str, tuple[int, Digest]] = {
 }
 
 
-def normalize(checksum: Optional[str]) -> str:
+def normalize(checksum: str | None) -> str:
     """Map the user's checksum choice to the name stored in the index ('none' for None)."""
     if checksum is None or checksum == "none":
         return "none"
@@ -25,7 +24,7 @@ def normalize(checksum: Optional[str]) -> str:
     return checksum
 
 
-def digest_fn(algorithm: str) -> Optional[Digest]:
+def digest_fn(algorithm: str) -> Digest | None:
     """The hex-digest function for an algorithm name, or None for 'none'."""
     return None if algorithm == "none" else ALGORITHMS[algorithm][1]
 

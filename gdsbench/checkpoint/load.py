@@ -18,7 +18,7 @@ import pickle
 import queue
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -27,8 +27,19 @@ from . import integrity
 from . import io as backends
 from .errors import BackendUnavailable, CorruptCheckpoint, InvalidCheckpoint, TruncatedCheckpoint
 from .io import gds
-from .memory import (POOL, Prefaulter, Staging, address_of, copy, huge_buffer, populate_read, queue_of,
-                     round_up, run_parallel, view)
+from .memory import (
+    POOL,
+    Prefaulter,
+    Staging,
+    address_of,
+    copy,
+    huge_buffer,
+    populate_read,
+    queue_of,
+    round_up,
+    run_parallel,
+    view,
+)
 from .plan import tensor_names
 
 DEFAULT_THREADS = 8
@@ -95,12 +106,13 @@ def plan_reads(spans: list[Span], chunk: int, align: int) -> list[ReadTask]:
     tasks: list[ReadTask] = []
     for i, span in enumerate(spans):
         run: list[fmt.StorageEntry] = []
-        for s in span.storages + (None,):  # type: ignore[operator]
+        for s in (*span.storages, None):
             fits = s is not None and s.nbytes < chunk and (not run or s.offset + s.nbytes - run[0].offset <= chunk)
             if run and not fits:
                 end = run[-1].offset + run[-1].nbytes
-                tasks.append(ReadTask(i, run[0].offset, round_up(end, align) - run[0].offset,
-                                      tuple((r, 0) for r in run)))
+                tasks.append(
+                    ReadTask(i, run[0].offset, round_up(end, align) - run[0].offset, tuple((r, 0) for r in run))
+                )
                 run = []
             if s is None:
                 break
@@ -148,8 +160,11 @@ def check_chunk(index: fmt.Index, s: fmt.StorageEntry, k: int, address: int) -> 
     chunk = index.chunk_bytes
     n = min(chunk, s.nbytes - k * chunk)
     if fn(view(address, n)) != s.digests[k]:
-        raise CorruptCheckpoint(index.path, s.name,
-                                f"storage {s.key}, bytes {k * chunk}..{k * chunk + n} at file offset {s.offset + k * chunk}")
+        raise CorruptCheckpoint(
+            index.path,
+            s.name,
+            f"storage {s.key}, bytes {k * chunk}..{k * chunk + n} at file offset {s.offset + k * chunk}",
+        )
 
 
 def _storages_from_spans(spans: list[Span], maps: list[Any]) -> dict[str, torch.UntypedStorage]:
@@ -174,7 +189,7 @@ class _InPlace:
     fd: int
     index: fmt.Index
     align: int
-    buffers: "queue.Queue[Staging]"
+    buffers: queue.Queue[Staging]
     verify: bool
 
     def run(self, s: fmt.StorageEntry, k: int, dest: int) -> None:
@@ -199,14 +214,21 @@ def targets(index: fmt.Index, into: Any) -> dict[str, torch.Tensor]:
     found = {}
     for s in index.storages:
         t = by_name.get(s.name)
-        if (t is not None and t.device.type == "cpu" and t.is_contiguous() and t.storage_offset() == 0
-                and str(t.dtype).removeprefix("torch.") == s.dtype and t.untyped_storage().nbytes() == s.nbytes):
+        if (
+            t is not None
+            and t.device.type == "cpu"
+            and t.is_contiguous()
+            and t.storage_offset() == 0
+            and str(t.dtype).removeprefix("torch.") == s.dtype
+            and t.untyped_storage().nbytes() == s.nbytes
+        ):
             found[s.key] = t
     return found
 
 
-def read_storages(fd: int, backend: backends.Backend, index: fmt.Index, threads: int,
-                  verify: bool, into: Any = None) -> dict[str, torch.UntypedStorage]:
+def read_storages(
+    fd: int, backend: backends.Backend, index: fmt.Index, threads: int, verify: bool, into: Any = None
+) -> dict[str, torch.UntypedStorage]:
     """Read every storage of `index`, verifying as it goes: into matching tensors of `into`, else into
     fresh huge-page CPU memory prefaulted ahead of the reads."""
     verify = verify and index.checksum != "none"
@@ -220,8 +242,10 @@ def read_storages(fd: int, backend: backends.Backend, index: fmt.Index, threads:
     in_place = _InPlace(fd, index, backend.alignment, queue_of(staging), verify)
     for s in index.storages:
         if s.key in placed:
-            jobs += [(s.offset + k * index.chunk_bytes, partial(in_place.run, s, k, placed[s.key].data_ptr()))
-                     for k in range(integrity.chunk_count(s.nbytes, index.chunk_bytes))]
+            jobs += [
+                (s.offset + k * index.chunk_bytes, partial(in_place.run, s, k, placed[s.key].data_ptr()))
+                for k in range(integrity.chunk_count(s.nbytes, index.chunk_bytes))
+            ]
     prefaulter = Prefaulter(zip(addresses, (len(m) for m in maps)), PREFAULT_THREADS)
     try:
         run_parallel([job for _, job in sorted(jobs, key=lambda j: j[0])], threads, "gdsbench-load")
@@ -256,8 +280,15 @@ def map_storages(index: fmt.Index, threads: int, verify: bool) -> dict[str, torc
         if verify:
             check_chunk(index, s, k, base + s.offset + k * chunk)
 
-    work = sorted(((s.offset + k * chunk, s, k) for s in index.storages if s.nbytes
-                   for k in range(integrity.chunk_count(s.nbytes, chunk))), key=lambda w: w[0])
+    work = sorted(
+        (
+            (s.offset + k * chunk, s, k)
+            for s in index.storages
+            if s.nbytes
+            for k in range(integrity.chunk_count(s.nbytes, chunk))
+        ),
+        key=lambda w: w[0],
+    )
     run_parallel([partial(fetch, s, k) for _, s, k in work], threads, "gdsbench-map")
     for s in index.storages:
         if s.nbytes:
@@ -270,7 +301,9 @@ def _read_pickle(index: fmt.Index, verify: bool) -> bytes:
     with open(index.path, "rb", buffering=0) as f:
         data = os.pread(f.fileno(), index.pickle_nbytes, index.pickle_offset)
     if len(data) != index.pickle_nbytes:
-        raise TruncatedCheckpoint(index.path, index.pickle_offset + index.pickle_nbytes, index.pickle_offset + len(data))
+        raise TruncatedCheckpoint(
+            index.path, index.pickle_offset + index.pickle_nbytes, index.pickle_offset + len(data)
+        )
     fn = integrity.digest_fn(index.checksum)
     if verify and fn and fn(memoryview(data)) != index.pickle_digest:
         raise CorruptCheckpoint(index.path, "<pickle data.pkl>", "object structure record")
@@ -290,15 +323,18 @@ def _unpickle(index: fmt.Index, data: bytes, storages: dict[str, Any]) -> Any:
         storage_type, key, _location, numel = saved_id[1:]
         dtype = torch.uint8 if storage_type is torch.UntypedStorage else storage_type.dtype
         entry = entries.get(key)
-        if entry is None or entry.dtype != str(dtype).removeprefix("torch.") or \
-                entry.nbytes != numel * torch._utils._element_size(dtype):
+        if (
+            entry is None
+            or entry.dtype != str(dtype).removeprefix("torch.")
+            or entry.nbytes != numel * torch._utils._element_size(dtype)
+        ):
             raise InvalidCheckpoint(index.path, f"pickle refers to storage {key!r} unlike the index")
         if key not in typed:
             typed[key] = torch.storage.TypedStorage(wrap_storage=storages[key], dtype=dtype, _internal=True)
         return typed[key]
 
     unpickler = restricted.Unpickler(_pyio.BytesIO(data), encoding="utf-8")
-    unpickler.persistent_load = persistent_load
+    unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
     try:
         return unpickler.load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, RuntimeError) as e:
@@ -330,7 +366,7 @@ def load(
     path: str | os.PathLike[str],
     *,
     map_location: Any = "cpu",
-    threads: Optional[int] = None,
+    threads: int | None = None,
     verify: bool = True,
     backend: str = "auto",
     into: Any = None,
@@ -374,8 +410,10 @@ def load(
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be >= 1, not {threads}")
     if mmap and (into is not None or backend not in ("auto", "buffered")):
-        raise ValueError("mmap=True reads through the page cache into its own mapping: it takes neither into= "
-                         f"nor backend={backend!r}")
+        raise ValueError(
+            "mmap=True reads through the page cache into its own mapping: it takes neither into= "
+            f"nor backend={backend!r}"
+        )
     index = fmt.read_index(path)
     if mmap:
         storages = _to_device(map_storages(index, threads or DEFAULT_THREADS, verify), device)

@@ -7,6 +7,7 @@ slow in this VM (~1 GB/s), so staging buffers are allocated once and reused acro
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import queue
@@ -35,10 +36,8 @@ def huge_buffer(nbytes: int, huge: bool = True) -> mmap.mmap:
     """A page-aligned anonymous mapping of at least `nbytes`, advised to use transparent huge pages."""
     mm = mmap.mmap(-1, max(round_up(nbytes, PAGE), PAGE), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if huge and hasattr(mmap, "MADV_HUGEPAGE"):
-        try:
+        with contextlib.suppress(OSError):  # THP disabled: still correct, just smaller requests
             mm.madvise(mmap.MADV_HUGEPAGE)
-        except OSError:  # THP disabled: still correct, just smaller requests
-            pass
     return mm
 
 
@@ -114,8 +113,9 @@ class Prefaulter:
     def __init__(self, ranges: Iterable[tuple[int, int]], threads: int) -> None:
         self._steps = iter([(a + off, min(self.STEP, n - off)) for a, n in ranges for off in range(0, n, self.STEP)])
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._work, name="gdsbench-prefault", daemon=True)
-                         for _ in range(threads)]
+        self._threads = [
+            threading.Thread(target=self._work, name="gdsbench-prefault", daemon=True) for _ in range(threads)
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -173,9 +173,9 @@ class StagingPool:
 POOL = StagingPool()
 
 
-def queue_of(buffers: list[Staging]) -> "queue.Queue[Staging]":
+def queue_of(buffers: list[Staging]) -> queue.Queue[Staging]:
     """A queue holding `buffers`, so worker threads borrow them one at a time."""
-    handed: "queue.Queue[Staging]" = queue.Queue()
+    handed: queue.Queue[Staging] = queue.Queue()
     for buf in buffers:
         handed.put(buf)
     return handed

@@ -108,7 +108,7 @@ class Sink:
             p, off = self.pieces[i], self.offsets[i]
             lo, hi = max(off, offset), min(off + len(p), end)
             if lo < hi:
-                dest[lo - offset:hi - offset] = p[lo - off:hi - off]
+                dest[lo - offset : hi - offset] = p[lo - off : hi - off]
             i += 1
 
     def patch(self, offset: int, data: bytes) -> None:
@@ -177,7 +177,7 @@ def _capturing_pickle_module(seen: dict[str, tuple[Any, torch.dtype]]) -> Any:
                     seen.setdefault(pid[2], (storage, dtype))
                 return pid
 
-            self.persistent_id = persistent_id  # instance attribute shadows the class method
+            self.persistent_id = persistent_id  # type: ignore[method-assign]  # shadows the class method
             super().__init__(*args, **kwargs)
 
     return types.SimpleNamespace(Pickler=Pickler)
@@ -186,17 +186,23 @@ def _capturing_pickle_module(seen: dict[str, tuple[Any, torch.dtype]]) -> Any:
 def _index_storages(sources: list[Source], checksum: str, chunk: int) -> list[dict[str, Any]]:
     """Index entries with digest placeholders of the final width."""
     w = integrity.width(checksum)
-    return [{"key": s.key, "name": s.name, "dtype": str(s.dtype).removeprefix("torch."),
-             "nbytes": s.nbytes,
-             "digests": [] if checksum == "none" else ["0" * w] * integrity.chunk_count(s.nbytes, chunk)}
-            for s in sources]
+    return [
+        {
+            "key": s.key,
+            "name": s.name,
+            "dtype": str(s.dtype).removeprefix("torch."),
+            "nbytes": s.nbytes,
+            "digests": [] if checksum == "none" else ["0" * w] * integrity.chunk_count(s.nbytes, chunk),
+        }
+        for s in sources
+    ]
 
 
 def _run_torch_writer(state_dict: Any) -> tuple[Sink, dict[str, tuple[Any, torch.dtype]], Any]:
     """Run torch's zip writer into a Sink: header placeholder, torch's records, index placeholder."""
     sink = Sink()
     seen: dict[str, tuple[Any, torch.dtype]] = {}
-    writer = torch._C.PyTorchFileWriter(sink, False, A)  # compute_crc32=False: CRC fields are 0
+    writer = torch._C.PyTorchFileWriter(sink, False, A)  # type: ignore[call-overload]  # no crc32: CRCs are 0
     writer.write_record(fmt.HEADER_RECORD, bytes(fmt.HEADER.size), fmt.HEADER.size)
     with torch.serialization.skip_data():
         torch.serialization._save(state_dict, writer, _capturing_pickle_module(seen), 2, False)
@@ -207,23 +213,36 @@ def build(state_dict: Any, checksum: str, chunk_bytes: int) -> Plan:
     """Lay out the file for `state_dict`: skeleton bytes, record offsets, sources, placeholders."""
     sink, seen, writer = _run_torch_writer(state_dict)
     names = _storage_names(state_dict)
-    provisional = [Source(k, names.get(st._cdata, f"<storage {k}>"), dt, st, st.nbytes(), 0)
-                   for k, (st, dt) in seen.items()]
+    provisional = [
+        Source(k, names.get(st._cdata, f"<storage {k}>"), dt, st, st.nbytes(), 0) for k, (st, dt) in seen.items()
+    ]
     index_storages = _index_storages(provisional, checksum, chunk_bytes)
     placeholder = fmt.render_index(checksum, chunk_bytes, "0" * integrity.width(checksum), index_storages)
     writer.write_record(fmt.INDEX_RECORD, placeholder, len(placeholder))
     writer.write_end_of_file()
     records = fmt.read_zip_directory(sink.read_at, sink.pos)
     archive = next(iter(records)).split("/", 1)[0]
-    sources = sorted((Source(s.key, s.name, s.dtype, s.storage, s.nbytes,
-                             records[f"{archive}/data/{s.key}"].data_offset) for s in provisional),
-                     key=lambda s: s.offset)
+    sources = sorted(
+        (
+            Source(s.key, s.name, s.dtype, s.storage, s.nbytes, records[f"{archive}/data/{s.key}"].data_offset)
+            for s in provisional
+        ),
+        key=lambda s: s.offset,
+    )
     pkl = records[f"{archive}/{fmt.PICKLE_RECORD}"]
     fn = integrity.digest_fn(checksum)
     pickle_digest = fn(memoryview(sink.read_at(pkl.data_offset, pkl.nbytes))) if fn else ""
     index = records[f"{archive}/{fmt.INDEX_RECORD}"]
-    return Plan(sink, sources, checksum, chunk_bytes, records[f"{archive}/{fmt.HEADER_RECORD}"].data_offset,
-                index.data_offset, index.nbytes, pickle_digest)
+    return Plan(
+        sink,
+        sources,
+        checksum,
+        chunk_bytes,
+        records[f"{archive}/{fmt.HEADER_RECORD}"].data_offset,
+        index.data_offset,
+        index.nbytes,
+        pickle_digest,
+    )
 
 
 def finalize(plan: Plan, digests: dict[str, list[str]]) -> None:
@@ -252,7 +271,7 @@ def regions(plan: Plan, max_bytes: int) -> list[Region]:
     """The file ranges not covered by storage bodies, split into pieces of at most `max_bytes`."""
     bodies = sorted((s.offset, s.offset + s.body) for s in plan.sources if s.body)
     gaps, pos = [], 0
-    for start, end in bodies + [(plan.size, plan.size)]:
+    for start, end in [*bodies, (plan.size, plan.size)]:
         if start > pos:
             gaps.append((pos, start))
         pos = max(pos, end)
@@ -264,10 +283,10 @@ def fill_region(plan: Plan, region: Region, dest: Any) -> None:
     plan.sink.overlay(dest, region.start)
     end = region.start + region.nbytes
     first = max(0, bisect.bisect_right(plan.offsets, region.start) - 1)
-    for s in plan.sources[first:bisect.bisect_left(plan.offsets, end)]:
+    for s in plan.sources[first : bisect.bisect_left(plan.offsets, end)]:
         lo, hi = max(s.offset + s.body, region.start), min(s.offset + s.nbytes, end)
         if lo < hi:
-            dest[lo - region.start:hi - region.start] = source_bytes(s, lo - s.offset, hi - lo)
+            dest[lo - region.start : hi - region.start] = source_bytes(s, lo - s.offset, hi - lo)
 
 
 def source_bytes(s: Source, start: int, nbytes: int) -> bytes:
@@ -277,5 +296,4 @@ def source_bytes(s: Source, start: int, nbytes: int) -> bytes:
 
         return ctypes.string_at(s.storage.data_ptr() + start, nbytes)
     flat = torch.empty(0, dtype=torch.uint8, device=s.storage.device).set_(s.storage)
-    return flat[start:start + nbytes].cpu().numpy().tobytes()
-
+    return flat[start : start + nbytes].cpu().numpy().tobytes()

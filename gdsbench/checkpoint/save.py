@@ -15,7 +15,7 @@ import os
 import queue
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -36,7 +36,7 @@ class _Writer:
     fd: int
     backend: backends.Backend
     plan: planning.Plan
-    buffers: "queue.Queue[Staging]"
+    buffers: queue.Queue[Staging]
     digests: dict[str, list[str]]
 
     def _stage(self, chunk: planning.Chunk, buf: Staging) -> memoryview:
@@ -47,7 +47,7 @@ class _Writer:
         else:
             flat = torch.empty(0, dtype=torch.uint8, device=s.storage.device).set_(s.storage)
             dst = torch.frombuffer(buf.mm, dtype=torch.uint8, count=chunk.nbytes)
-            dst.copy_(flat[chunk.start:chunk.start + chunk.nbytes])
+            dst.copy_(flat[chunk.start : chunk.start + chunk.nbytes])
         return view(buf.address, chunk.nbytes)
 
     def _direct_ok(self, chunk: planning.Chunk) -> bool:
@@ -61,7 +61,7 @@ class _Writer:
         if fn:
             self.digests[chunk.source.key][chunk.index] = fn(data)
         if chunk.write_nbytes:
-            backends.write_all(self.fd, data[:chunk.write_nbytes], chunk.source.offset + chunk.start)
+            backends.write_all(self.fd, data[: chunk.write_nbytes], chunk.source.offset + chunk.start)
 
     def write_chunk(self, chunk: planning.Chunk) -> None:
         """Write one storage chunk, staging it only if its memory is unaligned or off-CPU."""
@@ -82,7 +82,7 @@ class _Writer:
             data = view(buf.address, padded)
             data[:] = bytes(padded)
             planning.fill_region(self.plan, region, data)
-            backends.write_all(self.fd, data if self.backend.alignment > 1 else data[:region.nbytes], region.start)
+            backends.write_all(self.fd, data if self.backend.alignment > 1 else data[: region.nbytes], region.start)
         finally:
             self.buffers.put(buf)
 
@@ -111,7 +111,7 @@ def _write_file(fd: int, backend: backends.Backend, plan: planning.Plan, threads
     try:
         _preallocate(fd, round_up(plan.size, backend.alignment))
         regions = planning.regions(plan, plan.chunk_bytes)
-        tasks = [(writer.write_chunk, c) for c in planning.chunks(plan)]
+        tasks: list[tuple[Any, Any]] = [(writer.write_chunk, c) for c in planning.chunks(plan)]
         tasks += [(writer.write_region, r) for r in regions if not _is_commit_region(plan, r)]
         tasks.sort(key=lambda t: t[1].start + (t[1].source.offset if isinstance(t[1], planning.Chunk) else 0))
         run_parallel([partial(fn, arg) for fn, arg in tasks], threads, "gdsbench-save")
@@ -125,7 +125,7 @@ def _write_file(fd: int, backend: backends.Backend, plan: planning.Plan, threads
         POOL.give_back(staging, keep=count)
 
 
-def _check_args(threads: Optional[int], buffer_bytes: int, chunk_bytes: int) -> int:
+def _check_args(threads: int | None, buffer_bytes: int, chunk_bytes: int) -> int:
     """Validate numeric options; return the thread count to use."""
     if chunk_bytes <= 0 or chunk_bytes % 4096:
         raise ValueError(f"chunk_bytes must be a positive multiple of 4096, not {chunk_bytes}")
@@ -140,9 +140,9 @@ def save(
     state_dict: Any,
     path: str | os.PathLike[str],
     *,
-    threads: Optional[int] = None,
+    threads: int | None = None,
     buffer_bytes: int = DEFAULT_BUFFER_BYTES,
-    checksum: Optional[str] = "xxh3",
+    checksum: str | None = "xxh3",
     backend: str = "auto",
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     recycle: bool = False,

@@ -37,9 +37,14 @@ def aggregate(frame: pd.DataFrame, groups: list[str]) -> pd.DataFrame:
         return pd.DataFrame(columns=[*groups, "n"])
     grouped = ok.groupby(groups, dropna=False, sort=False)
     table = grouped.agg(
-        n=("bw_bytes", "size"), bw_median=("bw_bytes", "median"), bw_min=("bw_bytes", "min"),
-        bw_max=("bw_bytes", "max"), iops_median=("iops", "median"), lat_mean_us=("lat_mean_us", "median"),
-        lat_p99_us=("lat_p99_us", "median"), bytes=("bytes", "median"),
+        n=("bw_bytes", "size"),
+        bw_median=("bw_bytes", "median"),
+        bw_min=("bw_bytes", "min"),
+        bw_max=("bw_bytes", "max"),
+        iops_median=("iops", "median"),
+        lat_mean_us=("lat_mean_us", "median"),
+        lat_p99_us=("lat_p99_us", "median"),
+        bytes=("bytes", "median"),
     ).reset_index()
     table["spread"] = (table["bw_max"] - table["bw_min"]) / table["bw_median"]
     return table
@@ -51,7 +56,9 @@ def median_rows(frame: pd.DataFrame, groups: list[str]) -> list[tuple[tuple, dic
     picked = []
     for values, group in ok.groupby(groups, dropna=False, sort=False):
         ordered = group.sort_values("bw_bytes", kind="stable")
-        picked.append((values if isinstance(values, tuple) else (values,), ordered.iloc[(len(ordered) - 1) // 2].to_dict()))
+        picked.append(
+            (values if isinstance(values, tuple) else (values,), ordered.iloc[(len(ordered) - 1) // 2].to_dict())
+        )
     return picked
 
 
@@ -86,16 +93,27 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
         if ckpt.empty:
             continue
         ckpt = ckpt.assign(label=engine_labels(ckpt))
-        for (label, engine, pattern), group in ckpt.groupby(["label", "engine", "pattern"], sort=False):
-            fio = run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern])
-                      & (run["transfer"] != "CPU_CACHED")]  # the disk's limit, not the page cache's
+        for (label, _engine, pattern), group in ckpt.groupby(["label", "engine", "pattern"], sort=False):
+            fio = run[
+                (run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern]) & (run["transfer"] != "CPU_CACHED")
+            ]  # the disk's limit, not the page cache's
             ceiling = fio.groupby("case")["bw_bytes"].median().max() if not fio.empty else float("nan")
             base = _same_conditions(run[(run["engine"] == "torch_save") & (run["pattern"] == pattern)], group)
             base = base["bw_bytes"].median()
             median = group["bw_bytes"].median()
-            rows.append({"host": host, "run_id": run_id, "engine": label, "pattern": pattern, "n": len(group),
-                         "bw_median": median, "x_fio": median / ceiling, "x_torch_save": median / base,
-                         "fio_bw": ceiling})
+            rows.append(
+                {
+                    "host": host,
+                    "run_id": run_id,
+                    "engine": label,
+                    "pattern": pattern,
+                    "n": len(group),
+                    "bw_median": median,
+                    "x_fio": median / ceiling,
+                    "x_torch_save": median / base,
+                    "fio_bw": ceiling,
+                }
+            )
     return pd.DataFrame(rows)
 
 

@@ -8,7 +8,8 @@ each in power-of-2 units with the power-of-10 figure in brackets (fio's num2str 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from gdsbench.units import num2str
 
@@ -37,9 +38,11 @@ def status_line(row: Mapping[str, Any]) -> str:
     run_min = round(float(row["seconds_min"]) * 1000) if _present(row.get("seconds_min")) else run_max
     p2 = lambda n, unit: num2str(n, unit=unit)  # noqa: E731
     p10 = lambda n, unit: num2str(n, pow2=False, unit=unit)  # noqa: E731
-    return (f"{label(str(row['pattern']))}: bw={p2(bw, 'B/s')} ({p10(bw, 'B/s')}), "
-            f"{p2(low, 'B/s')}-{p2(high, 'B/s')} ({p10(low, 'B/s')}-{p10(high, 'B/s')}), "
-            f"io={p2(io, 'B')} ({p10(io, 'B')}), run={run_min}-{run_max}msec")
+    return (
+        f"{label(str(row['pattern']))}: bw={p2(bw, 'B/s')} ({p10(bw, 'B/s')}), "
+        f"{p2(low, 'B/s')}-{p2(high, 'B/s')} ({p10(low, 'B/s')}-{p10(high, 'B/s')}), "
+        f"io={p2(io, 'B')} ({p10(io, 'B')}), run={run_min}-{run_max}msec"
+    )
 
 
 def _present(value: Any) -> bool:

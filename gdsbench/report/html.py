@@ -11,13 +11,23 @@ import base64
 import datetime as dt
 import html
 import io
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import pandas as pd
 
 from gdsbench import __version__
-from gdsbench.report import aggregate, ceiling_ratios, check_columns, default_groups, fio_style, median_rows, plots, tables
+from gdsbench.report import (
+    aggregate,
+    ceiling_ratios,
+    check_columns,
+    default_groups,
+    fio_style,
+    median_rows,
+    plots,
+    tables,
+)
 from gdsbench.results import read_sidecar
 from gdsbench.units import num2str
 
@@ -32,9 +42,19 @@ figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}figcaption{
 """
 LEFT = {"engine", "pattern", "transfer", "host", "run_id", "key", "run 1", "run 2", "run 3", "run 4"}
 #: Sidecar facts shown per run: (section, key) in display order.
-FACTS = (("machine", "host"), ("machine", "os"), ("machine", "kernel"), ("machine", "cpu_model"),
-         ("machine", "cpu_count"), ("machine", "memory_bytes"), ("target", "directory"), ("target", "device"),
-         ("target", "fstype"), ("tools", "fio"), ("tools", "gdsio"))
+FACTS = (
+    ("machine", "host"),
+    ("machine", "os"),
+    ("machine", "kernel"),
+    ("machine", "cpu_model"),
+    ("machine", "cpu_count"),
+    ("machine", "memory_bytes"),
+    ("target", "directory"),
+    ("target", "device"),
+    ("target", "fstype"),
+    ("tools", "fio"),
+    ("tools", "gdsio"),
+)
 
 
 def page(frame: pd.DataFrame, groups: list[str] | None = None, figures: Iterable[plots.Plot] | None = None) -> str:
@@ -44,21 +64,34 @@ def page(frame: pd.DataFrame, groups: list[str] | None = None, figures: Iterable
     table = aggregate(frame, groups)
     figures = plots.figures(frame) if figures is None else list(figures)
     title = f"gdsbench report: {plots.run_title(plots.with_run(frame))}"
-    body = [f"<h1>{_e(title)}</h1>", "<h2>Runs</h2>", metadata_section(frame),
-            "<h2>Results: median and min-max over repetitions</h2>", html_table(*tables.table_rows(groups, table))]
+    body = [
+        f"<h1>{_e(title)}</h1>",
+        "<h2>Runs</h2>",
+        metadata_section(frame),
+        "<h2>Results: median and min-max over repetitions</h2>",
+        html_table(*tables.table_rows(groups, table)),
+    ]
     ratios = ceiling_ratios(frame)
     if not ratios.empty:
         body += ["<h2>Checkpoint engines against the fio ceiling</h2>", html_table(*tables.ratio_rows(ratios))]
-    body += [notes_section(frame, table), "<h2>Figures</h2>", *(figure_html(p) for p in figures),
-             "<h2>Run status (fio style, median repetition of each group)</h2>", status_section(frame, groups),
-             f"<p><small>gdsbench {__version__}, generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
-             "</small></p>"]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_e(title)}</title><style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+    body += [
+        notes_section(frame, table),
+        "<h2>Figures</h2>",
+        *(figure_html(p) for p in figures),
+        "<h2>Run status (fio style, median repetition of each group)</h2>",
+        status_section(frame, groups),
+        f"<p><small>gdsbench {__version__}, generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
+        "</small></p>",
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{_e(title)}</title><style>{CSS}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
 
 
-def write(frame: pd.DataFrame, directory: Path, groups: list[str] | None = None,
-          figures: Iterable[plots.Plot] | None = None) -> Path:
+def write(
+    frame: pd.DataFrame, directory: Path, groups: list[str] | None = None, figures: Iterable[plots.Plot] | None = None
+) -> Path:
     """Write <directory>/report.html; return its path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "report.html"
@@ -103,8 +136,10 @@ def metadata_section(frame: pd.DataFrame) -> str:
 
 def notes_section(frame: pd.DataFrame, table: pd.DataFrame) -> str:
     """Skipped/failed cases and rigour warnings, as a list (empty string when none)."""
-    items = [f'<li class="{"bad" if line.startswith("failed") else "skip"}">{_e(line)}</li>'
-             for line in tables.problems(frame)]
+    items = [
+        f'<li class="{"bad" if line.startswith("failed") else "skip"}">{_e(line)}</li>'
+        for line in tables.problems(frame)
+    ]
     items += [f'<li class="warn">warning: {_e(note)}</li>' for note in tables.warnings(table)]
     return f"<h2>Notes</h2><ul>{''.join(items)}</ul>" if items else ""
 
@@ -123,5 +158,7 @@ def figure_html(plot: plots.Plot) -> str:
     buffer = io.BytesIO()
     plot.figure.savefig(buffer, format="png", dpi=100)
     data = base64.b64encode(buffer.getvalue()).decode("ascii")
-    return (f'<figure id="{_e(plot.name)}"><img alt="{_e(plot.name)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{_e(plot.name)}</figcaption></figure>")
+    return (
+        f'<figure id="{_e(plot.name)}"><img alt="{_e(plot.name)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{_e(plot.name)}</figcaption></figure>"
+    )

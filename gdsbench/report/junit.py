@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import xml.etree.ElementTree as ET
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
@@ -27,8 +28,13 @@ class Outcome:
     seconds: float = 0.0
 
 
-def to_xml(outcomes: Iterable[Outcome], suite: str, hostname: str, timestamp: dt.datetime | None = None,
-           properties: dict[str, str] | None = None) -> str:
+def to_xml(
+    outcomes: Iterable[Outcome],
+    suite: str,
+    hostname: str,
+    timestamp: dt.datetime | None = None,
+    properties: dict[str, str] | None = None,
+) -> str:
     """JUnit XML for one suite of check outcomes."""
     outcomes = list(outcomes)
     counts = _counts(outcomes)
@@ -44,11 +50,15 @@ def to_xml(outcomes: Iterable[Outcome], suite: str, hostname: str, timestamp: dt
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def _counts(outcomes: list[Outcome]) -> dict[str, str]:
+def _counts(outcomes: list[Outcome]) -> dict[str, Any]:
     """The tests/failures/errors/skipped/time attributes, as strings."""
-    return {"tests": str(len(outcomes)), "failures": str(sum(o.status == FAIL for o in outcomes)), "errors": "0",
-            "skipped": str(sum(o.status == SKIP for o in outcomes)),
-            "time": f"{sum(o.seconds for o in outcomes):.3f}"}
+    return {
+        "tests": str(len(outcomes)),
+        "failures": str(sum(o.status == FAIL for o in outcomes)),
+        "errors": "0",
+        "skipped": str(sum(o.status == SKIP for o in outcomes)),
+        "time": f"{sum(o.seconds for o in outcomes):.3f}",
+    }
 
 
 def _testcase(outcome: Outcome, suite: str) -> ET.Element:

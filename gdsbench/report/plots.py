@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -116,13 +116,13 @@ def new_figure(columns: int, rows: int = 1, width: float = PANEL_WIDTH, height: 
 
 def size_axis(axis, sizes: Iterable[float]) -> None:
     """A log-2 IO-size x axis ticked at the measured sizes, labelled 4K, 128K, 1M, 16M."""
-    sizes = sorted({int(s) for s in sizes})
+    ticks = sorted({int(s) for s in sizes})
     axis.set_xscale("log", base=2)
-    axis.set_xticks(sizes, [size_label(s) for s in sizes])
+    axis.set_xticks(ticks, [size_label(s) for s in ticks])
     axis.xaxis.set_minor_locator(NullLocator())
     axis.set_xlabel("IO size")
-    if len(sizes) > 1:
-        axis.set_xlim(sizes[0] / 1.4, sizes[-1] * 1.4)
+    if len(ticks) > 1:
+        axis.set_xlim(ticks[0] / 1.4, ticks[-1] * 1.4)
 
 
 def heatmaps(frame: pd.DataFrame) -> list[Plot]:
@@ -141,13 +141,25 @@ def _heatmap(group: pd.DataFrame, pattern: str, transfer: str) -> Figure:
     divisor, unit = bw_unit(group["bw_bytes"].max())
     medians = group.groupby(["run", "threads", "io_size"])["bw_bytes"].median() / divisor
     sizes = sorted(group["io_size"].unique())
-    figure = new_figure(len(runs), width=max(4.2, 1.1 * len(sizes) + 1.8), height=max(2.6, 0.7 * group["threads"].nunique() + 1.6))
+    figure = new_figure(
+        len(runs), width=max(4.2, 1.1 * len(sizes) + 1.8), height=max(2.6, 0.7 * group["threads"].nunique() + 1.6)
+    )
     axes = figure.subplots(1, len(runs), squeeze=False)[0]
     vmax = medians.max()
     for axis, run in zip(axes, runs):
         grid = medians.loc[run].unstack("io_size").reindex(columns=sizes).sort_index(ascending=False)
-        sns.heatmap(grid, ax=axis, annot=True, fmt=".0f" if vmax >= 10 else ".2f", cmap="viridis", vmin=0, vmax=vmax,
-                    cbar_kws={"label": f"bandwidth ({unit}, median)"}, linewidths=0.5, annot_kws={"fontsize": 9})
+        sns.heatmap(
+            grid,
+            ax=axis,
+            annot=True,
+            fmt=".0f" if vmax >= 10 else ".2f",
+            cmap="viridis",
+            vmin=0,
+            vmax=vmax,
+            cbar_kws={"label": f"bandwidth ({unit}, median)"},
+            linewidths=0.5,
+            annot_kws={"fontsize": 9},
+        )
         axis.set_xticks(np.arange(len(sizes)) + 0.5, [size_label(int(s)) for s in sizes], rotation=0)
         axis.set_yticks(np.arange(len(grid.index)) + 0.5, [str(int(t)) for t in grid.index], rotation=0)
         axis.set_xlabel("IO size")
@@ -166,8 +178,10 @@ def min_max(values: pd.Series) -> tuple[float, float]:
 def bandwidth_lines(frame: pd.DataFrame) -> list[Plot]:
     """Bandwidth vs IO size, a line per transfer type with a min-max band; one figure per pattern."""
     rows = io_rows(frame)
-    return [Plot(slug("bandwidth", pattern), _bandwidth(group, pattern))
-            for pattern, group in rows.groupby("pattern", sort=True)]
+    return [
+        Plot(slug("bandwidth", pattern), _bandwidth(group, pattern))
+        for pattern, group in rows.groupby("pattern", sort=True)
+    ]
 
 
 def _bandwidth(group: pd.DataFrame, pattern: str) -> Figure:
@@ -181,17 +195,28 @@ def _bandwidth(group: pd.DataFrame, pattern: str) -> Figure:
     style = "run" if data["run"].nunique() > 1 else None
     for index, (axis, count) in enumerate(zip(axes, threads)):
         panel = data[data["threads"] == count]
-        sns.lineplot(panel, x="io_size", y="bw", hue="transfer", style=style, ax=axis, marker="o",
-                     errorbar=min_max, estimator="median", hue_order=sorted(data["transfer"].unique()),
-                     legend=index == len(threads) - 1)
+        sns.lineplot(
+            panel,
+            x="io_size",
+            y="bw",
+            hue="transfer",
+            style=style,
+            ax=axis,
+            marker="o",
+            errorbar=min_max,
+            estimator="median",
+            hue_order=sorted(data["transfer"].unique()),
+            legend=index == len(threads) - 1,
+        )
         size_axis(axis, data["io_size"])
         axis.set_ylabel(f"bandwidth ({unit})")
         axis.set_ylim(bottom=0)
         axis.set_title(f"{count} thread{'s' if count != 1 else ''}", fontsize=10)
         axis.grid(True, alpha=0.3)
     _legend_outside(axes[-1])
-    figure.suptitle(f"{pattern}: bandwidth vs IO size (median, band = min-max over repetitions)\n{run_title(group)}",
-                    fontsize=11)
+    figure.suptitle(
+        f"{pattern}: bandwidth vs IO size (median, band = min-max over repetitions)\n{run_title(group)}", fontsize=11
+    )
     return figure
 
 
@@ -205,8 +230,10 @@ def latency_lines(frame: pd.DataFrame) -> list[Plot]:
     """Mean and p99 latency vs IO size, one figure per pattern."""
     rows = io_rows(frame)
     rows = rows[rows["lat_mean_us"].notna() | rows["lat_p99_us"].notna()]
-    return [Plot(slug("latency", pattern), _latency(group, pattern))
-            for pattern, group in rows.groupby("pattern", sort=True)]
+    return [
+        Plot(slug("latency", pattern), _latency(group, pattern))
+        for pattern, group in rows.groupby("pattern", sort=True)
+    ]
 
 
 def _latency(group: pd.DataFrame, pattern: str) -> Figure:
@@ -219,8 +246,18 @@ def _latency(group: pd.DataFrame, pattern: str) -> Figure:
     figure = new_figure(2)
     axes = figure.subplots(1, 2, sharey=True)
     for index, (axis, column, label) in enumerate(zip(axes, ("lat_mean_us", "lat_p99_us"), ("mean", "p99"))):
-        sns.lineplot(data, x="io_size", y=column, hue=legend, ax=axis, marker="o", estimator="median",
-                     errorbar=None, hue_order=sorted(data[legend].unique()), legend=index == 1)
+        sns.lineplot(
+            data,
+            x="io_size",
+            y=column,
+            hue=legend,
+            ax=axis,
+            marker="o",
+            estimator="median",
+            errorbar=None,
+            hue_order=sorted(data[legend].unique()),
+            legend=index == 1,
+        )
         size_axis(axis, data["io_size"])
         axis.set_yscale("log")
         axis.yaxis.set_major_formatter(FuncFormatter(_latency_text))
@@ -248,8 +285,10 @@ def checkpoint_bars(frame: pd.DataFrame) -> list[Plot]:
         return []
     ceilings = with_run(ceiling_ratios(frame)) if len(ceiling_ratios(frame)) else pd.DataFrame()
     rows = with_run(ok.assign(engine=engine_labels(ok).map(wrap_label)))
-    return [Plot(slug("checkpoint", pattern), _checkpoint(group, ceilings, pattern))
-            for pattern, group in rows.groupby("pattern", sort=True)]
+    return [
+        Plot(slug("checkpoint", pattern), _checkpoint(group, ceilings, pattern))
+        for pattern, group in rows.groupby("pattern", sort=True)
+    ]
 
 
 def wrap_label(label: str, width: int = 20) -> str:
@@ -269,14 +308,29 @@ def _checkpoint(group: pd.DataFrame, ceilings: pd.DataFrame, pattern: str) -> Fi
     figure = new_figure(1, width=max(5.5, 1.6 * len(engines) * max(1, len(runs) / 2) + 2.5))
     axis = figure.subplots()
     hue = "run" if len(runs) > 1 else None
-    sns.barplot(data, x="engine", y="bw", hue=hue, order=engines, estimator="median", errorbar=min_max,
-                capsize=0.15, ax=axis, color=None if hue else sns.color_palette()[0])
+    sns.barplot(
+        data,
+        x="engine",
+        y="bw",
+        hue=hue,
+        order=engines,
+        estimator="median",
+        errorbar=min_max,
+        capsize=0.15,
+        ax=axis,
+        color=None if hue else sns.color_palette()[0],
+    )
     colours = dict(zip(runs, sns.color_palette(n_colors=len(runs))))
     for _, limit in limits.iterrows():
         if pd.notna(limit["fio_bw"]):
             label = f"fio {CEILINGS[pattern]} limit" + (f" ({limit['run']})" if hue else "")
-            axis.axhline(limit["fio_bw"] / divisor, linestyle="--", color=colours.get(limit["run"], "black") if hue
-                         else "black", linewidth=1.2, label=label)
+            axis.axhline(
+                limit["fio_bw"] / divisor,
+                linestyle="--",
+                color=colours.get(limit["run"], "black") if hue else "black",
+                linewidth=1.2,
+                label=label,
+            )
     axis.set_ylabel(f"bandwidth ({unit}, median)")
     axis.set_xlabel("engine")
     axis.set_ylim(bottom=0)

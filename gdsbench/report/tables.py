@@ -48,17 +48,35 @@ def table_rows(groups: list[str], table: pd.DataFrame) -> tuple[list[str], list[
     rows = []
     for _, row in table.iterrows():
         iops = row["iops_median"]
-        rows.append([*(cell(c, row[c]) for c in groups), str(int(row["n"])), bw_text(row["bw_median"]),
-                     bw_range(row["bw_min"], row["bw_max"]), "-" if math.isnan(iops) else iops_text(iops),
-                     number(row["lat_mean_us"]), number(row["lat_p99_us"])])
+        rows.append(
+            [
+                *(cell(c, row[c]) for c in groups),
+                str(int(row["n"])),
+                bw_text(row["bw_median"]),
+                bw_range(row["bw_min"], row["bw_max"]),
+                "-" if math.isnan(iops) else iops_text(iops),
+                number(row["lat_mean_us"]),
+                number(row["lat_p99_us"]),
+            ]
+        )
     return header, rows
 
 
 def ratio_rows(ratios: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the checkpoint-vs-fio table."""
     header = ["engine", "pattern", "n", "bw (median)", "x fio", "x torch_save", "fio ceiling"]
-    rows = [[r["engine"], r["pattern"], str(r["n"]), bw_text(r["bw_median"]), number(r["x_fio"], 2),
-             number(r["x_torch_save"], 2), bw_text(r["fio_bw"])] for _, r in ratios.iterrows()]
+    rows = [
+        [
+            r["engine"],
+            r["pattern"],
+            str(r["n"]),
+            bw_text(r["bw_median"]),
+            number(r["x_fio"], 2),
+            number(r["x_torch_save"], 2),
+            bw_text(r["fio_bw"]),
+        ]
+        for _, r in ratios.iterrows()
+    ]
     return header, rows
 
 
@@ -73,20 +91,29 @@ def problems(frame: pd.DataFrame) -> list[str]:
 
 def warnings(table: pd.DataFrame) -> list[str]:
     """Rigour checks on the aggregate: wide spread between repetitions, too few repetitions."""
-    notes = []
+    notes: list[str] = []
     if table.empty:
         return notes
     wide = table[table["spread"] > SPREAD_WARNING]
     if len(wide):
-        notes.append(f"{len(wide)} of {len(table)} groups vary by more than {SPREAD_WARNING:.0%} between "
-                     "repetitions (max-min over median); add repetitions or a longer runtime")
+        notes.append(
+            f"{len(wide)} of {len(table)} groups vary by more than {SPREAD_WARNING:.0%} between "
+            "repetitions (max-min over median); add repetitions or a longer runtime"
+        )
     if (table["n"] < 3).any():
         notes.append("some groups have fewer than 3 repetitions; medians of 1-2 runs are fragile")
     return notes
 
 
-def render(fmt: str, frame: pd.DataFrame, groups: list[str], table: pd.DataFrame, lines: list[str],
-           ratios: pd.DataFrame, medians: list) -> str:
+def render(
+    fmt: str,
+    frame: pd.DataFrame,
+    groups: list[str],
+    table: pd.DataFrame,
+    lines: list[str],
+    ratios: pd.DataFrame,
+    medians: list,
+) -> str:
     """The report as rich text or markdown."""
     header, rows = table_rows(groups, table)
     titles = [" ".join(f"{g}={cell(g, v)}" for g, v in zip(groups, values)) for values, _ in medians]

@@ -9,7 +9,8 @@ from gdsbench.runners.checkpoint import ENGINES as CHECKPOINT_ENGINES
 from gdsbench.runners.fio import FioRunner
 from gdsbench.runners.gdsio import GdsioRunner
 
-RUNNERS: dict[str, Runner] = {runner.name: runner for runner in (FioRunner(), GdsioRunner(), *CHECKPOINT_ENGINES)}
+_ALL: tuple[Runner, ...] = (FioRunner(), GdsioRunner(), *CHECKPOINT_ENGINES)
+RUNNERS: dict[str, Runner] = {runner.name: runner for runner in _ALL}
 
 
 def get(name: str) -> Runner:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import errno
 import signal
 import subprocess
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Protocol
+from typing import Any, Protocol
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
@@ -89,12 +90,29 @@ class RunContext:
 class Runner(Protocol):
     """A benchmark engine: declares what it can do; runs one case at a time."""
 
-    name: str
-    description: str
-    patterns: frozenset[Pattern]
-    transfers: frozenset[Transfer]
-    axes: frozenset[str]  # case parameters it uses (core axes and its own options)
-    options: tuple[Key, ...]  # its own YAML keys (matrix axes or top-level values)
+    @property
+    def name(self) -> str:
+        """The YAML name (`engine: fio`)."""
+
+    @property
+    def description(self) -> str:
+        """One line: what it measures."""
+
+    @property
+    def patterns(self) -> frozenset[Pattern]:
+        """The patterns it can run."""
+
+    @property
+    def transfers(self) -> frozenset[Transfer]:
+        """The transfer types it can run."""
+
+    @property
+    def axes(self) -> frozenset[str]:
+        """Case parameters it uses (core axes and its own options)."""
+
+    @property
+    def options(self) -> tuple[Key, ...]:
+        """Its own YAML keys (matrix axes or top-level values)."""
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why this case cannot run on this machine, or None when it can."""
@@ -113,8 +131,12 @@ def run_tool(argv: list[str], timeout: float, env: Mapping[str, str] | None = No
     """
     try:
         proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=dict(env) if env is not None else None, start_new_session=False,
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(env) if env is not None else None,
+            start_new_session=False,
         )
     except OSError as exc:
         raise ToolError(f"cannot start {argv[0]}: {exc.strerror}") from exc

@@ -36,17 +36,30 @@ class FioRunner:
     patterns = frozenset({Pattern.READ, Pattern.WRITE, Pattern.RANDREAD, Pattern.RANDWRITE})
     transfers = frozenset({Transfer.CPU_ONLY, Transfer.CPU_CACHED, Transfer.GDS, Transfer.CPU_GPU})
     options = (
-        Key("ioengine", one_of(*IOENGINES), "one of " + ", ".join(IOENGINES), "libaio", "fio ioengine for CPU transfers"),
-        Key("iomem", one_of("malloc", "shm", "shmhuge", "mmap", "mmaphuge"), "a fio iomem type", "malloc",
-            "where fio's I/O buffers live (shmhuge needs reserved huge pages)"),
+        Key(
+            "ioengine", one_of(*IOENGINES), "one of " + ", ".join(IOENGINES), "libaio", "fio ioengine for CPU transfers"
+        ),
+        Key(
+            "iomem",
+            one_of("malloc", "shm", "shmhuge", "mmap", "mmaphuge"),
+            "a fio iomem type",
+            "malloc",
+            "where fio's I/O buffers live (shmhuge needs reserved huge pages)",
+        ),
         Key("end_fsync", boolean, "true or false", False, "fsync each file when a write job ends"),
-        Key("unlink", boolean, "true or false", False,
-            "delete each job's file when the job ends (fio --unlink=1), so every write run makes a new file"),
+        Key(
+            "unlink",
+            boolean,
+            "true or false",
+            False,
+            "delete each job's file when the job ends (fio --unlink=1), so every write run makes a new file",
+        ),
         Key("gpu", lambda v: str(v), "a GPU index", "0", "GPU for libcufile transfers"),
         Key("fio", text, "a path to the fio executable", "fio", "which fio to run"),
     )
-    axes = frozenset({"pattern", "transfer", "io_size", "threads", "iodepth", "ioengine", "iomem", "end_fsync", "unlink",
-                      "gpu"})
+    axes = frozenset(
+        {"pattern", "transfer", "io_size", "threads", "iodepth", "ioengine", "iomem", "end_fsync", "unlink", "gpu"}
+    )
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why fio cannot run this case here: no fio, or no libcufile engine for GPU transfers."""
@@ -78,8 +91,10 @@ def huge_pages_missing(case: Case) -> str | None:
     if free * page >= need:
         return None
     pages = -(-need // page) if page else 0
-    return (f"iomem={case.get('iomem')} needs {pages} free huge pages ({free} free); reserve them as root: "
-            f"echo {pages} > /proc/sys/vm/nr_hugepages")
+    return (
+        f"iomem={case.get('iomem')} needs {pages} free huge pages ({free} free); reserve them as root: "
+        f"echo {pages} > /proc/sys/vm/nr_hugepages"
+    )
 
 
 def fio_binary(ctx: RunContext) -> str:
@@ -109,16 +124,26 @@ def job_files(case: Case, ctx: RunContext) -> list[Path]:
 def fio_argv(case: Case, ctx: RunContext) -> list[str]:
     """Translate a case into fio's command line (sizes in bytes, so no suffix is ambiguous)."""
     argv = [
-        fio_binary(ctx), f"--name={job_name(case, ctx)}", f"--directory={fio_path(ctx.directory)}",
-        f"--size={ctx.file_size}", f"--bs={case.get('io_size')}", f"--rw={case.pattern.value}",
-        f"--numjobs={case.get('threads', 1)}", f"--iodepth={case.get('iodepth', 1)}",
+        fio_binary(ctx),
+        f"--name={job_name(case, ctx)}",
+        f"--directory={fio_path(ctx.directory)}",
+        f"--size={ctx.file_size}",
+        f"--bs={case.get('io_size')}",
+        f"--rw={case.pattern.value}",
+        f"--numjobs={case.get('threads', 1)}",
+        f"--iodepth={case.get('iodepth', 1)}",
         f"--direct={0 if case.transfer is Transfer.CPU_CACHED else 1}",
-        f"--iomem={case.get('iomem', 'malloc')}", "--output-format=json+",
+        f"--iomem={case.get('iomem', 'malloc')}",
+        "--output-format=json+",
     ]
     if case.transfer in _CUFILE_MODES:
         # --thread: fio's libcufile examples run jobs as threads, as cudaMalloc fails when many processes attach.
-        argv += ["--ioengine=libcufile", f"--cuda_io={_CUFILE_MODES[case.transfer]}",
-                 f"--gpu_dev_ids={case.get('gpu', '0')}", "--thread"]
+        argv += [
+            "--ioengine=libcufile",
+            f"--cuda_io={_CUFILE_MODES[case.transfer]}",
+            f"--gpu_dev_ids={case.get('gpu', '0')}",
+            "--thread",
+        ]
     else:
         argv.append(f"--ioengine={case.get('ioengine', 'libaio')}")
     if case.get("end_fsync") and case.pattern.is_write:
@@ -167,17 +192,23 @@ def measure(document: dict[str, Any], pattern: Pattern, raw: str | None = None) 
     runtimes = [s["runtime"] for s in stats]
     job_bw = [s["io_bytes"] * 1000 // s["runtime"] for s in stats]
     return Measurement(
-        bytes=total, seconds=max(runtimes) / 1000, seconds_min=min(runtimes) / 1000,
-        bw_bytes=total * 1000 // max(runtimes), iops=sum(s["iops"] for s in stats),
-        bw_min_bytes=min(job_bw), bw_max_bytes=max(job_bw), **latency(stats), raw=raw,
+        bytes=total,
+        seconds=max(runtimes) / 1000,
+        seconds_min=min(runtimes) / 1000,
+        bw_bytes=total * 1000 // max(runtimes),
+        iops=sum(s["iops"] for s in stats),
+        bw_min_bytes=min(job_bw),
+        bw_max_bytes=max(job_bw),
+        **latency(stats),
+        raw=raw,
     )
 
 
-def latency(stats: list[dict[str, Any]]) -> dict[str, float | None]:
+def latency(stats: list[dict[str, Any]]) -> dict[str, Any]:
     """Completion-latency mean, stdev and percentiles in microseconds, merged over jobs."""
     clats = [s["clat_ns"] for s in stats if s.get("clat_ns", {}).get("N")]
     if not clats:
-        return {"lat_mean_us": None, "lat_stdev_us": None, **{k: None for k in PERCENTILES}}
+        return {"lat_mean_us": None, "lat_stdev_us": None, **dict.fromkeys(PERCENTILES)}
     if len(clats) == 1:
         reported = clats[0].get("percentile", {})
         pct = {k: reported.get(f"{p:f}") for k, p in PERCENTILES.items()}
@@ -185,8 +216,11 @@ def latency(stats: list[dict[str, Any]]) -> dict[str, float | None]:
     else:
         pct = merged_percentiles(clats)
         mean, stdev = pooled_mean_stdev(clats)
-    return {"lat_mean_us": mean / 1000, "lat_stdev_us": stdev / 1000,
-            **{k: (v / 1000 if v is not None else None) for k, v in pct.items()}}
+    return {
+        "lat_mean_us": mean / 1000,
+        "lat_stdev_us": stdev / 1000,
+        **{k: (v / 1000 if v is not None else None) for k, v in pct.items()},
+    }
 
 
 def merged_percentiles(clats: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -202,7 +236,7 @@ def percentiles_from_bins(bins: dict[int, int]) -> dict[str, float | None]:
     """fio's rule: a percentile p is the first bin where the running count reaches p/100 of all."""
     total = sum(bins.values())
     if not total:
-        return {k: None for k in PERCENTILES}
+        return dict.fromkeys(PERCENTILES)
     ordered = sorted(bins.items())
     result: dict[str, float | None] = {}
     for name, p in PERCENTILES.items():

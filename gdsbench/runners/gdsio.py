@@ -31,14 +31,24 @@ from gdsbench.units import size_label
 GPU_KEY = next(key for key in FioRunner.options if key.name == "gpu")
 #: gdsio's -x codes, by transfer type.
 XFER_CODES = {
-    Transfer.GDS: 0, Transfer.CPU_ONLY: 1, Transfer.CPU_GPU: 2, Transfer.CPU_ASYNC_GPU: 3,
-    Transfer.CPU_CACHED_GPU: 4, Transfer.GPU_ASYNC: 5, Transfer.GPU_BATCH: 6,
+    Transfer.GDS: 0,
+    Transfer.CPU_ONLY: 1,
+    Transfer.CPU_GPU: 2,
+    Transfer.CPU_ASYNC_GPU: 3,
+    Transfer.CPU_CACHED_GPU: 4,
+    Transfer.GPU_ASYNC: 5,
+    Transfer.GPU_BATCH: 6,
 }
 #: gdsio's -I codes, by pattern.
 IO_CODES = {Pattern.READ: 0, Pattern.WRITE: 1, Pattern.RANDREAD: 2, Pattern.RANDWRITE: 3}
 #: XferType tokens seen in gdsio output; others are accepted and kept as printed.
-XFER_TOKENS = {"GPUD": Transfer.GDS, "CPUONLY": Transfer.CPU_ONLY, "CPU_GPU": Transfer.CPU_GPU,
-               "GPUD_ASYNC": Transfer.GPU_ASYNC, "GPU_BATCH": Transfer.GPU_BATCH}
+XFER_TOKENS = {
+    "GPUD": Transfer.GDS,
+    "CPUONLY": Transfer.CPU_ONLY,
+    "CPU_GPU": Transfer.CPU_GPU,
+    "GPUD_ASYNC": Transfer.GPU_ASYNC,
+    "GPU_BATCH": Transfer.GPU_BATCH,
+}
 #: Transfers that go through cuFile, where nvidia-fs counters tell GDS from compat mode.
 CUFILE_TRANSFERS = frozenset({Transfer.GDS, Transfer.GPU_ASYNC, Transfer.GPU_BATCH})
 
@@ -80,16 +90,22 @@ class GdsioRunner:
     patterns = frozenset(IO_CODES)
     transfers = frozenset(XFER_CODES)
     options = (
-        Key("gdsio", text, "a path to the gdsio executable", None,
-            "which gdsio to run (else $GDSIO, PATH, /usr/local/cuda*/gds/tools/gdsio)"),
+        Key(
+            "gdsio",
+            text,
+            "a path to the gdsio executable",
+            None,
+            "which gdsio to run (else $GDSIO, PATH, /usr/local/cuda*/gds/tools/gdsio)",
+        ),
         GPU_KEY,
         Key("numa_node", non_negative_int, "a NUMA node number", None, "gdsio -n: NUMA node for host buffers"),
         Key("verify", boolean, "true or false", False, "gdsio -V: verify data (writes are read back)"),
         Key("batch_size", positive_int, "a positive integer", None, "gdsio -B: batch size for GPU_BATCH"),
         Key("alignment", size, "a size such as 4K", None, "gdsio -a: alignment of random IO offsets"),
     )
-    axes = frozenset({"pattern", "transfer", "io_size", "threads", "gpu", "numa_node", "verify", "batch_size",
-                      "alignment"})
+    axes = frozenset(
+        {"pattern", "transfer", "io_size", "threads", "gpu", "numa_node", "verify", "batch_size", "alignment"}
+    )
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why gdsio cannot run this case here: no gdsio, or a GPU list where gdsio takes one index."""
@@ -108,7 +124,9 @@ class GdsioRunner:
         """Create the files a read needs, run gdsio once and measure the case."""
         files = data_files(case, ctx)
         ctx.track_new(files)
-        notes = [fill(case, ctx)] if not case.pattern.is_write and not ready(files, ctx.file_size) else []
+        notes: list[str | None] = (
+            [fill(case, ctx)] if not case.pattern.is_write and not ready(files, ctx.file_size) else []
+        )
         before = sysinfo.nvfs_stats()
         proc = run_tool(self.command(case, ctx), timeout=ctx.timeout)
         after = sysinfo.nvfs_stats()
@@ -118,15 +136,28 @@ class GdsioRunner:
         return measurement(result, note="; ".join(n for n in notes if n) or None, raw=raw)
 
 
-def gdsio_argv(case: Case, ctx: RunContext, pattern: Pattern | None = None, transfer: Transfer | None = None,
-               timed: bool = True) -> list[str]:
+def gdsio_argv(
+    case: Case, ctx: RunContext, pattern: Pattern | None = None, transfer: Transfer | None = None, timed: bool = True
+) -> list[str]:
     """Translate a case (or its fill pass, with another pattern/transfer and no time limit) into gdsio's argv."""
     pattern, transfer = pattern or case.pattern, transfer or case.transfer
     path, _ = sysinfo.find_gdsio(ctx.options.get("gdsio"))
     argv = [
-        path or "gdsio", "-D", str(ctx.directory), "-d", str(case.get("gpu", "0")),
-        "-w", str(case.get("threads", 1)), "-s", size_label(ctx.file_size),
-        "-i", size_label(case.get("io_size")), "-x", str(XFER_CODES[transfer]), "-I", str(IO_CODES[pattern]),
+        path or "gdsio",
+        "-D",
+        str(ctx.directory),
+        "-d",
+        str(case.get("gpu", "0")),
+        "-w",
+        str(case.get("threads", 1)),
+        "-s",
+        size_label(ctx.file_size),
+        "-i",
+        size_label(case.get("io_size")),
+        "-x",
+        str(XFER_CODES[transfer]),
+        "-I",
+        str(IO_CODES[pattern]),
     ]
     if case.get("numa_node") is not None:
         argv += ["-n", str(case.get("numa_node"))]
@@ -166,10 +197,17 @@ def parse(text: str) -> list[GdsioResult]:
     """Every result line in gdsio's output (a -V write prints its write and its verifying read)."""
     return [
         GdsioResult(
-            io_type=m["io_type"].upper(), xfer_type=m["xfer"], threads=int(m["threads"]),
-            iodepth=int(m["iodepth"]) if m["iodepth"] else None, done_kib=int(m["done"]),
-            requested_kib=int(m["requested"]), io_size_kib=m["io_size"], throughput_gib=float(m["gib"]),
-            latency_us=float(m["lat"]), ops=int(m["ops"]), seconds=float(m["secs"]),
+            io_type=m["io_type"].upper(),
+            xfer_type=m["xfer"],
+            threads=int(m["threads"]),
+            iodepth=int(m["iodepth"]) if m["iodepth"] else None,
+            done_kib=int(m["done"]),
+            requested_kib=int(m["requested"]),
+            io_size_kib=m["io_size"],
+            throughput_gib=float(m["gib"]),
+            latency_us=float(m["lat"]),
+            ops=int(m["ops"]),
+            seconds=float(m["secs"]),
         )
         for m in RESULT.finditer(text)
     ]
@@ -198,9 +236,13 @@ def pick(results: list[GdsioResult], pattern: Pattern) -> GdsioResult:
 def measurement(result: GdsioResult, note: str | None = None, raw: str | None = None) -> Measurement:
     """A gdsio result in base units: bytes = done KiB * 1024, bandwidth = GiB/s * 2**30, latency in us."""
     return Measurement(
-        bytes=result.done_kib * 1024, seconds=result.seconds, bw_bytes=result.throughput_gib * 2**30,
-        iops=result.ops / result.seconds if result.seconds > 0 else None, lat_mean_us=result.latency_us,
-        note=note, raw=raw,
+        bytes=result.done_kib * 1024,
+        seconds=result.seconds,
+        bw_bytes=result.throughput_gib * 2**30,
+        iops=result.ops / result.seconds if result.seconds > 0 else None,
+        lat_mean_us=result.latency_us,
+        note=note,
+        raw=raw,
     )
 
 
@@ -209,8 +251,10 @@ def path_note(case: Case, before: dict[str, int] | None, after: dict[str, int] |
     if case.transfer not in CUFILE_TRANSFERS:
         return None
     if before is None or after is None:
-        return ("GDS path or cuFile compat mode could not be told "
-                f"({sysinfo.NVFS_STATS} not readable; gdsio prints GPUD either way)")
+        return (
+            "GDS path or cuFile compat mode could not be told "
+            f"({sysinfo.NVFS_STATS} not readable; gdsio prints GPUD either way)"
+        )
     kind = "writes" if case.pattern.is_write else "reads"
     calls = after.get(kind, 0) - before.get(kind, 0)
     mib = after.get(f"{kind}_mib", 0) - before.get(f"{kind}_mib", 0)

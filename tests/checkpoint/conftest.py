@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -18,7 +19,12 @@ def assert_same(a: Any, b: Any, path: str = "") -> None:
     """Recursively assert two saved objects are identical: dtypes, shapes, strides, bytes, values."""
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor), path
-        assert (a.dtype, a.shape, a.stride(), a.storage_offset()) == (b.dtype, b.shape, b.stride(), b.storage_offset()), path
+        assert (a.dtype, a.shape, a.stride(), a.storage_offset()) == (
+            b.dtype,
+            b.shape,
+            b.stride(),
+            b.storage_offset(),
+        ), path
         assert _storage_bytes(a) == _storage_bytes(b), path
     elif isinstance(a, dict):
         assert type(a) is type(b) and list(a) == list(b), path

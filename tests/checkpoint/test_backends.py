@@ -21,9 +21,15 @@ CPU_BACKENDS = ["auto", "direct", "buffered"]
 def _state() -> dict:
     """Storages below, at and above a page and a chunk, with unaligned tails and a shared view."""
     big = random_tensor((5 << 18,), torch.float32, 1)  # 5 MiB: several 1 MiB chunks below
-    return {"tiny": random_tensor((3,), torch.int8, 2), "page": random_tensor((1024,), torch.float32, 3),
-            "odd": random_tensor((4097,), torch.bfloat16, 4), "big": big, "view": big[1000:2000],
-            "empty": torch.empty(0, dtype=torch.float16), "n": 1}
+    return {
+        "tiny": random_tensor((3,), torch.int8, 2),
+        "page": random_tensor((1024,), torch.float32, 3),
+        "odd": random_tensor((4097,), torch.bfloat16, 4),
+        "big": big,
+        "view": big[1000:2000],
+        "empty": torch.empty(0, dtype=torch.float16),
+        "n": 1,
+    }
 
 
 @pytest.mark.parametrize("save_backend", CPU_BACKENDS)
@@ -53,8 +59,9 @@ def _refuse_odirect(*args: object, **kwargs: object) -> int:
 
 
 @pytest.mark.parametrize("backend", ["auto", "direct"])
-def test_fallback_to_buffered_warns_fake_einval(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
-                                                backend: str) -> None:
+def test_fallback_to_buffered_warns_fake_einval(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
     """With O_DIRECT refused (faked EINVAL), save and load warn and still round-trip."""
     monkeypatch.setattr(direct.DirectBackend, "open_write", _refuse_odirect)
     monkeypatch.setattr(direct.DirectBackend, "open_read", _refuse_odirect)
@@ -83,8 +90,10 @@ def _odirect_refused(directory: str) -> bool:
 def test_fallback_on_dev_shm_real() -> None:
     """On a tmpfs that refuses O_DIRECT, save/load warn and round-trip (tmpfs accepts it since Linux 6.6)."""
     if not os.path.isdir("/dev/shm") or not _odirect_refused("/dev/shm"):
-        pytest.skip(f"/dev/shm accepts O_DIRECT on kernel {os.uname().release} (tmpfs supports it since 6.6); "
-                    "the fallback is covered by the fake-EINVAL test")
+        pytest.skip(
+            f"/dev/shm accepts O_DIRECT on kernel {os.uname().release} (tmpfs supports it since 6.6); "
+            "the fallback is covered by the fake-EINVAL test"
+        )
     sd = _state()
     with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
         with pytest.warns(DirectIOFallbackWarning):
@@ -134,8 +143,13 @@ def test_cuda_map_location_without_gpu_is_a_clear_error(tmp_path: pathlib.Path) 
 
 def test_bad_options_are_value_errors(tmp_path: pathlib.Path) -> None:
     """Unknown backend/checksum names and bad sizes fail fast with ValueError."""
-    for kwargs in [dict(backend="nope"), dict(checksum="md5"), dict(chunk_bytes=1000), dict(threads=0),
-                   dict(buffer_bytes=1 << 20, chunk_bytes=2 << 20)]:
+    for kwargs in [
+        {"backend": "nope"},
+        {"checksum": "md5"},
+        {"chunk_bytes": 1000},
+        {"threads": 0},
+        {"buffer_bytes": 1 << 20, "chunk_bytes": 2 << 20},
+    ]:
         with pytest.raises(ValueError):
             save({"a": torch.ones(2)}, tmp_path / "c.pt", **kwargs)
     assert not (tmp_path / "c.pt").exists()

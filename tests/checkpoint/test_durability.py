@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import pickle
 import random
 import signal
 import subprocess
@@ -13,23 +14,24 @@ import time
 import pytest
 import torch
 
-from gdsbench.checkpoint import load, save
-from gdsbench.checkpoint import durable
+from gdsbench.checkpoint import durable, load, save
 
 # Executed both here and in the child, so both build identical state dicts for a tag.
-MAKE_STATE = '''
+MAKE_STATE = """
 import torch
 def make_state(tag):
     g = torch.Generator().manual_seed(tag)
     layers = [torch.randint(0, 256, (3 << 20,), dtype=torch.uint8, generator=g).view(torch.bfloat16)
               for _ in range(8)]
     return {"tag": tag, "layers": layers, "bias": torch.randn(1001, generator=g)}
-'''
+"""
 namespace: dict = {}
 exec(MAKE_STATE, namespace)
 make_state = namespace["make_state"]
 
-CHILD = MAKE_STATE + '''
+CHILD = (
+    MAKE_STATE
+    + """
 import sys
 from gdsbench.checkpoint import save
 path, recycle = sys.argv[1], sys.argv[2] == "recycle"
@@ -39,7 +41,8 @@ i = 0
 while True:
     save(states[i % 2], path, recycle=recycle)
     i += 1
-'''
+"""
+)
 
 
 def _check_complete(path: pathlib.Path) -> int:
@@ -59,8 +62,12 @@ def test_sigkill_never_tears_the_final_file(tmp_path: pathlib.Path, seed: int, m
     recycling too, where the child overwrites the previous generation's file in place)."""
     path = tmp_path / "ckpt.pt"
     save(make_state(0), path)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), mode], stdout=subprocess.PIPE,
-                             cwd=pathlib.Path(__file__).resolve().parents[2], text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(path), mode],
+        stdout=subprocess.PIPE,
+        cwd=pathlib.Path(__file__).resolve().parents[2],
+        text=True,
+    )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         time.sleep(random.Random(seed).uniform(0.0, 1.5))
@@ -93,7 +100,7 @@ def test_failed_save_keeps_old_file_and_removes_temp(tmp_path: pathlib.Path) -> 
     path = tmp_path / "c.pt"
     save({"a": torch.ones(2)}, path)
     before = path.read_bytes()
-    with pytest.raises(Exception):
+    with pytest.raises((pickle.PicklingError, AttributeError)):  # which one depends on where the lambda lives
         save({"a": torch.ones(2), "bad": lambda: 0}, path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]

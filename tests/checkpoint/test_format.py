@@ -28,8 +28,11 @@ from .conftest import assert_same, random_tensor
 @pytest.fixture
 def ckpt(tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict]:
     """A small checkpoint with nested names, a multi-page storage and a tiny one."""
-    sd = {"layers": [{"attn": {"wq": random_tensor((300, 70), torch.bfloat16, i)}} for i in range(4)],
-          "bias": random_tensor((10,), torch.float32, 9), "step": 12}
+    sd = {
+        "layers": [{"attn": {"wq": random_tensor((300, 70), torch.bfloat16, i)}} for i in range(4)],
+        "bias": random_tensor((10,), torch.float32, 9),
+        "step": 12,
+    }
     path = tmp_path / "c.pt"
     save(sd, path)
     return path, sd
@@ -114,7 +117,7 @@ def test_garbage_is_invalid(tmp_path: pathlib.Path, content: bytes) -> None:
 def test_plain_torch_save_is_not_ours(tmp_path: pathlib.Path) -> None:
     """A torch.save file is a valid zip but has no gdsbench header: InvalidCheckpoint says so."""
     torch.save({"a": torch.ones(3)}, tmp_path / "t.pt")
-    with pytest.raises(InvalidCheckpoint, match="torch.load"):
+    with pytest.raises(InvalidCheckpoint, match=r"torch\.load"):
         load(tmp_path / "t.pt")
 
 
@@ -123,8 +126,13 @@ def _rewrite_header(path: pathlib.Path, **changes: int) -> None:
     with open(path, "r+b") as f:
         f.seek(4096)
         _, version, _, size, ioff, ilen, ixxh = fmt.HEADER.unpack(f.read(fmt.HEADER.size))
-        fields = dict(version=version, file_size=size, index_offset=ioff, index_nbytes=ilen,
-                      index_xxh3=ixxh) | changes
+        fields = {
+            "version": version,
+            "file_size": size,
+            "index_offset": ioff,
+            "index_nbytes": ilen,
+            "index_xxh3": ixxh,
+        } | changes
         f.seek(4096)
         f.write(fmt.Header(**fields).pack())
 
@@ -162,19 +170,23 @@ def _rewrite_index(path: pathlib.Path, edit) -> None:
         f.seek(idx.header.index_offset)
         f.write(raw)
     from gdsbench.checkpoint import integrity
+
     _rewrite_header(path, index_xxh3=integrity.index_digest(raw))
 
 
-@pytest.mark.parametrize("edit, match", [
-    (lambda d: d["storages"][0].update(nbytes=d["storages"][0]["nbytes"] + 2), "size"),
-    (lambda d: d["storages"][0].update(dtype="nosuchty"), "dtype"),
-    (lambda d: d["storages"][0].update(key="9"), "record missing"),
-    (lambda d: d["storages"][0].update(digests=["zz"]), "digests"),
-    (lambda d: d.update(chunk_bytes=1000), "chunk_bytes"),
-    (lambda d: d.update(checksum="md5"), "checksum"),
-    (lambda d: d.update(format="other"), "format"),
-    (lambda d: d["storages"].__setitem__(0, dict(d["storages"][-1])), "duplicate"),
-])
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda d: d["storages"][0].update(nbytes=d["storages"][0]["nbytes"] + 2), "size"),
+        (lambda d: d["storages"][0].update(dtype="nosuchty"), "dtype"),
+        (lambda d: d["storages"][0].update(key="9"), "record missing"),
+        (lambda d: d["storages"][0].update(digests=["zz"]), "digests"),
+        (lambda d: d.update(chunk_bytes=1000), "chunk_bytes"),
+        (lambda d: d.update(checksum="md5"), "checksum"),
+        (lambda d: d.update(format="other"), "format"),
+        (lambda d: d["storages"].__setitem__(0, dict(d["storages"][-1])), "duplicate"),
+    ],
+)
 def test_malformed_index_fields(ckpt: tuple[pathlib.Path, dict], edit, match: str) -> None:
     """Each inconsistent index field is rejected with InvalidCheckpoint naming the problem."""
     path, _ = ckpt
@@ -192,9 +204,9 @@ def test_overlapping_records_are_invalid(ckpt: tuple[pathlib.Path, dict]) -> Non
     for name in names:
         at = data.rfind(name)  # the central directory copy is the last occurrence
         entry = at - 46
-        assert data[entry:entry + 4] == b"PK\x01\x02"
+        assert data[entry : entry + 4] == b"PK\x01\x02"
         offsets.append(entry + 42)
-    data[offsets[1]:offsets[1] + 4] = data[offsets[0]:offsets[0] + 4]
+    data[offsets[1] : offsets[1] + 4] = data[offsets[0] : offsets[0] + 4]
     path.write_bytes(bytes(data))
     with pytest.raises(InvalidCheckpoint):
         load(path)

@@ -26,7 +26,8 @@ def test_tensors_are_filled_in_place_and_returned(tmp_path):
     addresses = [into["big"].data_ptr()] + [layer["w"].data_ptr() for layer in into["layers"]]
     out = load(path, into=into)
     assert torch.equal(into["big"], saved["big"]) and all(
-        torch.equal(a["w"], b["w"]) for a, b in zip(into["layers"], saved["layers"]))
+        torch.equal(a["w"], b["w"]) for a, b in zip(into["layers"], saved["layers"])
+    )
     assert [out["big"].data_ptr()] + [layer["w"].data_ptr() for layer in out["layers"]] == addresses
     assert torch.equal(out["layers"][1]["b"], saved["layers"][1]["b"]) and out["step"] == 7  # not in `into`
     assert torch.equal(out["i8"], saved["i8"])

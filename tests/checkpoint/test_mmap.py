@@ -16,9 +16,16 @@ from .conftest import assert_same, random_tensor
 def _state() -> dict:
     """Views, shared storages, empties, scalars, a multi-chunk storage and metadata."""
     base = random_tensor((64, 33), torch.float32, 1)
-    return {"base": base, "t": base.t(), "row": base[5], "empty": torch.empty(0, 3, dtype=torch.bfloat16),
-            "scalar": torch.tensor(7, dtype=torch.int64), "big": random_tensor((5 << 20,), torch.bfloat16, 2)[3:],
-            "flags": random_tensor((1001,), torch.bool, 3), "meta": {"step": 12, "name": "run"}}
+    return {
+        "base": base,
+        "t": base.t(),
+        "row": base[5],
+        "empty": torch.empty(0, 3, dtype=torch.bfloat16),
+        "scalar": torch.tensor(7, dtype=torch.int64),
+        "big": random_tensor((5 << 20,), torch.bfloat16, 2)[3:],
+        "flags": random_tensor((1001,), torch.bool, 3),
+        "meta": {"step": 12, "name": "run"},
+    }
 
 
 @pytest.fixture

@@ -16,8 +16,11 @@ from .conftest import assert_same, random_tensor
 
 def _state(tag: int, mib: int = 6) -> dict:
     """A state dict whose size and bytes depend on `tag` (odd lengths so tails and gaps vary)."""
-    return {"tag": tag, "w": random_tensor(((mib << 20) // 2 + 77 * tag,), torch.bfloat16, seed=tag),
-            "b": random_tensor((1000 + tag,), torch.float32, seed=100 + tag)}
+    return {
+        "tag": tag,
+        "w": random_tensor(((mib << 20) // 2 + 77 * tag,), torch.bfloat16, seed=tag),
+        "b": random_tensor((1000 + tag,), torch.float32, seed=100 + tag),
+    }
 
 
 def _spare(path: pathlib.Path) -> pathlib.Path:

@@ -38,16 +38,29 @@ DTYPES = _savable_dtypes()
 def test_dtype_table_covers_the_issue_list() -> None:
     """The table includes the dtypes the issue names (float8 where this torch has them)."""
     names = {str(d) for d in DTYPES}
-    for want in ["bfloat16", "float16", "float32", "float64", "int8", "int16", "int32", "int64",
-                 "uint8", "bool", "complex64", "complex128", "float8_e4m3fn", "float8_e5m2"]:
+    for want in [
+        "bfloat16",
+        "float16",
+        "float32",
+        "float64",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "bool",
+        "complex64",
+        "complex128",
+        "float8_e4m3fn",
+        "float8_e5m2",
+    ]:
         assert f"torch.{want}" in names
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_every_dtype_round_trips(tmp_path: pathlib.Path, dtype: torch.dtype) -> None:
     """Random bits of each dtype, in shapes around the page size, come back identical."""
-    sd = {f"t{i}": random_tensor(shape, dtype, seed=i)
-          for i, shape in enumerate([(3,), (4096,), (1025, 3), (2, 3, 4)])}
+    sd = {f"t{i}": random_tensor(shape, dtype, seed=i) for i, shape in enumerate([(3,), (4096,), (1025, 3), (2, 3, 4)])}
     save(sd, tmp_path / "c.pt")
     assert_same(sd, load(tmp_path / "c.pt"))
 
@@ -56,10 +69,16 @@ def test_views_noncontiguous_shared_and_odd_shapes(tmp_path: pathlib.Path) -> No
     """Views keep offsets/strides; tensors sharing a storage share it after load; empties, scalars."""
     base = random_tensor((64, 33), torch.float32, 1)
     sd = {
-        "base": base, "row": base[5], "col": base[:, 7], "t": base.t(), "slice": base[10:20, 3:9],
+        "base": base,
+        "row": base[5],
+        "col": base[:, 7],
+        "t": base.t(),
+        "slice": base[10:20, 3:9],
         "alias": base.view(-1)[100:900:3],
-        "empty": torch.empty(0), "empty2d": torch.empty(0, 5, dtype=torch.bfloat16),
-        "scalar": torch.tensor(2.5, dtype=torch.float64), "iscalar": torch.tensor(7),
+        "empty": torch.empty(0),
+        "empty2d": torch.empty(0, 5, dtype=torch.bfloat16),
+        "scalar": torch.tensor(2.5, dtype=torch.float64),
+        "iscalar": torch.tensor(7),
         "expanded": random_tensor((1, 5), torch.int16, 2).expand(4, 5),
         "big": random_tensor((3 << 20,), torch.bfloat16, 3)[1:],
     }
@@ -75,9 +94,18 @@ def test_views_noncontiguous_shared_and_odd_shapes(tmp_path: pathlib.Path) -> No
 
 def test_metadata_and_nesting(tmp_path: pathlib.Path) -> None:
     """Plain Python values and nested containers come back equal, with their types."""
-    sd = {"epoch": 3, "lr": 1e-4, "name": "run-7", "none": None, "flag": True, "neg": -(2**70),
-          "nested": {"layers": [{"w": random_tensor((8, 8), torch.float16, i)} for i in range(3)],
-                     "tup": (1, "a", random_tensor((5,), torch.int64, 9))}}
+    sd = {
+        "epoch": 3,
+        "lr": 1e-4,
+        "name": "run-7",
+        "none": None,
+        "flag": True,
+        "neg": -(2**70),
+        "nested": {
+            "layers": [{"w": random_tensor((8, 8), torch.float16, i)} for i in range(3)],
+            "tup": (1, "a", random_tensor((5,), torch.int64, 9)),
+        },
+    }
     save(sd, tmp_path / "c.pt")
     assert_same(sd, load(tmp_path / "c.pt"))
 
@@ -117,13 +145,25 @@ def test_overwrite_replaces_previous(tmp_path: pathlib.Path) -> None:
 
 
 _leaf = st.one_of(
-    st.integers(-10**6, 10**6), st.floats(allow_nan=False), st.text(max_size=5), st.none(), st.booleans(),
-    st.builds(lambda shape, d, seed: random_tensor(tuple(shape), d, seed),
-              st.lists(st.integers(0, 40), max_size=3), st.sampled_from(DTYPES), st.integers(0, 1000)),
+    st.integers(-(10**6), 10**6),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    st.none(),
+    st.booleans(),
+    st.builds(
+        lambda shape, d, seed: random_tensor(tuple(shape), d, seed),
+        st.lists(st.integers(0, 40), max_size=3),
+        st.sampled_from(DTYPES),
+        st.integers(0, 1000),
+    ),
 )
-_tree = st.recursive(_leaf, lambda c: st.one_of(st.lists(c, max_size=3),
-                                                st.dictionaries(st.text("abcxyz", min_size=1, max_size=3), c, max_size=3)),
-                     max_leaves=8)
+_tree = st.recursive(
+    _leaf,
+    lambda c: st.one_of(
+        st.lists(c, max_size=3), st.dictionaries(st.text("abcxyz", min_size=1, max_size=3), c, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

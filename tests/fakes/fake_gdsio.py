@@ -17,9 +17,12 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parent.parent / "data" / "gdsio"
 OPTSTRING = "f:D:d:n:m:w:s:o:i:p:bVx:I:T:k:URFB:a:P:J"
 DEFAULT_OUTPUT = {  # (-I, -x) -> a recording made with the same io type and transfer type
-    ("0", "0"): "read-gpud-8threads-timebased.txt", ("1", "0"): "write-gpud-4k.txt",
-    ("0", "1"): "read-cpuonly-4threads.txt", ("1", "1"): "write-read-cpuonly-verify.txt",
-    ("1", "2"): "write-cpu-gpu-8k-file.txt", ("1", "6"): "write-gpu-batch-iodepth10.txt",
+    ("0", "0"): "read-gpud-8threads-timebased.txt",
+    ("1", "0"): "write-gpud-4k.txt",
+    ("0", "1"): "read-cpuonly-4threads.txt",
+    ("1", "1"): "write-read-cpuonly-verify.txt",
+    ("1", "2"): "write-cpu-gpu-8k-file.txt",
+    ("1", "6"): "write-gpu-batch-iodepth10.txt",
 }
 SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "": 1}
 

@@ -31,7 +31,7 @@ class Backend(Protocol):
         ...
 
 
-BACKENDS: dict[str, Backend] = {"buffered": buffered.BACKEND, "direct": direct.BACKEND}
+BACKENDS: dict[str, Backend] = {"buffered": buffered.BACKEND, "direct": direct.BACKEND}  # type: ignore[dict-item]
 NAMES = ("auto", "direct", "buffered", "gds")
 
 

@@ -6,10 +6,10 @@ Used only for load(map_location=<cuda device>) when a CUDA device is present and
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 
-def unavailable() -> Optional[str]:
+def unavailable() -> str | None:
     """None when gds can run here, else the reason ('no CUDA device', 'kvikio not installed')."""
     import torch
 

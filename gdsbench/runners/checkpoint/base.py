@@ -30,8 +30,9 @@ import os
 import pickle
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from gdsbench import sysinfo, workloads
 from gdsbench.cases import Case, Pattern, Transfer
@@ -48,21 +49,46 @@ READ_CHUNK = 16 << 20
 
 #: Option keys of every checkpoint engine (matrix axes or top-level values), shared by all of them.
 OPTIONS: tuple[Key, ...] = (
-    Key("workload", workloads.parse_source, workloads.source_expected(), "llama3-8b",
+    Key(
+        "workload",
+        workloads.parse_source,
+        workloads.source_expected(),
+        "llama3-8b",
         "checkpoint workload: a preset (" + ", ".join(workloads.PRESETS) + ") scaled to checkpoint_size, "
-        "or a .pt/.safetensors state dict (its tensors as they are)"),
-    Key("checkpoint_size", size, "a size such as 256M or 4G", None,
-        "state-dict bytes a preset is scaled to (layers, widths, rows); default: file_size"),
-    Key("dtype", one_of(*workloads.DTYPE_MIXES), "one of " + ", ".join(workloads.DTYPE_MIXES), "mixed",
-        "preset tensor dtypes: bf16, fp32, or mixed (bf16 matrices, fp32 embeddings/norms/biases)"),
-    Key("cache", one_of(*CACHE_STATES), "cold or warm", "cold",
-        "page cache before a checkpoint load: cold (dropped or fadvised away) or warm (files read once)"),
+        "or a .pt/.safetensors state dict (its tensors as they are)",
+    ),
+    Key(
+        "checkpoint_size",
+        size,
+        "a size such as 256M or 4G",
+        None,
+        "state-dict bytes a preset is scaled to (layers, widths, rows); default: file_size",
+    ),
+    Key(
+        "dtype",
+        one_of(*workloads.DTYPE_MIXES),
+        "one of " + ", ".join(workloads.DTYPE_MIXES),
+        "mixed",
+        "preset tensor dtypes: bf16, fp32, or mixed (bf16 matrices, fp32 embeddings/norms/biases)",
+    ),
+    Key(
+        "cache",
+        one_of(*CACHE_STATES),
+        "cold or warm",
+        "cold",
+        "page cache before a checkpoint load: cold (dropped or fadvised away) or warm (files read once)",
+    ),
     Key("seed", non_negative_int, "a non-negative integer", 0, "seed of the preset's random values"),
-    Key("memory", one_of(*MEMORY_STATES), "one of " + ", ".join(MEMORY_STATES), "recent",
+    Key(
+        "memory",
+        one_of(*MEMORY_STATES),
+        "one of " + ", ".join(MEMORY_STATES),
+        "recent",
         "free memory before a save or load, the same for every engine: recent (C heap trimmed, then memory the "
         "size of the checkpoint touched and freed just before, as a restarted job finds it), idle (heap trimmed, "
         "then 10 s idle, so a VM balloon's free page reporting has handed free memory back to the host), "
-        "as-is (nothing done)"),
+        "as-is (nothing done)",
+    ),
 )
 OPTION_NAMES = tuple(key.name for key in OPTIONS)
 #: Exceptions an engine raises for a bad file or a failed I/O; anything else is a bug (traceback).
@@ -85,7 +111,7 @@ class PeakRss:
         while not self._stop.wait(SAMPLE_SECONDS):
             self.peak = max(self.peak, self._process.memory_info().rss)
 
-    def __enter__(self) -> "PeakRss":
+    def __enter__(self) -> PeakRss:
         self._thread.start()
         return self
 
@@ -175,8 +201,12 @@ def verify(expected: Mapping[str, Any], loaded: Any, path: Path) -> None:
         raise ToolError(f"{path}: loaded {len(loaded)} tensors, expected {len(expected)} (missing: {missing[:3]})")
     for name, tensor in expected.items():
         got = loaded[name]
-        same = (isinstance(got, torch.Tensor) and got.dtype == tensor.dtype and got.shape == tensor.shape
-                and torch.equal(got.cpu(), tensor))
+        same = (
+            isinstance(got, torch.Tensor)
+            and got.dtype == tensor.dtype
+            and got.shape == tensor.shape
+            and torch.equal(got.cpu(), tensor)
+        )
         if not same:
             raise ToolError(f"{path}: loaded tensor {name!r} differs from the saved one")
 
@@ -233,6 +263,7 @@ class CheckpointRunner(abc.ABC):
 
     def prepare_save(self, state: Any, path: Path, case: Case, ctx: RunContext) -> None:
         """Unmeasured work that brings `path` to the state the measured save starts from (none by default)."""
+        return None
 
     def write_state(self, path: Path, case: Case) -> Any:
         """What describe_write compares against after the save (nothing by default)."""
@@ -264,8 +295,12 @@ class CheckpointRunner(abc.ABC):
         spec = workload_spec(case, ctx)
         argv = ["python-api", self.calls[case.pattern], str(self.path(case, ctx))]
         argv += [f"threads={case.get('threads')}"] if self.threaded else []
-        argv += [f"workload={spec.source}", f"checkpoint_size={size_label(spec.size)}", f"dtype={spec.dtype}",
-                 f"seed={spec.seed}"]
+        argv += [
+            f"workload={spec.source}",
+            f"checkpoint_size={size_label(spec.size)}",
+            f"dtype={spec.dtype}",
+            f"seed={spec.seed}",
+        ]
         argv += ["fsync=files+directory"] if case.pattern is Pattern.SAVE else [f"cache={case.get('cache')}"]
         argv += [f"memory={case.get('memory', 'recent')}"]
         return argv
@@ -289,7 +324,10 @@ class CheckpointRunner(abc.ABC):
         """Where this engine keeps the case's checkpoint: named by engine, workload, size, dtype, seed."""
         spec = workload_spec(case, ctx)
         source = Path(spec.source).stem if spec.is_file else spec.source
-        return ctx.directory / f"gdsbench-ckpt.{self.name}.{source}.{size_label(spec.size)}.{spec.dtype}.s{spec.seed}{self.suffix}"
+        return (
+            ctx.directory
+            / f"gdsbench-ckpt.{self.name}.{source}.{size_label(spec.size)}.{spec.dtype}.s{spec.seed}{self.suffix}"
+        )
 
     def _call(self, fn: Callable[[], Any]) -> tuple[Any, float, PeakRss]:
         """Run fn timed with RSS sampling; an engine failure becomes a ToolError."""
@@ -304,7 +342,9 @@ class CheckpointRunner(abc.ABC):
             raise ToolError(f"{self.name}: {type(exc).__name__}: {_first_line(exc)}") from exc
         return result, seconds, rss
 
-    def _write(self, case: Case, ctx: RunContext, workload: workloads.Workload, path: Path) -> tuple[float, PeakRss, str]:
+    def _write(
+        self, case: Case, ctx: RunContext, workload: workloads.Workload, path: Path
+    ) -> tuple[float, PeakRss, str]:
         """Durably write a checkpoint (engine save + fsync of its files and directory), timed; return
         the seconds, the RSS samples and what the engine says about the write (for the row's note)."""
         state = self.stage_save(case, workload.tensors)
@@ -335,7 +375,10 @@ class CheckpointRunner(abc.ABC):
         """Measure one durable save."""
         seconds, rss, how = self._write(case, ctx, workload, path)
         return Measurement(
-            bytes=workload.nbytes, seconds=seconds, bw_bytes=workload.nbytes / seconds, peak_rss_bytes=rss.peak,
+            bytes=workload.nbytes,
+            seconds=seconds,
+            bw_bytes=workload.nbytes / seconds,
+            peak_rss_bytes=rss.peak,
             bytes_on_disk=disk_bytes(self.files(path)),
             note="; ".join(filter(None, [how, workload.description, f"RSS before {mib(rss.before)}"])),
         )
@@ -347,14 +390,18 @@ class CheckpointRunner(abc.ABC):
         staged = self.stage_load(case, workload.tensors, path)
         cache_note = set_cache(self.files(path), case.get("cache"))
         memory_note = level_memory(case.get("memory", "recent"), workload.nbytes)
-        loaded, seconds, rss = self._call(lambda: self.load(path, case, staged))
+        loaded, seconds, rss = self._call(lambda: self.load(path, case, staged))  # noqa: F821 (deleted below)
         try:
             verify(workload.tensors, loaded, path)
         finally:
             del loaded, staged
         return Measurement(
-            bytes=workload.nbytes, seconds=seconds, bw_bytes=workload.nbytes / seconds, peak_rss_bytes=rss.peak,
-            bytes_on_disk=disk_bytes(self.files(path)), cache=case.get("cache"),
+            bytes=workload.nbytes,
+            seconds=seconds,
+            bw_bytes=workload.nbytes / seconds,
+            peak_rss_bytes=rss.peak,
+            bytes_on_disk=disk_bytes(self.files(path)),
+            cache=case.get("cache"),
             note=f"{cache_note}; {memory_note}; verified; {workload.description}; RSS before {mib(rss.before)}",
         )
 
@@ -375,6 +422,7 @@ class CheckpointRunner(abc.ABC):
 
     def _track_files(self, path: Path, ctx: RunContext) -> None:
         """After a save: nothing more for single-file engines (directory engines track what they wrote)."""
+        return None
 
 
 def mib(num_bytes: int) -> str:
@@ -390,8 +438,10 @@ def disk_bytes(files: list[Path]) -> int:
 def workload_spec(case: Case, ctx: RunContext) -> workloads.WorkloadSpec:
     """The workload a case uses; checkpoint_size defaults to the sweep's file_size."""
     return workloads.WorkloadSpec(
-        source=case.get("workload", "llama3-8b"), size=case.get("checkpoint_size") or ctx.file_size,
-        dtype=case.get("dtype", "mixed"), seed=case.get("seed", 0),
+        source=case.get("workload", "llama3-8b"),
+        size=case.get("checkpoint_size") or ctx.file_size,
+        dtype=case.get("dtype", "mixed"),
+        seed=case.get("seed", 0),
     )
 
 

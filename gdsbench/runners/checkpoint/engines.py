@@ -30,15 +30,15 @@ import importlib.util
 import io
 import json
 import warnings
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from gdsbench import sysinfo
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.keys import Key, boolean
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, OPTIONS, CheckpointRunner
-
 
 PAGE = 4096
 
@@ -98,15 +98,32 @@ class FastPersist(CheckpointRunner):
     modules = ("torch", "gdsbench.checkpoint")
     threaded = True
     backends = {Transfer.CPU_ONLY: "direct", Transfer.CPU_CACHED: "buffered"}
-    options = (*OPTIONS,
-               Key("load_into", boolean, "true or false", False,
-                   "load into existing, initialised tensors (load(into=...)) instead of new memory"),
-               Key("recycle", boolean, "true or false", False,
-                   "save with recycle=True: overwrite the previous generation's blocks (the steady state of "
-                   "repeated saves to one path, reached by unmeasured saves first) instead of a new file"),
-               Key("mmap", boolean, "true or false", False,
-                   "load with mmap=True: map the file and fault it in with parallel readahead (page cache, "
-                   "transfer CPU_CACHED) instead of reading into new memory"))
+    options = (
+        *OPTIONS,
+        Key(
+            "load_into",
+            boolean,
+            "true or false",
+            False,
+            "load into existing, initialised tensors (load(into=...)) instead of new memory",
+        ),
+        Key(
+            "recycle",
+            boolean,
+            "true or false",
+            False,
+            "save with recycle=True: overwrite the previous generation's blocks (the steady state of "
+            "repeated saves to one path, reached by unmeasured saves first) instead of a new file",
+        ),
+        Key(
+            "mmap",
+            boolean,
+            "true or false",
+            False,
+            "load with mmap=True: map the file and fault it in with parallel readahead (page cache, "
+            "transfer CPU_CACHED) instead of reading into new memory",
+        ),
+    )
 
     @property
     def axes(self) -> frozenset[str]:
@@ -183,8 +200,13 @@ class FastPersist(CheckpointRunner):
 
         with warnings.catch_warnings():
             warnings.simplefilter("error", DirectIOFallbackWarning)
-            save(state, path, threads=case.get("threads"), backend=self.backends[case.transfer],
-                 recycle=bool(case.get("recycle")))
+            save(
+                state,
+                path,
+                threads=case.get("threads"),
+                backend=self.backends[case.transfer],
+                recycle=bool(case.get("recycle")),
+            )
 
     def load(self, path: Path, case: Case, staged: Any) -> Mapping[str, Any]:
         """gdsbench.checkpoint.load with checksum verification, onto the CPU."""
@@ -192,8 +214,15 @@ class FastPersist(CheckpointRunner):
 
         with warnings.catch_warnings():
             warnings.simplefilter("error", DirectIOFallbackWarning)
-            return load(path, map_location="cpu", threads=case.get("threads"), verify=True,
-                        backend=self.backends[case.transfer], into=staged, mmap=bool(case.get("mmap")))
+            return load(
+                path,
+                map_location="cpu",
+                threads=case.get("threads"),
+                verify=True,
+                backend=self.backends[case.transfer],
+                into=staged,
+                mmap=bool(case.get("mmap")),
+            )
 
 
 class Safetensors(CheckpointRunner):
@@ -257,8 +286,10 @@ class Dcp(CheckpointRunner):
 
     name = "dcp"
     description = "torch.distributed.checkpoint (one process): FileSystemWriter(thread_count=threads) / load in place"
-    calls = {Pattern.SAVE: "torch.distributed.checkpoint.save(FileSystemWriter)",
-             Pattern.LOAD: "torch.distributed.checkpoint.load(FileSystemReader)"}
+    calls = {
+        Pattern.SAVE: "torch.distributed.checkpoint.save(FileSystemWriter)",
+        Pattern.LOAD: "torch.distributed.checkpoint.load(FileSystemReader)",
+    }
     modules = ("torch", "torch.distributed.checkpoint")
     threaded = True
     suffix = ".dcp"
@@ -367,8 +398,12 @@ class Kvikio(CheckpointRunner):
             futures = []
             for name, tensor in state.items():
                 data = tensor.reshape(-1).view(torch.uint8)
-                index[name] = {"offset": offset, "nbytes": data.numel(), "dtype": str(tensor.dtype).split(".")[-1],
-                               "shape": list(tensor.shape)}
+                index[name] = {
+                    "offset": offset,
+                    "nbytes": data.numel(),
+                    "dtype": str(tensor.dtype).split(".")[-1],
+                    "shape": list(tensor.shape),
+                }
                 futures.append(f.pwrite(data, data.numel(), offset))
                 offset += -(-data.numel() // self.alignment) * self.alignment
             for future in futures:
@@ -381,13 +416,17 @@ class Kvikio(CheckpointRunner):
         import torch
 
         index = json.loads(self.index_path(path).read_text())
-        buffers = {name: torch.empty(entry["nbytes"], dtype=torch.uint8, device="cuda") for name, entry in index.items()}
+        buffers = {
+            name: torch.empty(entry["nbytes"], dtype=torch.uint8, device="cuda") for name, entry in index.items()
+        }
         with kvikio.CuFile(path, "r") as f:
             futures = [f.pread(buffers[name], entry["nbytes"], entry["offset"]) for name, entry in index.items()]
             for future in futures:
                 future.get()
-        return {name: buffers[name].view(getattr(torch, entry["dtype"])).reshape(entry["shape"])
-                for name, entry in index.items()}
+        return {
+            name: buffers[name].view(getattr(torch, entry["dtype"])).reshape(entry["shape"])
+            for name, entry in index.items()
+        }
 
 
 class DeepSpeed(CheckpointRunner):
@@ -395,8 +434,10 @@ class DeepSpeed(CheckpointRunner):
 
     name = "deepspeed"
     description = "DeepSpeed FastFileWriter (torch.save through libaio O_DIRECT) / aio read + torch.load"
-    calls = {Pattern.SAVE: "torch.save(deepspeed.io.FastFileWriter)",
-             Pattern.LOAD: "deepspeed aio sync_pread + torch.load(weights_only=True)"}
+    calls = {
+        Pattern.SAVE: "torch.save(deepspeed.io.FastFileWriter)",
+        Pattern.LOAD: "deepspeed aio sync_pread + torch.load(weights_only=True)",
+    }
     transfers = frozenset({Transfer.CPU_ONLY})
     packages = ("torch", "deepspeed")
     modules = ("torch", "deepspeed.io", "deepspeed.ops.op_builder")
@@ -427,7 +468,11 @@ class DeepSpeed(CheckpointRunner):
             import torch
             from deepspeed.ops.op_builder import AsyncIOBuilder
 
-            aio = AsyncIOBuilder().load(verbose=False).aio_handle(self.block_bytes, self.queue_depth, False, True, threads)
+            aio = (
+                AsyncIOBuilder()
+                .load(verbose=False)
+                .aio_handle(self.block_bytes, self.queue_depth, False, True, threads)
+            )
             locked = aio.new_cpu_locked_tensor(self.buffer_bytes, torch.empty(0, dtype=torch.uint8))
             self._aio[threads] = (aio, locked)
         return self._aio[threads]
@@ -452,8 +497,9 @@ class DeepSpeed(CheckpointRunner):
 
         self._cpu_utils_op()
         aio, locked = self.handle(case.get("threads", 1))
-        config = FastFileWriterConfig(dnvme_handle=aio, pinned_tensor=locked, double_buffer=True,
-                                      num_parallel_writers=1, writer_rank=0)
+        config = FastFileWriterConfig(
+            dnvme_handle=aio, pinned_tensor=locked, double_buffer=True, num_parallel_writers=1, writer_rank=0
+        )
         writer = FastFileWriter(file_path=str(path), config=config)
         try:
             torch.save(dict(state), writer)
@@ -492,4 +538,12 @@ class DeepSpeed(CheckpointRunner):
         return torch.load(io.BytesIO(memoryview(staged.numpy())), map_location="cpu", weights_only=True)
 
 
-ENGINES: tuple[CheckpointRunner, ...] = (TorchSave(), TorchMmap(), FastPersist(), Safetensors(), Dcp(), Kvikio(), DeepSpeed())
+ENGINES: tuple[CheckpointRunner, ...] = (
+    TorchSave(),
+    TorchMmap(),
+    FastPersist(),
+    Safetensors(),
+    Dcp(),
+    Kvikio(),
+    DeepSpeed(),
+)
