@@ -1,8 +1,8 @@
 """Fresh memory against the disk: why a load into new memory swings in a VM.
 
 Each line: page cache dropped, then `--idle` seconds, then one of
-  anon 1 thread / 2 threads  fault in (and zero) a fresh huge-page mapping of the file's size
-                             with MADV_POPULATE_WRITE, as load()'s prefaulter does
+  anon 1 thread / 2 threads  fault in (and zero) a fresh huge-page mapping of the file's size,
+                             written by torch with 1 or 2 threads
   page cache                 read the file through the page cache into one reused 16 MiB buffer
   O_DIRECT                   read the file with O_DIRECT into one reused buffer: the disk alone
 
@@ -12,18 +12,27 @@ Each line: page cache dropped, then `--idle` seconds, then one of
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
 import time
 
-from gdsbench import sysinfo
-from gdsbench.checkpoint.memory import Prefaulter, Staging, address_of, huge_buffer, view
+from gdsbench.runners import cache
 
 CHUNK = 16 << 20
 
 
 def anon(size: int, threads: int) -> None:
-    mapping = huge_buffer(size)
-    Prefaulter([(address_of(mapping), size)], threads).join()
+    """Fault in a fresh huge-page-advised anonymous mapping of `size` bytes with `threads` threads."""
+    import torch
+
+    mapping = mmap.mmap(-1, size)
+    mapping.madvise(mmap.MADV_HUGEPAGE)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        torch.frombuffer(mapping, dtype=torch.uint8).fill_(0)
+    finally:
+        torch.set_num_threads(before)
     mapping.close()
 
 
@@ -35,11 +44,11 @@ def page_cache(path: str) -> None:
 
 
 def direct(path: str) -> None:
-    staging = Staging(CHUNK)
+    staging = mmap.mmap(-1, CHUNK)  # page-aligned, as O_DIRECT wants
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT | os.O_CLOEXEC)
     try:
         offset = 0
-        while got := os.preadv(fd, [view(staging.address, CHUNK)], offset):
+        while got := os.preadv(fd, [memoryview(staging)], offset):
             offset += got
     finally:
         os.close(fd)
@@ -61,8 +70,8 @@ def main() -> None:
     for _ in range(args.reps):
         for idle in args.idle:
             for name, fn in ways.items():
-                if not (sysinfo.is_root() and sysinfo.drop_caches()):
-                    sysinfo.evict(args.file)
+                if not (cache.is_root() and cache.drop_caches()):
+                    cache.evict(args.file)
                 time.sleep(idle)
                 started = time.perf_counter()
                 fn()

@@ -6,7 +6,7 @@ ratios printed:
   raw write   O_DIRECT pwrite of as many bytes from 4 reused huge-page buffers, 4 threads, no copy:
               what Python can write here at all
   raw copy    the same, each 16 MiB chunk first copied from the tensors: save() minus format and hash
-  recycled    save(recycle=True), overwriting the spare generation written seconds before
+  recycled    Checkpointer(recycle=True).save, overwriting the spare generation written seconds before
 
     python benchmarks/save_pipeline.py --dir /var/tmp/gdsbench --size 4G --reps 3
 """
@@ -14,32 +14,43 @@ ratios printed:
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
 import queue
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from gdsbench import workloads
-from gdsbench.checkpoint import durable, save
-from gdsbench.checkpoint.memory import Staging, copy, queue_of, view
+from gdsbench.checkpoint import Checkpointer, save
 from gdsbench.units import parse_size
 
 CHUNK = 16 << 20
 THREADS = 4
 
 
-def raw_write(path: str, nbytes: int, buffers: queue.Queue[Staging], sources: list[tuple[int, int]] | None) -> None:
+def staging_buffer() -> mmap.mmap:
+    """A page-aligned, huge-page-advised buffer of one chunk, touched once."""
+    buf = mmap.mmap(-1, CHUNK)
+    buf.madvise(mmap.MADV_HUGEPAGE)
+    buf.write(bytes(CHUNK))
+    return buf
+
+
+def raw_write(path: str, nbytes: int, buffers: queue.Queue[mmap.mmap], sources: list[Any] | None) -> None:
     """Write `nbytes` into a new file with O_DIRECT from staging buffers (copied from `sources` first)."""
+    import torch
+
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_DIRECT | os.O_CLOEXEC, 0o644)
 
     def chunk(k: int) -> None:
         buf = buffers.get()
         try:
             if sources:
-                address, size = sources[k % len(sources)]
-                copy(buf.address, address, size)
-            os.pwrite(fd, view(buf.address, CHUNK), k * CHUNK)
+                source = sources[k % len(sources)]
+                torch.frombuffer(buf, dtype=torch.uint8, count=source.numel()).copy_(source)  # releases the GIL
+            os.pwrite(fd, memoryview(buf), k * CHUNK)
         finally:
             buffers.put(buf)
 
@@ -60,26 +71,27 @@ def main() -> None:
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     state = workloads.get(workloads.WorkloadSpec("llama3-8b", parse_size(args.size), "mixed")).tensors
-    storages = [t.untyped_storage() for t in state.values()]
-    total = sum(s.nbytes() for s in storages)
+    import torch
+
+    flat = [t.reshape(-1).view(torch.uint8) for t in state.values()]
+    total = sum(f.numel() for f in flat)
     nbytes = max(CHUNK, total // CHUNK * CHUNK)
-    sources = [
-        (s.data_ptr() + offset, min(CHUNK, s.nbytes() - offset))
-        for s in storages
-        for offset in range(0, s.nbytes(), CHUNK)
-    ]
-    buffers = queue_of([Staging(CHUNK) for _ in range(THREADS)])
+    sources = [f[offset : offset + CHUNK] for f in flat for offset in range(0, f.numel(), CHUNK)]
+    buffers: queue.Queue[mmap.mmap] = queue.Queue()
+    for _ in range(THREADS):
+        buffers.put(staging_buffer())
     new, raw, recycled = (os.path.join(args.dir, f"save-pipeline.{n}") for n in ("new.pt", "raw.bin", "recycled.pt"))
+    recycler = Checkpointer(recycled, recycle=True)
     ways = {
         "save": (lambda: save(state, new), new, total),
         "raw write": (lambda: raw_write(raw, nbytes, buffers, None), raw, nbytes),
         "raw copy": (lambda: raw_write(raw, nbytes, buffers, sources), raw, nbytes),
-        "recycled": (lambda: save(state, recycled, recycle=True), None, total),
+        "recycled": (lambda: recycler.save(state), None, total),
     }
     speeds: dict[str, list[float]] = {name: [] for name in ways}
     try:
         for _ in range(2):
-            save(state, recycled, recycle=True)  # two generations: from now on a spare exists
+            recycler.save(state)  # two generations: from now on a spare exists
         for rep in range(args.reps):
             for name, (fn, fresh, size) in ways.items():
                 if fresh and os.path.exists(fresh):
@@ -90,7 +102,8 @@ def main() -> None:
                 speeds[name].append(size / (time.perf_counter() - started))
                 print(f"rep {rep + 1} {name:10} {speeds[name][-1] / 1e9:.2f} GB/s", flush=True)
     finally:
-        for path in (new, raw, recycled, durable.spare_path(recycled)):
+        recycler.close()  # removes the spare generation it kept
+        for path in (new, raw, recycled):
             if os.path.exists(path):
                 os.unlink(path)
     medians = {name: statistics.median(v) for name, v in speeds.items()}

@@ -313,9 +313,9 @@ def read_file(spec: WorkloadSpec) -> Workload:
         state = load_file(str(path))
     else:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    from gdsbench.checkpoint.plan import tensor_names
+    from gdsbench.checkpoint import named_tensors
 
-    tensors = {name: t.detach().clone(memory_format=torch.contiguous_format) for name, t in tensor_names(state)}
+    tensors = {name: t.detach().clone(memory_format=torch.contiguous_format) for name, t in named_tensors(state)}
     if not tensors:
         raise ValueError(f"{path} holds no tensors")
     nbytes = sum(t.numel() * t.element_size() for t in tensors.values())

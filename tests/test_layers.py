@@ -70,3 +70,37 @@ def test_fio_only_sweep_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def checkpoint_imports(path: Path) -> list[str]:
+    """What a file outside the checkpoint library takes from it: module paths and imported names."""
+    tree = ast.parse(path.read_text())
+    taken = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            taken += [a.name for a in node.names if a.name.startswith("gdsbench.checkpoint")]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gdsbench.checkpoint"):
+            taken += [
+                node.module if node.module != "gdsbench.checkpoint" else f"{node.module}:{a.name}" for a in node.names
+            ]
+    return taken
+
+
+OUTSIDE = [p for p in FILES if not module_name(p).startswith("gdsbench.checkpoint")]
+OUTSIDE += sorted((PACKAGE.parent / "benchmarks").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", OUTSIDE, ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+def test_only_the_public_checkpoint_api_is_used_outside_the_library(path):
+    """Runners, workloads and benchmarks see gdsbench.checkpoint's __all__ and nothing below it."""
+    import gdsbench.checkpoint as public
+
+    bad = [
+        name
+        for name in checkpoint_imports(path)
+        if not (
+            name == "gdsbench.checkpoint"
+            or (name.startswith("gdsbench.checkpoint:") and name.split(":")[1] in public.__all__)
+        )
+    ]
+    assert not bad, f"{path.name} reaches below gdsbench.checkpoint's public API: {bad}"

@@ -1,33 +1,53 @@
 """gdsbench.checkpoint: fast, durable, verifiable PyTorch checkpoints that torch.load can read.
 
-from gdsbench.checkpoint import save, load
-save(model.state_dict(), "ckpt.pt")          # O_DIRECT, parallel, fsync + atomic rename
-state = load("ckpt.pt")                       # parallel reads into huge-page memory, verified
-torch.load("ckpt.pt", weights_only=True)      # also works: the file is torch's zip format
+    from gdsbench.checkpoint import save, load, load_into, Checkpointer, IOOptions
+    save(model.state_dict(), "ckpt.pt")            # O_DIRECT, parallel, fsync + atomic rename
+    state = load("ckpt.pt")                        # parallel reads into new memory, verified
+    load_into("ckpt.pt", model.state_dict())       # fill existing tensors in place
+    with Checkpointer("ckpt.pt", options=IOOptions(threads=8)) as ckpt:   # repeated saves of one path
+        ckpt.save(model.state_dict())
+    torch.load("ckpt.pt", weights_only=True)       # also works: the file is torch's zip format
+
+docs/api.md describes the calls; docs/format.md the file. Nothing else is public.
 """
 
+from .api import load, load_into, load_mmap, save
 from .errors import (
     BackendUnavailable,
     CheckpointError,
     CorruptCheckpoint,
     DirectIOFallbackWarning,
     InvalidCheckpoint,
+    OptionError,
+    StateDictMismatch,
     TruncatedCheckpoint,
 )
 from .format import Index, StorageEntry, read_index
-from .load import load
-from .save import save
+from .load import Loaded
+from .manager import Checkpointer
+from .options import IOOptions
+from .save import Saved
+from .tree import named_tensors
 
 __all__ = [
     "BackendUnavailable",
     "CheckpointError",
+    "Checkpointer",
     "CorruptCheckpoint",
     "DirectIOFallbackWarning",
+    "IOOptions",
     "Index",
     "InvalidCheckpoint",
+    "Loaded",
+    "OptionError",
+    "Saved",
+    "StateDictMismatch",
     "StorageEntry",
     "TruncatedCheckpoint",
     "load",
+    "load_into",
+    "load_mmap",
+    "named_tensors",
     "read_index",
     "save",
 ]

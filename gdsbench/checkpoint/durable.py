@@ -1,12 +1,14 @@
 """Crash-safe replacement of a file: temp name in the same directory, fsync, rename, fsync dir.
 
 A SIGKILL at any moment leaves either the previous file or the new complete one under the final
-name; at worst a temp file `.NAME.PID.TOKEN.gdsbench-tmp` is left behind, which the next save to
-the same path removes once its process is gone.
+name; at worst a temp file `.NAME.HOST.BOOT.PID.START.TOKEN.gdsbench-tmp` is left behind. The next
+save to the same path removes it once it can prove the writer is gone: same host and boot, and no
+process with that pid and start time (a reused pid has another start time). Temp files of other
+hosts sharing the file system are never touched: nothing here can prove those writers dead.
 
-Recycling (opt-in): the replaced generation is kept under `.NAME.gdsbench-spare` and the next save
-overwrites its blocks in place before renaming it over NAME, as repeated saves to one path do in
-training. Writing into allocated, written blocks skips ext4's allocation and extent conversion and,
+Recycling (a Checkpointer's opt-in): the replaced generation is kept under `.NAME.gdsbench-spare`
+and the next save overwrites its blocks in place before renaming it over NAME, as repeated saves to
+one path do in training. Writing into allocated, written blocks skips ext4's allocation and extent conversion and,
 on thin-provisioned or discard-mounted disks, the re-backing of freed blocks (on this project's VM:
 1.5-1.7x new-file writes when the spare was written minutes before, no gain when it was older;
 docs/benchmarks.md). The live file is never written: a spare is overwritten only
@@ -21,10 +23,12 @@ import errno
 import fcntl
 import os
 import secrets
+import socket
 import stat
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 TEMP_SUFFIX = ".gdsbench-tmp"
 SPARE_SUFFIX = ".gdsbench-spare"
@@ -38,10 +42,33 @@ class Target:
     recycled: bool = False
 
 
+def _boot_id() -> str:
+    """This boot's id (8 hex digits), so a pid from before a reboot is never mistaken for a live one."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]
+    except OSError:
+        return "noboot"
+
+
+def _start_time(pid: int) -> str | None:
+    """A process's start time in clock ticks since boot (field 22 of /proc/PID/stat), None if it is gone."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat_line.rsplit(")", 1)[1].split()[19]  # fields after the command name, which may hold spaces
+
+
+def _host() -> str:
+    """This host's name as it can stand inside a file name."""
+    return socket.gethostname().replace("/", "_") or "localhost"
+
+
 def temp_path(path: str) -> str:
-    """A unique temp name beside `path` that encodes our pid so stale ones can be recognised."""
+    """A unique temp name beside `path` naming the writer: host, boot, pid and the process's start time."""
     head, base = os.path.split(path)
-    return os.path.join(head, f".{base}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+    me = f"{_host()}.{_boot_id()}.{os.getpid()}.{_start_time(os.getpid())}"
+    return os.path.join(head, f".{base}.{me}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
 
 
 def spare_path(path: str) -> str:
@@ -50,27 +77,24 @@ def spare_path(path: str) -> str:
     return os.path.join(head, f".{base}{SPARE_SUFFIX}")
 
 
-def _pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists (conservatively True when unsure)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def writer_gone(host: str, boot: str, pid: str, start: str) -> bool:
+    """Whether the writer a temp name records is provably dead: on this host and boot, and no process
+    with its pid and start time exists. Anything else (another host, unparsable) counts as alive."""
+    if host != _host() or boot != _boot_id() or not pid.isdigit():
         return False
-    except PermissionError:
-        return True
-    return True
+    return _start_time(int(pid)) != start
 
 
 def stale_temps(path: str) -> list[str]:
-    """Temp files left beside `path` by saves whose process has died."""
+    """Temp files left beside `path` by saves whose process is provably gone."""
     head, base = os.path.split(path)
     prefix = f".{base}."
     found = []
     for name in os.listdir(head or "."):
         if not (name.startswith(prefix) and name.endswith(TEMP_SUFFIX)):
             continue
-        parts = name[len(prefix) : -len(TEMP_SUFFIX)].split(".")
-        if len(parts) == 2 and parts[0].isdigit() and not _pid_alive(int(parts[0])):
+        parts = name[len(prefix) : -len(TEMP_SUFFIX)].rsplit(".", 4)
+        if len(parts) == 5 and writer_gone(*parts[:4]):
             found.append(os.path.join(head, name))
     return found
 
@@ -99,7 +123,8 @@ def replace_atomically(path: str, *, recycle: bool = False) -> Iterator[Target]:
     """Yield a Target to write (caller fsyncs it); on success rename it over `path` durably.
 
     With `recycle`, the Target is the spare generation when one can safely be overwritten (else a
-    new temp file), and the generation being replaced becomes the next spare.
+    new temp file), and the generation being replaced becomes the next spare. Without it, spares
+    are never touched (they belong to the Checkpointer that keeps them).
     """
     path = os.path.abspath(path)
     remove_stale_temps(path)
@@ -116,19 +141,21 @@ def replace_atomically(path: str, *, recycle: bool = False) -> Iterator[Target]:
             os.unlink(target.path)
         _release_later(previous)
         raise
-    if not recycle:
-        _drop_spare(path)
     fsync_dir(os.path.dirname(path))
     _release_later(previous)
 
 
-def _drop_spare(path: str) -> None:
-    """A save without recycling removes the spare earlier recycling saves kept (a plain file under our
-    name only), so turning recycling off gives the second generation's space back."""
-    spare = spare_path(path)
-    with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISREG(os.lstat(spare).st_mode):
-            _unlink_off_critical_path(spare)
+def drop_spare(path: str) -> bool:
+    """Remove the spare a recycling Checkpointer kept for `path` (a plain file under gdsbench's spare
+    name only); True when there was one."""
+    spare = spare_path(os.path.abspath(path))
+    try:
+        if not stat.S_ISREG(os.lstat(spare).st_mode):
+            return False
+    except FileNotFoundError:
+        return False
+    _unlink_off_critical_path(spare)
+    return True
 
 
 def _unlink_off_critical_path(path: str) -> None:

@@ -48,5 +48,19 @@ class BackendUnavailable(CheckpointError):
         super().__init__(f"backend {backend!r} unavailable: {reason}")
 
 
+class OptionError(CheckpointError, ValueError):
+    """An IOOptions value, or a combination of arguments, that cannot be honoured."""
+
+
+class StateDictMismatch(CheckpointError, ValueError):
+    """load_into: a tensor of the destination differs from the saved one (missing, dtype, shape, device)."""
+
+    def __init__(self, path: str | os.PathLike[str], tensor: str, problem: str) -> None:
+        self.path = os.fspath(path)
+        self.tensor = tensor
+        self.problem = problem
+        super().__init__(f"{self.path}: cannot load into {tensor!r}: {problem}")
+
+
 class DirectIOFallbackWarning(UserWarning):
     """O_DIRECT was refused (EINVAL, e.g. tmpfs) and buffered I/O was used instead."""

@@ -7,11 +7,12 @@ path into a validated `Index` or raises InvalidCheckpoint / TruncatedCheckpoint 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import integrity
@@ -76,7 +77,11 @@ class StorageEntry:
 
 @dataclass(frozen=True)
 class Index:
-    """Everything load() needs, validated against the zip directory."""
+    """Everything load() needs, validated against the zip directory.
+
+    `path` names the file in messages; `data_path` is what reads open (by default the same; a load
+    pins the inode it validated by reading through /proc/self/fd, so a concurrent save's rename
+    cannot mix one generation's index with another's data)."""
 
     path: str
     header: Header
@@ -86,6 +91,12 @@ class Index:
     pickle_nbytes: int
     pickle_digest: str
     storages: tuple[StorageEntry, ...]
+    data_path: str = ""
+
+    def __post_init__(self) -> None:
+        """Reads go to the named file unless told otherwise."""
+        if not self.data_path:
+            object.__setattr__(self, "data_path", self.path)
 
 
 @dataclass(frozen=True)
@@ -334,6 +345,18 @@ def parse_index(path: str, fd: int) -> Index:
     _check_extents(path, header, storages, pickle)
     pickle_digest = _want(path, doc, "pickle_digest", str)
     return Index(path, header, checksum, chunk, pickle.data_offset, pickle.nbytes, pickle_digest, storages)
+
+
+@contextlib.contextmanager
+def pinned_index(path: str | os.PathLike[str]) -> Iterator[Index]:
+    """Open a checkpoint once, validate its index, and yield it with `data_path` reading that same
+    inode for as long as the block runs (whatever renames happen to the name meanwhile)."""
+    path = os.fspath(path)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        yield replace(parse_index(path, fd), data_path=f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
 
 
 def read_index(path: str | os.PathLike[str]) -> Index:

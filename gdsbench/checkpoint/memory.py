@@ -1,8 +1,9 @@
 """Aligned, huge-page-backed anonymous memory and raw views of it.
 
-Why huge pages: virtio caps a request at 254 segments, so a buffer in 4 KiB pages caps a request
-near 1 MiB while 2 MiB pages let it grow to several MiB. Why a pool: first touch of fresh memory is
-slow in this VM (~1 GB/s), so staging buffers are allocated once and reused across saves.
+Why huge pages: some block devices cap a request's scatter list (virtio: 254 segments), so a buffer
+in 4 KiB pages caps a request near 1 MiB while 2 MiB pages let it grow to several MiB. Why owned,
+reusable staging buffers: first touch of fresh memory can be slower than the disk (in VMs that
+hand free memory back to their host), so a Checkpointer keeps its buffers across saves and loads.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import ctypes
 import mmap
 import queue
 import threading
-from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from collections.abc import Iterable, Iterator
 
 PAGE = mmap.PAGESIZE
 MADV_POPULATE_READ = 22  # Linux >= 5.14: fault pages in (file pages: read them), without a user fault per page
@@ -41,8 +41,8 @@ def huge_buffer(nbytes: int, huge: bool = True) -> mmap.mmap:
     return mm
 
 
-def address_of(buf: mmap.mmap) -> int:
-    """The virtual address of a mapping's first byte."""
+def address_of(buf: mmap.mmap | memoryview) -> int:
+    """The virtual address of a writable buffer's first byte (a mapping, or a view of raw memory)."""
     holder = ctypes.c_char.from_buffer(buf)
     try:
         return ctypes.addressof(holder)
@@ -84,27 +84,6 @@ def populate_read(address: int, nbytes: int) -> None:
             pages[offset]
 
 
-def trim_heap() -> bool:
-    """Hand the C heap's free pages back to the kernel (glibc malloc_trim); False where libc has none."""
-    trim = getattr(_libc, "malloc_trim", None)
-    if trim is None:
-        return False
-    trim(0)
-    return True
-
-
-def run_parallel(jobs: list[Callable[[], None]], threads: int, name: str) -> None:
-    """Run jobs on `threads` workers in order; on the first failure cancel what has not started, re-raise it."""
-    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name) as pool:
-        futures = [pool.submit(job) for job in jobs]
-        _, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        for f in pending:
-            f.cancel()
-        for f in futures:
-            if f.done() and not f.cancelled() and f.exception() is not None:
-                raise f.exception()  # type: ignore[misc]
-
-
 class Prefaulter:
     """Threads that populate destination ranges in order, running ahead of the reads into them."""
 
@@ -135,47 +114,88 @@ class Prefaulter:
 
 
 class Staging:
-    """One reusable aligned staging buffer (address cached, mapping kept alive)."""
+    """One reusable aligned staging buffer (address cached, mapping kept alive), faulted in once."""
 
     def __init__(self, nbytes: int) -> None:
         self.nbytes = nbytes
         self.mm = huge_buffer(nbytes)
         self.address = address_of(self.mm)
-        view(self.address, nbytes)[:] = b"\0" * nbytes  # touch once, here, not on the hot path
+        populate(self.address, nbytes)  # touch once, here, not on the hot path
 
 
-class StagingPool:
-    """Module-level pool of equally sized staging buffers, reused across save() calls."""
+class StagingBuffers:
+    """Equally sized staging buffers owned by one save, load or Checkpointer, lent to I/O threads one at a
+    time. Allocated lazily (first use touches them in the worker that needs one, overlapping other
+    workers' I/O) and freed by `close()`, so no memory outlives its owner."""
+
+    def __init__(self, count: int, nbytes: int) -> None:
+        self.count = count
+        self.nbytes = nbytes
+        self._made = 0
+        self._lock = threading.Lock()
+        self._free: queue.LifoQueue[Staging] = queue.LifoQueue()
+
+    def take(self) -> Staging:
+        """Borrow a buffer: a free one, else a new one while fewer than `count` exist, else wait."""
+        try:
+            return self._free.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:
+            make = self._made < self.count
+            self._made += make
+        return Staging(self.nbytes) if make else self._free.get()
+
+    def give(self, buf: Staging) -> None:
+        """Return a borrowed buffer."""
+        self._free.put(buf)
+
+    @contextlib.contextmanager
+    def lend(self) -> Iterator[Staging]:
+        """Borrow a buffer for a `with` block."""
+        buf = self.take()
+        try:
+            yield buf
+        finally:
+            self.give(buf)
+
+    def close(self) -> None:
+        """Drop every buffer (their mappings are unmapped once no view holds them)."""
+        while not self._free.empty():
+            with contextlib.suppress(BufferError):  # a tensor still views it: unmapped when that goes
+                self._free.get_nowait().mm.close()
+        with self._lock:
+            self._made = 0
+
+    def __enter__(self) -> StagingBuffers:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class StagingCache:
+    """The staging buffers of one owner (a call, or a Checkpointer across its calls): one set at a time,
+    kept while callers ask for the same buffer size, replaced when they ask for another."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._free: list[Staging] = []
+        self._buffers: StagingBuffers | None = None
 
-    def take(self, count: int, nbytes: int) -> list[Staging]:
-        """Borrow `count` buffers of `nbytes`; buffers of another size are dropped."""
-        with self._lock:
-            keep = [b for b in self._free if b.nbytes == nbytes]
-            self._free = []
-            taken = keep[:count]
-        return taken + [Staging(nbytes) for _ in range(count - len(taken))]
+    def get(self, count: int, nbytes: int) -> StagingBuffers:
+        """`count` buffers of `nbytes` (the ones kept, when they match)."""
+        if self._buffers is None or (self._buffers.count, self._buffers.nbytes) != (count, nbytes):
+            self.close()
+            self._buffers = StagingBuffers(count, nbytes)
+        return self._buffers
 
-    def give_back(self, buffers: list[Staging], keep: int) -> None:
-        """Return buffers, keeping at most `keep` for the next call."""
-        with self._lock:
-            self._free = (self._free + buffers)[:keep]
+    def close(self) -> None:
+        """Free the kept buffers."""
+        if self._buffers is not None:
+            self._buffers.close()
+            self._buffers = None
 
-    def clear(self) -> None:
-        """Release every pooled buffer (frees their memory)."""
-        with self._lock:
-            self._free = []
+    def __enter__(self) -> StagingCache:
+        return self
 
-
-POOL = StagingPool()
-
-
-def queue_of(buffers: list[Staging]) -> queue.Queue[Staging]:
-    """A queue holding `buffers`, so worker threads borrow them one at a time."""
-    handed: queue.Queue[Staging] = queue.Queue()
-    for buf in buffers:
-        handed.put(buf)
-    return handed
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import bisect
 import pickle
 import types
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +19,7 @@ import torch
 from . import format as fmt
 from . import integrity
 from .memory import round_down
+from .tree import named_tensors
 
 A = fmt.ALIGNMENT
 
@@ -142,22 +142,10 @@ class Plan:
         return self.sink.pos
 
 
-def tensor_names(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
-    """(key path, tensor) for every tensor in nested dicts/lists/tuples; paths join with '.'."""
-    if isinstance(obj, torch.Tensor):
-        yield prefix, obj
-    elif isinstance(obj, Mapping):
-        for k, v in obj.items():
-            yield from tensor_names(v, f"{prefix}.{k}" if prefix else str(k))
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            yield from tensor_names(v, f"{prefix}.{i}" if prefix else str(i))
-
-
 def _storage_names(obj: Any) -> dict[int, str]:
     """Map each storage (by its C pointer) to the key path of the first tensor that uses it."""
     names: dict[int, str] = {}
-    for name, t in tensor_names(obj):
+    for name, t in named_tensors(obj):
         names.setdefault(t.untyped_storage()._cdata, name or "<root>")
     return names
 

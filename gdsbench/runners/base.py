@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -58,6 +58,7 @@ class RunContext:
     raw_dir: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)  # top-level runner options from the config
     created: list[Path] = field(default_factory=list)  # files this sweep created, removed at the end
+    closers: list[Callable[[], None]] = field(default_factory=list)  # runners' resources kept across cases
 
     def track_new(self, paths: list[Path]) -> None:
         """Remember which of `paths` do not exist yet, so cleanup removes only files we created."""
@@ -71,6 +72,8 @@ class RunContext:
         Directories are removed only once empty (rmdir, never recursively), so a file someone else
         put inside one of ours survives.
         """
+        while self.closers:
+            self.closers.pop()()
         removed: list[Path] = []
         if self.keep_files:
             return removed

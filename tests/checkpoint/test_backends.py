@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import pathlib
+import subprocess
 import tempfile
+from collections.abc import Iterator
 
 import pytest
 import torch
 
-from gdsbench.checkpoint import BackendUnavailable, DirectIOFallbackWarning, load, save
-from gdsbench.checkpoint.io import direct, gds
+from gdsbench.checkpoint import BackendUnavailable, DirectIOFallbackWarning, IOOptions, OptionError, load, save
+from gdsbench.checkpoint.io import gds, posix
 
 from .conftest import assert_same, random_tensor
 
 CPU_BACKENDS = ["auto", "direct", "buffered"]
+SMALL = IOOptions(chunk_bytes=1 << 20, buffer_bytes=2 << 20)
 
 
 def _state() -> dict:
@@ -37,10 +41,20 @@ def _state() -> dict:
 def test_backends_round_trip(tmp_path: pathlib.Path, save_backend: str, load_backend: str) -> None:
     """Any CPU backend reads what any other wrote, bit-exactly (tmp_path is on disk, not tmpfs)."""
     sd = _state()
-    save(sd, tmp_path / "c.pt", backend=save_backend, chunk_bytes=1 << 20, buffer_bytes=2 << 20)
-    out = load(tmp_path / "c.pt", backend=load_backend)
+    save(sd, tmp_path / "c.pt", options=SMALL.with_(backend=save_backend))
+    out = load(tmp_path / "c.pt", options=IOOptions(backend=load_backend))
     assert_same(sd, out)
     assert out["view"].untyped_storage().data_ptr() == out["big"].untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("flush", ["end", "overlap"])
+@pytest.mark.parametrize("backend", ["direct", "buffered"])
+def test_flush_strategies_write_the_same_bytes(tmp_path: pathlib.Path, flush: str, backend: str) -> None:
+    """How durability is reached changes nothing on disk: the file equals one saved the default way."""
+    sd = {"w": random_tensor((9 << 20,), torch.uint8, 5), "b": random_tensor((333,), torch.float32, 6)}
+    save(sd, tmp_path / "ref.pt", options=SMALL)
+    save(sd, tmp_path / "c.pt", options=SMALL.with_(flush=flush, backend=backend))
+    assert (tmp_path / "c.pt").read_bytes() == (tmp_path / "ref.pt").read_bytes()
 
 
 def test_loaded_memory_is_page_aligned_and_resaves_without_copy(tmp_path: pathlib.Path) -> None:
@@ -49,57 +63,78 @@ def test_loaded_memory_is_page_aligned_and_resaves_without_copy(tmp_path: pathli
     save(sd, tmp_path / "a.pt")
     out = load(tmp_path / "a.pt")
     assert out["big"].untyped_storage().data_ptr() % 4096 == 0
-    save(out, tmp_path / "b.pt", backend="direct")
+    save(out, tmp_path / "b.pt", options=IOOptions(backend="direct"))
     assert_same(sd, load(tmp_path / "b.pt"))
 
 
-def _refuse_odirect(*args: object, **kwargs: object) -> int:
-    """FAKE: what open(2) with O_DIRECT does on filesystems that do not support it."""
-    raise OSError(errno.EINVAL, "Invalid argument (fake O_DIRECT refusal)")
+@pytest.mark.needs_odirect
+def test_direct_create_never_touches_an_existing_file(tmp_path: pathlib.Path) -> None:
+    """Creating over an existing name fails without deleting or changing what was there."""
+    victim = tmp_path / "someone-elses.pt"
+    victim.write_bytes(b"precious")
+    with pytest.raises(FileExistsError):
+        posix.DIRECT.create(str(victim), IOOptions(), None)  # type: ignore[arg-type]
+    assert victim.read_bytes() == b"precious"
+
+
+class _RefusingDirect(posix.PosixBackend):
+    """FAKE O_DIRECT backend: creates the file as the real one does, then refuses O_DIRECT with EINVAL,
+    as open(2) does on file systems without direct I/O (the real refusal is tested on ramfs below)."""
+
+    def create(self, path, options, staging, existing=False):  # type: ignore[no-untyped-def]
+        if not existing:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        raise OSError(errno.EINVAL, "Invalid argument (fake O_DIRECT refusal)")
+
+    def open(self, path, options, staging):  # type: ignore[no-untyped-def]
+        raise OSError(errno.EINVAL, "Invalid argument (fake O_DIRECT refusal)")
 
 
 @pytest.mark.parametrize("backend", ["auto", "direct"])
 def test_fallback_to_buffered_warns_fake_einval(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> None:
-    """With O_DIRECT refused (faked EINVAL), save and load warn and still round-trip."""
-    monkeypatch.setattr(direct.DirectBackend, "open_write", _refuse_odirect)
-    monkeypatch.setattr(direct.DirectBackend, "open_read", _refuse_odirect)
+    """With O_DIRECT refused (faked EINVAL), save and load warn and still round-trip, leaving no strays."""
+    monkeypatch.setattr(posix, "DIRECT", _RefusingDirect("direct", os.O_DIRECT, 4096))
     sd = _state()
     with pytest.warns(DirectIOFallbackWarning, match="O_DIRECT"):
-        save(sd, tmp_path / "c.pt", backend=backend)
+        save(sd, tmp_path / "c.pt", options=IOOptions(backend=backend))
     with pytest.warns(DirectIOFallbackWarning):
-        out = load(tmp_path / "c.pt", backend=backend)
+        out = load(tmp_path / "c.pt", options=IOOptions(backend=backend))
     assert_same(sd, out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]
 
 
-def _odirect_refused(directory: str) -> bool:
-    """Whether the filesystem holding `directory` refuses O_DIRECT (a real capability probe)."""
-    fd, probe = tempfile.mkstemp(dir=directory)
-    os.close(fd)
+@contextlib.contextmanager
+def _ramfs(parent: pathlib.Path) -> Iterator[pathlib.Path]:
+    """A ramfs mounted for the test (ramfs has no direct I/O: open(O_DIRECT) gives EINVAL)."""
+    point = parent / "ramfs"
+    point.mkdir()
+    done = subprocess.run(["mount", "-t", "ramfs", "ramfs", str(point)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount ramfs here: {done.stderr.strip()}")
     try:
-        os.close(os.open(probe, os.O_RDONLY | os.O_DIRECT))
-        return False
-    except OSError as e:
-        return e.errno == errno.EINVAL
+        yield point
     finally:
-        os.unlink(probe)
+        subprocess.run(["umount", str(point)], check=True)
 
 
-def test_fallback_on_dev_shm_real() -> None:
-    """On a tmpfs that refuses O_DIRECT, save/load warn and round-trip (tmpfs accepts it since Linux 6.6)."""
-    if not os.path.isdir("/dev/shm") or not _odirect_refused("/dev/shm"):
-        pytest.skip(
-            f"/dev/shm accepts O_DIRECT on kernel {os.uname().release} (tmpfs supports it since 6.6); "
-            "the fallback is covered by the fake-EINVAL test"
-        )
-    sd = _state()
-    with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
+@pytest.mark.needs_root
+def test_real_odirect_refusal_on_ramfs_falls_back(tmp_path: pathlib.Path) -> None:
+    """The real EINVAL branch: on ramfs save and load warn, round-trip, and leave only the checkpoint."""
+    with _ramfs(tmp_path) as d:
+        probe = d / "probe"
+        probe.write_bytes(b"")
+        with pytest.raises(OSError) as refused:
+            os.close(os.open(probe, os.O_RDONLY | os.O_DIRECT))
+        assert refused.value.errno == errno.EINVAL
+        probe.unlink()
+        sd = _state()
         with pytest.warns(DirectIOFallbackWarning):
-            save(sd, os.path.join(d, "c.pt"))
+            save(sd, d / "c.pt")
         with pytest.warns(DirectIOFallbackWarning):
-            assert_same(sd, load(os.path.join(d, "c.pt")))
+            assert_same(sd, load(d / "c.pt"))
+        assert sorted(p.name for p in d.iterdir()) == ["c.pt"]
 
 
 def test_dev_shm_round_trip() -> None:
@@ -110,16 +145,35 @@ def test_dev_shm_round_trip() -> None:
         assert_same(sd, load(os.path.join(d, "c.pt")))
 
 
-def test_gds_backend_round_trip(tmp_path: pathlib.Path) -> None:
-    """gds reads straight into CUDA memory; skipped with the capability check's reason."""
+@pytest.mark.needs_cuda
+def test_gds_backend_round_trip_and_verify(tmp_path: pathlib.Path) -> None:
+    """gds reads straight into CUDA memory, bit-exact, and a flipped byte is refused on that path too."""
     reason = gds.unavailable()
     if reason:
         pytest.skip(f"gds backend unavailable: {reason}")
+    from gdsbench.checkpoint import CorruptCheckpoint, read_index
+
     sd = _state()
     save(sd, tmp_path / "c.pt")
-    out = load(tmp_path / "c.pt", map_location="cuda", backend="gds")
+    out = load(tmp_path / "c.pt", map_location="cuda", options=IOOptions(backend="gds"))
     assert out["big"].is_cuda
     assert_same(sd, {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in out.items()})
+    entry = next(s for s in read_index(tmp_path / "c.pt").storages if s.name == "big")
+    with open(tmp_path / "c.pt", "r+b") as f:
+        f.seek(entry.offset + 100)
+        f.write(b"\x00\xff")
+    with pytest.raises(CorruptCheckpoint, match="big"):
+        load(tmp_path / "c.pt", map_location="cuda", options=IOOptions(backend="gds"))
+
+
+@pytest.mark.needs_cuda
+def test_cuda_save_and_host_path_load(tmp_path: pathlib.Path) -> None:
+    """Tensors on the GPU save through staging buffers; a CUDA load without gds reads to host and copies."""
+    sd = {k: v.cuda() if isinstance(v, torch.Tensor) else v for k, v in _state().items()}
+    save(sd, tmp_path / "c.pt")
+    out = load(tmp_path / "c.pt", map_location="cuda", options=IOOptions(backend="direct"))
+    assert out["big"].is_cuda
+    assert_same(_state(), {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in out.items()})
 
 
 def test_gds_unavailable_says_why(tmp_path: pathlib.Path) -> None:
@@ -129,8 +183,22 @@ def test_gds_unavailable_says_why(tmp_path: pathlib.Path) -> None:
         pytest.skip("gds is available here")
     save({"a": torch.ones(2)}, tmp_path / "c.pt")
     with pytest.raises(BackendUnavailable) as info:
-        load(tmp_path / "c.pt", backend="gds", map_location="cuda" if torch.cuda.is_available() else "cpu")
+        load(
+            tmp_path / "c.pt",
+            options=IOOptions(backend="gds"),
+            map_location="cuda" if torch.cuda.is_available() else "cpu",
+        )
     assert reason in str(info.value) or "CUDA" in str(info.value)
+
+
+def test_gds_with_a_cpu_destination_is_refused(tmp_path: pathlib.Path) -> None:
+    """backend='gds' moves bytes to GPU memory only: a CPU load asking for it is an error, not a fallback."""
+    save({"a": torch.ones(2)}, tmp_path / "c.pt")
+    with pytest.raises(BackendUnavailable, match="CUDA memory only"):
+        load(tmp_path / "c.pt", options=IOOptions(backend="gds"))
+    with pytest.raises(BackendUnavailable, match="saves write from host memory"):
+        save({"a": torch.ones(2)}, tmp_path / "d.pt", options=IOOptions(backend="gds"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is present")
@@ -141,15 +209,43 @@ def test_cuda_map_location_without_gpu_is_a_clear_error(tmp_path: pathlib.Path) 
         load(tmp_path / "c.pt", map_location="cuda:0")
 
 
-def test_bad_options_are_value_errors(tmp_path: pathlib.Path) -> None:
-    """Unknown backend/checksum names and bad sizes fail fast with ValueError."""
-    for kwargs in [
+@pytest.mark.parametrize(
+    "fields",
+    [
         {"backend": "nope"},
-        {"checksum": "md5"},
         {"chunk_bytes": 1000},
         {"threads": 0},
         {"buffer_bytes": 1 << 20, "chunk_bytes": 2 << 20},
-    ]:
-        with pytest.raises(ValueError):
-            save({"a": torch.ones(2)}, tmp_path / "c.pt", **kwargs)
+        {"flush": "sometimes"},
+        {"prefault_threads": -1},
+    ],
+)
+def test_bad_options_are_option_errors(fields: dict) -> None:
+    """Every field is checked when the options value is built, naming it."""
+    with pytest.raises(OptionError, match=next(iter(fields))):
+        IOOptions(**fields)
+
+
+def test_bad_checksum_fails_before_writing(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(ValueError, match="checksum"):
+        save({"a": torch.ones(2)}, tmp_path / "c.pt", checksum="md5")
     assert not (tmp_path / "c.pt").exists()
+
+
+def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GDSBENCH_IO_<FIELD> overrides a default for experiments; explicit values still win; junk is named."""
+    monkeypatch.setenv("GDSBENCH_IO_THREADS", "7")
+    monkeypatch.setenv("GDSBENCH_IO_FLUSH", "overlap")
+    assert (IOOptions().threads, IOOptions().flush, IOOptions(threads=2).threads) == (7, "overlap", 2)
+    monkeypatch.setenv("GDSBENCH_IO_THREADS", "many")
+    with pytest.raises(OptionError, match="GDSBENCH_IO_THREADS"):
+        IOOptions()
+
+
+def test_defaults_follow_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread defaults come from the cores this process may use, within their documented bounds."""
+    from gdsbench.checkpoint import options
+
+    for cores, threads in ((1, 4), (2, 4), (12, 12), (256, 32)):
+        monkeypatch.setattr(options, "usable_cores", lambda c=cores: c)
+        assert IOOptions().threads == threads

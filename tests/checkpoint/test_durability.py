@@ -33,13 +33,14 @@ CHILD = (
     MAKE_STATE
     + """
 import sys
-from gdsbench.checkpoint import save
+from gdsbench.checkpoint import Checkpointer
 path, recycle = sys.argv[1], sys.argv[2] == "recycle"
 states = [make_state(1), make_state(2)]
+ckpt = Checkpointer(path, recycle=recycle)
 print("ready", flush=True)
 i = 0
 while True:
-    save(states[i % 2], path, recycle=recycle)
+    ckpt.save(states[i % 2])
     i += 1
 """
 )
@@ -86,13 +87,66 @@ def test_sigkill_never_tears_the_final_file(tmp_path: pathlib.Path, seed: int, m
     assert _check_complete(path) == 3
 
 
-def test_temp_files_of_live_processes_are_kept(tmp_path: pathlib.Path) -> None:
-    """A temp file whose pid is alive (a concurrent save) is not removed by another save."""
+def _temp_name(path: pathlib.Path, host: str, boot: str, pid: int | str, start: str) -> pathlib.Path:
+    """A temp file name as a save by that writer would make it."""
+    return path.with_name(f".{path.name}.{host}.{boot}.{pid}.{start}.abcd1234{durable.TEMP_SUFFIX}")
+
+
+def test_temp_files_are_removed_only_when_their_writer_is_provably_gone(tmp_path: pathlib.Path) -> None:
+    """Kept: a live writer's, another host's, one from unparsable names. Removed: a dead pid's, and a
+    reused pid's (alive, but with another start time)."""
     path = tmp_path / "c.pt"
-    live = tmp_path / f".c.pt.{os.getpid()}.abcd1234{durable.TEMP_SUFFIX}"
-    live.write_bytes(b"in progress")
+    host, boot = durable._host(), durable._boot_id()
+    me = os.getpid()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    kept = [
+        pathlib.Path(durable.temp_path(str(path))),  # this live process
+        _temp_name(path, "other-host.example", boot, me, "1"),  # another host on a shared file system
+        _temp_name(path, host, "0ldb00t0", int(dead.stdout), "1"),  # another boot: cannot tell
+        path.with_name(f".c.pt.junk{durable.TEMP_SUFFIX}"),
+    ]
+    removed = [
+        _temp_name(path, host, boot, int(dead.stdout), "123"),  # a process that exited
+        _temp_name(path, host, boot, me, "999999999999"),  # our pid, but not our start time: pid reuse
+    ]
+    for p in kept + removed:
+        p.write_bytes(b"in progress")
     save({"a": torch.ones(2)}, path)
-    assert live.exists()
+    assert all(p.exists() for p in kept) and not any(p.exists() for p in removed)
+
+
+CONCURRENT = (
+    MAKE_STATE
+    + """
+import sys
+from gdsbench.checkpoint import save
+path, tag = sys.argv[1], int(sys.argv[2])
+state = make_state(tag)
+for _ in range(4):
+    save(state, path)
+"""
+)
+
+
+@pytest.mark.timeout(180)
+def test_concurrent_saves_to_one_path_leave_one_whole_checkpoint(tmp_path: pathlib.Path) -> None:
+    """Two processes saving to one path at once: the file is always one writer's whole checkpoint,
+    and nothing is left behind once both are done."""
+    path = tmp_path / "ckpt.pt"
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", CONCURRENT, str(path), str(tag)], cwd=pathlib.Path(__file__).resolve().parents[2]
+        )
+        for tag in (5, 6)
+    ]
+    seen = set()
+    while any(c.poll() is None for c in children):
+        if path.exists():
+            seen.add(_check_complete(path))
+        time.sleep(0.05)
+    assert all(c.returncode == 0 for c in children)
+    assert _check_complete(path) in (5, 6) and seen <= {5, 6}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
 
 
 def test_failed_save_keeps_old_file_and_removes_temp(tmp_path: pathlib.Path) -> None:

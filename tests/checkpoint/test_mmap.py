@@ -1,4 +1,4 @@
-"""load(mmap=True): tensors are copy-on-write views of the file, faulted in and verified up front."""
+"""load_mmap: tensors are copy-on-write views of the file, faulted in and verified up front."""
 
 from __future__ import annotations
 
@@ -8,7 +8,17 @@ import pathlib
 import pytest
 import torch
 
-from gdsbench.checkpoint import CorruptCheckpoint, TruncatedCheckpoint, load, read_index, save
+from gdsbench.checkpoint import (
+    Checkpointer,
+    CorruptCheckpoint,
+    IOOptions,
+    OptionError,
+    TruncatedCheckpoint,
+    load,
+    load_mmap,
+    read_index,
+    save,
+)
 
 from .conftest import assert_same, random_tensor
 
@@ -32,14 +42,16 @@ def _state() -> dict:
 def saved(tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict]:
     path = tmp_path / "c.pt"
     sd = _state()
-    save(sd, path, chunk_bytes=1 << 20)  # several checksum chunks per large storage
+    save(
+        sd, path, options=IOOptions(chunk_bytes=1 << 20, buffer_bytes=4 << 20)
+    )  # several checksum chunks per large storage
     return path, sd
 
 
 @pytest.mark.parametrize("threads", [1, 3, 8])
 def test_mmap_round_trip_is_bit_exact_and_keeps_sharing(saved: tuple[pathlib.Path, dict], threads: int) -> None:
     path, sd = saved
-    out = load(path, mmap=True, threads=threads)
+    out = load_mmap(path, options=IOOptions(threads=threads))
     assert_same(sd, out)
     assert out["t"].untyped_storage().data_ptr() == out["base"].untyped_storage().data_ptr()
 
@@ -48,7 +60,7 @@ def test_mmap_tensors_are_copy_on_write(saved: tuple[pathlib.Path, dict]) -> Non
     """Writing to a loaded tensor changes memory, never the file."""
     path, sd = saved
     before = path.read_bytes()
-    out = load(path, mmap=True)
+    out = load_mmap(path)
     out["base"][5, 0] = 99.0
     assert out["row"][0].item() == 99.0  # written to memory (shared storage), not to the file
     assert path.read_bytes() == before
@@ -62,31 +74,32 @@ def test_mmap_detects_corruption_and_verify_false_skips_it(saved: tuple[pathlib.
         f.seek(entry.offset + (3 << 20) + 17)  # inside the fourth 1 MiB chunk
         f.write(b"\xff\xfe")
     with pytest.raises(CorruptCheckpoint) as info:
-        load(path, mmap=True)
+        load_mmap(path)
     assert info.value.tensor == "big" and str(path) in str(info.value)
-    assert not torch.equal(load(path, mmap=True, verify=False)["big"], sd["big"])
+    assert not torch.equal(load_mmap(path, verify=False)["big"], sd["big"])
 
 
 def test_mmap_of_a_truncated_file_raises(saved: tuple[pathlib.Path, dict]) -> None:
     path, _ = saved
     os.truncate(path, path.stat().st_size // 2)
     with pytest.raises(TruncatedCheckpoint):
-        load(path, mmap=True)
+        load_mmap(path)
 
 
-@pytest.mark.parametrize("kwargs", [{"into": {}}, {"backend": "direct"}, {"backend": "gds"}])
-def test_mmap_excludes_into_and_other_backends(saved: tuple[pathlib.Path, dict], kwargs: dict) -> None:
+@pytest.mark.parametrize("backend", ["direct", "gds"])
+def test_mmap_refuses_backends_that_bypass_the_page_cache(saved: tuple[pathlib.Path, dict], backend: str) -> None:
     path, _ = saved
-    with pytest.raises(ValueError, match="mmap=True"):
-        load(path, mmap=True, **kwargs)
+    with pytest.raises(OptionError, match="load_mmap reads through the page cache"):
+        load_mmap(path, options=IOOptions(backend=backend))
 
 
 def test_mmap_survives_the_file_being_replaced(saved: tuple[pathlib.Path, dict]) -> None:
     """A save (recycling or not) replaces the name, never the mapped generation's bytes."""
     path, sd = saved
-    out = load(path, mmap=True)
-    for tag in range(3):
-        save({"tag": tag, "w": random_tensor((3 << 20,), torch.uint8, tag)}, path, recycle=True)
+    out = load_mmap(path)
+    with Checkpointer(path, recycle=True) as ckpt:
+        for tag in range(3):
+            ckpt.save({"tag": tag, "w": random_tensor((3 << 20,), torch.uint8, tag)})
     assert_same(sd, out)
     assert load(path)["tag"] == 2
 
@@ -95,4 +108,4 @@ def test_mmap_of_a_state_without_data(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "e.pt"
     sd = {"empty": torch.empty(0), "n": 3}
     save(sd, path)
-    assert_same(sd, load(path, mmap=True))
+    assert_same(sd, load_mmap(path))

@@ -1,5 +1,6 @@
-"""save(recycle=True): the replaced generation becomes the spare the next save overwrites in place,
-never while anything still reads it, and the result is byte for byte what a fresh save writes."""
+"""Checkpointer(recycle=True): the replaced generation becomes the spare the next save overwrites in
+place, never while anything still reads it, and the result is byte for byte what a fresh save writes.
+The spare is the Checkpointer's: closing it removes the spare; plain saves never touch it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pathlib
 import pytest
 import torch
 
-from gdsbench.checkpoint import durable, load, save
+from gdsbench.checkpoint import Checkpointer, IOOptions, durable, load, save
 
 from .conftest import assert_same, random_tensor
 
@@ -21,6 +22,11 @@ def _state(tag: int, mib: int = 6) -> dict:
         "w": random_tensor(((mib << 20) // 2 + 77 * tag,), torch.bfloat16, seed=tag),
         "b": random_tensor((1000 + tag,), torch.float32, seed=100 + tag),
     }
+
+
+def _recycling(path: pathlib.Path, **options: object) -> Checkpointer:
+    """A recycling Checkpointer of `path`."""
+    return Checkpointer(path, recycle=True, options=IOOptions(**options))  # type: ignore[arg-type]
 
 
 def _spare(path: pathlib.Path) -> pathlib.Path:
@@ -38,13 +44,14 @@ def _fresh_bytes(state: dict, directory: pathlib.Path) -> bytes:
 def test_third_save_overwrites_the_first_generations_blocks(tmp_path: pathlib.Path) -> None:
     """Gen 1 becomes the spare at save 2 and is overwritten in place (same inode) by save 3."""
     path = tmp_path / "ckpt.pt"
-    save(_state(1), path, recycle=True)
+    ckpt = _recycling(path)
+    assert not ckpt.save(_state(1)).recycled
     first = path.stat().st_ino
     assert not _spare(path).exists()
-    save(_state(2), path, recycle=True)
+    assert not ckpt.save(_state(2)).recycled
     assert _spare(path).stat().st_ino == first
     assert torch.load(_spare(path), weights_only=True)["tag"] == 1  # the spare is a whole old generation
-    save(_state(3), path, recycle=True)
+    assert ckpt.save(_state(3)).recycled
     assert path.stat().st_ino == first
     assert path.read_bytes() == _fresh_bytes(_state(3), tmp_path)
     assert_same(load(path), _state(3))
@@ -55,10 +62,11 @@ def test_third_save_overwrites_the_first_generations_blocks(tmp_path: pathlib.Pa
 def test_recycled_file_of_another_size_equals_a_fresh_save(tmp_path: pathlib.Path, sizes: tuple[int, int]) -> None:
     """A bigger spare is cut to size, a smaller one extended; no stale byte survives."""
     path = tmp_path / "ckpt.pt"
-    save(_state(1, sizes[0]), path, recycle=True)
-    save(_state(2, sizes[0]), path, recycle=True)
+    ckpt = _recycling(path)
+    ckpt.save(_state(1, sizes[0]))
+    ckpt.save(_state(2, sizes[0]))
     recycled_inode = _spare(path).stat().st_ino
-    save(_state(3, sizes[1]), path, recycle=True)
+    ckpt.save(_state(3, sizes[1]))
     assert path.stat().st_ino == recycled_inode
     assert path.read_bytes() == _fresh_bytes(_state(3, sizes[1]), tmp_path)
 
@@ -66,11 +74,12 @@ def test_recycled_file_of_another_size_equals_a_fresh_save(tmp_path: pathlib.Pat
 def test_open_reader_of_the_spare_is_never_overwritten(tmp_path: pathlib.Path) -> None:
     """A reader that opened generation 1 before it was replaced keeps reading generation 1."""
     path = tmp_path / "ckpt.pt"
-    save(_state(1), path, recycle=True)
+    ckpt = _recycling(path)
+    ckpt.save(_state(1))
     expected = path.read_bytes()
     with open(path, "rb") as reader:
-        save(_state(2), path, recycle=True)
-        save(_state(3), path, recycle=True)
+        ckpt.save(_state(2))
+        assert not ckpt.save(_state(3)).recycled
         assert os.fstat(reader.fileno()).st_ino != path.stat().st_ino
         assert reader.read() == expected
     assert_same(load(path), _state(3))
@@ -80,10 +89,11 @@ def test_open_reader_of_the_spare_is_never_overwritten(tmp_path: pathlib.Path) -
 def test_mmap_loaded_tensors_of_the_spare_stay_intact(tmp_path: pathlib.Path) -> None:
     """Tensors mapped from generation 1 (torch.load(mmap=True)) survive two recycling saves."""
     path = tmp_path / "ckpt.pt"
-    save(_state(1), path, recycle=True)
+    ckpt = _recycling(path)
+    ckpt.save(_state(1))
     mapped = torch.load(path, weights_only=True, mmap=True)
-    save(_state(2), path, recycle=True)
-    save(_state(3), path, recycle=True)
+    ckpt.save(_state(2))
+    ckpt.save(_state(3))
     assert_same(mapped, _state(1))
     assert_same(load(path), _state(3))
 
@@ -92,11 +102,12 @@ def test_spare_still_linked_to_the_live_file_is_not_written(tmp_path: pathlib.Pa
     """A crash between link and rename leaves the spare as a second name of the live file: the
     next save must write a new file, leaving the live generation's bytes alone until the rename."""
     path = tmp_path / "ckpt.pt"
-    save(_state(1), path, recycle=True)
+    ckpt = _recycling(path)
+    ckpt.save(_state(1))
     expected = path.read_bytes()
     os.link(path, _spare(path))  # the state that crash leaves
     with open(path, "rb") as old:
-        save(_state(2), path, recycle=True)
+        ckpt.save(_state(2))
         assert old.read() == expected
     assert_same(load(path), _state(2))
     assert torch.load(_spare(path), weights_only=True)["tag"] == 1
@@ -105,11 +116,12 @@ def test_spare_still_linked_to_the_live_file_is_not_written(tmp_path: pathlib.Pa
 def test_spare_that_is_not_a_file_is_left_alone(tmp_path: pathlib.Path) -> None:
     """Something else at the spare's name (a directory) is neither used nor removed."""
     path = tmp_path / "ckpt.pt"
-    save(_state(1), path, recycle=True)
-    _spare(path).mkdir()
-    save(_state(2), path, recycle=True)
-    save(_state(3), path, recycle=True)
-    assert _spare(path).is_dir()
+    with _recycling(path) as ckpt:
+        ckpt.save(_state(1))
+        _spare(path).mkdir()
+        ckpt.save(_state(2))
+        ckpt.save(_state(3))
+    assert _spare(path).is_dir()  # not ours to remove, even on close
     assert_same(load(path), _state(3))
 
 
@@ -121,16 +133,19 @@ def test_without_recycle_no_spare_is_kept(tmp_path: pathlib.Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
 
 
-def test_save_without_recycle_drops_the_spare(tmp_path: pathlib.Path) -> None:
-    """Turning recycling off gives the second generation's space back; a reader keeps its data."""
+def test_plain_saves_leave_the_spare_and_closing_removes_it(tmp_path: pathlib.Path) -> None:
+    """A plain save never touches the Checkpointer's spare; closing the Checkpointer gives its space
+    back, and a reader still holding that generation keeps its bytes."""
     path = tmp_path / "ckpt.pt"
-    save(_state(1), path, recycle=True)
-    expected = path.read_bytes()
-    with open(path, "rb") as reader:
-        save(_state(2), path, recycle=True)
-        assert _spare(path).exists()
-        save(_state(3), path)
-        assert not _spare(path).exists() and reader.read() == expected
+    with _recycling(path) as ckpt:
+        ckpt.save(_state(1))
+        expected = path.read_bytes()
+        with open(path, "rb") as reader:
+            ckpt.save(_state(2))
+            save(_state(3), path)
+            assert torch.load(_spare(path), weights_only=True)["tag"] == 1
+            ckpt.close()
+            assert not _spare(path).exists() and reader.read() == expected
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
     assert_same(load(path), _state(3))
 
@@ -138,9 +153,10 @@ def test_save_without_recycle_drops_the_spare(tmp_path: pathlib.Path) -> None:
 def test_buffered_backend_recycles_too(tmp_path: pathlib.Path) -> None:
     """Recycling is the durable layer's, not O_DIRECT's: buffered saves overwrite the spare as well."""
     path = tmp_path / "ckpt.pt"
-    save(_state(1), path, recycle=True, backend="buffered")
+    ckpt = _recycling(path, backend="buffered")
+    ckpt.save(_state(1))
     first = path.stat().st_ino
-    save(_state(2), path, recycle=True, backend="buffered")
-    save(_state(3), path, recycle=True, backend="buffered")
+    ckpt.save(_state(2))
+    ckpt.save(_state(3))
     assert path.stat().st_ino == first
     assert path.read_bytes() == _fresh_bytes(_state(3), tmp_path)

@@ -11,7 +11,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gdsbench.checkpoint import load, save
+from gdsbench.checkpoint import IOOptions, load, save
 
 from .conftest import assert_same, random_tensor
 
@@ -125,15 +125,15 @@ def test_torch_load_reads_our_files(tmp_path: pathlib.Path) -> None:
 def test_checksum_choices_round_trip(tmp_path: pathlib.Path, checksum: str | None) -> None:
     """Each checksum algorithm (and none) writes a loadable file."""
     sd = {"w": random_tensor((70000,), torch.float32, 6)}
-    save(sd, tmp_path / "c.pt", checksum=checksum, chunk_bytes=64 << 10, buffer_bytes=256 << 10)
+    save(sd, tmp_path / "c.pt", checksum=checksum, options=IOOptions(chunk_bytes=64 << 10, buffer_bytes=256 << 10))
     assert_same(sd, load(tmp_path / "c.pt"))
 
 
 def test_small_chunks_many_threads(tmp_path: pathlib.Path) -> None:
     """Chunking finer than the storages (multi-chunk digests, many tasks) stays exact."""
     sd = {f"l{i}": random_tensor((50000 + i * 4097,), torch.float32, i) for i in range(6)}
-    save(sd, tmp_path / "c.pt", chunk_bytes=64 << 10, buffer_bytes=128 << 10, threads=5)
-    assert_same(sd, load(tmp_path / "c.pt", threads=7))
+    save(sd, tmp_path / "c.pt", options=IOOptions(chunk_bytes=64 << 10, buffer_bytes=128 << 10, threads=5))
+    assert_same(sd, load(tmp_path / "c.pt", options=IOOptions(threads=7)))
 
 
 def test_overwrite_replaces_previous(tmp_path: pathlib.Path) -> None:

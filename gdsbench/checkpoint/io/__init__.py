@@ -1,68 +1,155 @@
-"""I/O backends: how a checkpoint file is opened and what alignment its transfers need.
+"""I/O backends: each opens checkpoint files its own way and owns the loop that moves their bytes.
 
-The engines in save.py/load.py chunk the work and run os.pwrite/os.preadv in threads (both release
-the GIL); a backend only decides the open flags and the alignment rule. `choose` picks one, falling
-back from O_DIRECT to buffered I/O with a warning where the filesystem refuses O_DIRECT (tmpfs).
+The engines (save.py, load.py) decide *what* goes *where*: a list of pieces, each a file range with
+the memory its bytes come from or go to and a callback that sees the bytes (checksums, placement).
+A backend decides *how*: open flags, alignment, threads, the system calls, and how the data becomes
+durable. Adding a backend (io_uring, a GDS write path) is adding one module and one registry line.
+
+`open_writer` / `open_reader` pick the backend an IOOptions asks for; O_DIRECT refused by the file
+system (EINVAL: some FUSE and older tmpfs) falls back to buffered I/O with a DirectIOFallbackWarning.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import warnings
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ..errors import BackendUnavailable, DirectIOFallbackWarning
-from . import buffered, direct, gds
+from ..memory import Staging, StagingBuffers
+from ..options import IOOptions
+
+
+@dataclass(frozen=True)
+class WritePiece:
+    """One file range a save writes.
+
+    Its `nbytes` are either already in CPU memory at `address` (written from there when aligned
+    enough) or composed by `fill` into a staging buffer; `seen` gets them before they are written
+    (checksums). Only the first `write_nbytes` (a multiple of 4096 or the file's last bytes) are
+    written by this piece: a storage's sub-page tail travels inside a neighbouring region.
+    """
+
+    offset: int
+    nbytes: int
+    write_nbytes: int
+    address: int | None
+    fill: Callable[[Staging], memoryview]
+    seen: Callable[[memoryview], None]
+
+
+@dataclass(frozen=True)
+class ReadPiece:
+    """One file range a load reads: `nbytes` from `offset` (aligned by the planner), of which the
+    first `need` must exist; into CPU memory at `address`, or into a staging buffer when None, or
+    into the CUDA uint8 tensor `device` (gds). `done` gets the bytes read (verify, place)."""
+
+    offset: int
+    nbytes: int
+    need: int
+    address: int | None
+    done: Callable[[memoryview], None] | None
+    device: Any = None
+
+
+class Writer(Protocol):
+    """An open file being written by one save."""
+
+    @property
+    def alignment(self) -> int:
+        """Offsets, lengths and addresses must be multiples of this (1: none)."""
+
+    def reserve(self, nbytes: int) -> None:
+        """Allocate the file's blocks before the writes (where the file system can)."""
+
+    def write(self, pieces: Sequence[WritePiece]) -> None:
+        """Write every piece (in parallel, in the order given as far as threads allow)."""
+
+    def finish(self, size: int) -> None:
+        """Cut the file to `size` bytes and make everything written durable."""
+
+    def close(self) -> None:
+        """Release the file."""
+
+
+class Reader(Protocol):
+    """An open file being read by one load."""
+
+    @property
+    def alignment(self) -> int:
+        """Offsets, lengths and addresses must be multiples of this (1: none)."""
+
+    def read(self, pieces: Sequence[ReadPiece]) -> None:
+        """Read every piece (in parallel) and hand each one's bytes to its `done`."""
+
+    def close(self) -> None:
+        """Release the file."""
 
 
 class Backend(Protocol):
-    """A way to open checkpoint files for parallel positional I/O."""
+    """A way to move checkpoint bytes between files and memory."""
 
-    name: str
-    alignment: int  # offsets, lengths and memory addresses must be multiples of this (1: none)
+    @property
+    def name(self) -> str:
+        """The IOOptions.backend value that selects it."""
 
-    def open_write(self, path: str, existing: bool = False) -> int:
-        """Create `path` (or open it to overwrite in place, `existing`) for writing and return its fd
-        (raises OSError EINVAL if unsupported)."""
-        ...
+    def create(self, path: str, options: IOOptions, staging: StagingBuffers, existing: bool = False) -> Writer:
+        """Create `path` exclusively (or open the `existing` file to overwrite it, never truncating)."""
 
-    def open_read(self, path: str) -> int:
-        """Open `path` for reading and return its fd (raises OSError EINVAL if unsupported)."""
-        ...
+    def open(self, path: str, options: IOOptions, staging: StagingBuffers | None) -> Reader:
+        """Open `path` for reading."""
 
 
-BACKENDS: dict[str, Backend] = {"buffered": buffered.BACKEND, "direct": direct.BACKEND}  # type: ignore[dict-item]
-NAMES = ("auto", "direct", "buffered", "gds")
+def _registry() -> dict[str, Backend]:
+    """Every backend by name (imported here, so each module stays free of the others)."""
+    from . import gds, posix
+
+    return {"direct": posix.DIRECT, "buffered": posix.BUFFERED, "gds": gds.BACKEND}
 
 
-def check_name(requested: str) -> None:
-    """Reject unknown backend names early with the list of valid ones."""
-    if requested not in NAMES:
-        raise ValueError(f"backend must be one of {NAMES}, not {requested!r}")
+def get(name: str) -> Backend:
+    """The backend registered as `name` ('auto' means direct with a buffered fallback)."""
+    return _registry()["direct" if name == "auto" else name]
 
 
-def open_with_fallback(path: str, requested: str, write: bool, existing: bool = False) -> tuple[Backend, int]:
-    """Open `path` with the requested backend; O_DIRECT refused (EINVAL) -> buffered + warning.
-
-    `existing` (writes only): open the file that is there to overwrite it in place, never truncating.
-    """
-    check_name(requested)
-    if requested == "gds":
-        reason = gds.unavailable()
-        raise BackendUnavailable("gds", reason or "gds moves data to CUDA tensors only (load with map_location='cuda')")
-    backend = BACKENDS["buffered" if requested == "buffered" else "direct"]
+def open_writer(path: str, options: IOOptions, staging: StagingBuffers, existing: bool = False) -> Writer:
+    """Create (or reopen, `existing`) `path` with the backend the options ask for, falling back from
+    O_DIRECT to buffered I/O where the file system refuses it."""
+    if options.backend == "gds":
+        raise BackendUnavailable("gds", "saves write from host memory: use backend 'direct' or 'buffered'")
+    backend = get(options.backend)
     try:
-        return backend, backend.open_write(path, existing) if write else backend.open_read(path)
+        return backend.create(path, options, staging, existing)
     except OSError as e:
-        if backend.name != "direct" or e.errno != 22:  # EINVAL: filesystem refuses O_DIRECT
+        if backend.name != "direct" or e.errno != errno.EINVAL:
             raise
+    _warn_fallback(path)
+    # The O_DIRECT attempt created the file exclusively before its O_DIRECT open was refused: it is ours.
+    return get("buffered").create(path, options, staging, existing=True)
+
+
+def open_reader(path: str, options: IOOptions, staging: StagingBuffers | None, backend_name: str) -> Reader:
+    """Open `path` for reading with `backend_name`, falling back from O_DIRECT like open_writer."""
+    backend = get(backend_name)
+    try:
+        return backend.open(path, options, staging)
+    except OSError as e:
+        if backend.name != "direct" or e.errno != errno.EINVAL:
+            raise
+    _warn_fallback(path)
+    return get("buffered").open(path, options, staging)
+
+
+def _warn_fallback(path: str) -> None:
+    """Say that O_DIRECT was refused and the page cache is used instead."""
     warnings.warn(
-        f"O_DIRECT not supported for {path} (EINVAL; tmpfs?): using buffered I/O",
+        f"O_DIRECT not supported for {path} (EINVAL): using buffered I/O",
         DirectIOFallbackWarning,
         stacklevel=4,
     )
-    fallback = BACKENDS["buffered"]
-    return fallback, fallback.open_write(path, existing) if write else fallback.open_read(path)
 
 
 def write_all(fd: int, data: memoryview, offset: int) -> None:

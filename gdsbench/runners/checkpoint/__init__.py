@@ -1,10 +1,13 @@
-"""Checkpoint engines as sweep runners (torch_save, fastpersist, safetensors, dcp, kvikio, deepspeed).
+"""Checkpoint engines as sweep runners: one module per engine over the template in base.py.
 
-base.py holds what they share (options, durable timed save, cold/warm verified load, peak RSS);
-engines.py one class per library. torch and the libraries are imported only inside methods.
+Adding an engine is adding a module that defines `ENGINE` and one line here.
 """
 
+from gdsbench.runners.checkpoint import dcp, deepspeed, fastpersist, kvikio, safetensors, torch_mmap, torch_save
 from gdsbench.runners.checkpoint.base import OPTIONS, CheckpointRunner
-from gdsbench.runners.checkpoint.engines import ENGINES
+
+ENGINES: tuple[CheckpointRunner, ...] = tuple(
+    module.ENGINE for module in (torch_save, torch_mmap, fastpersist, safetensors, dcp, kvikio, deepspeed)
+)
 
 __all__ = ["ENGINES", "OPTIONS", "CheckpointRunner"]

@@ -1,0 +1,110 @@
+"""The four calls most users need, as small as torch.save / torch.load: each owns its staging buffers
+for the length of the call. For repeated saves and loads of one path, keep a Checkpointer instead."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, TypeVar
+
+from .load import device_of, load_existing, load_mapped, load_new
+from .memory import StagingCache
+from .options import IOOptions, resolve
+from .save import save_to
+
+T = TypeVar("T")
+
+
+def save(
+    state_dict: Any, path: str | os.PathLike[str], *, options: IOOptions | None = None, checksum: str | None = "xxh3"
+) -> None:
+    """Save a (nested) state dict durably, in a file torch.load(weights_only=True) can read.
+
+    The file is written under a temporary name in the same directory, fsynced, renamed over `path`
+    and the directory fsynced: a crash never leaves a torn file at `path` nor harms the previous one.
+
+    Args:
+        state_dict: nested dicts/lists/tuples of tensors (any dtype and device, views, shared
+            storages) and plain Python values (int, float, str, bool, None, ...).
+        path: destination file; replaced atomically if it exists.
+        options: how to move the bytes (threads, staging memory, backend...); host defaults if None.
+        checksum: "xxh3" (default), "crc32c", or None to record no data checksums.
+
+    Raises:
+        OptionError: options or checksum that cannot work.
+        BackendUnavailable: options.backend="gds" (loads only).
+        OSError: the file system failed (ENOSPC, EACCES, ...); the previous file at `path` is intact.
+        RuntimeError: from torch's pickler, e.g. two tensors viewing one storage with different dtypes.
+    """
+    options = resolve(options)
+    with StagingCache() as cache:
+        save_to(state_dict, path, options, checksum, cache.get(*_save_staging(options)))
+
+
+def _save_staging(options: IOOptions) -> tuple[int, int]:
+    """(count, size) of a save's staging buffers: buffer_bytes in chunk-sized buffers."""
+    return max(1, options.buffer_bytes // options.chunk_bytes), options.chunk_bytes
+
+
+def load(
+    path: str | os.PathLike[str], *, map_location: Any = "cpu", options: IOOptions | None = None, verify: bool = True
+) -> Any:
+    """Load a checkpoint written by `save` into new memory, bit-exact, with storage sharing preserved.
+
+    Args:
+        path: the checkpoint file.
+        map_location: "cpu" (default) or a CUDA device. With options.backend "auto", a CUDA
+            destination is read with GPUDirect Storage (kvikio) where it can run, else read to host
+            memory and copied; "gds" insists on GPUDirect Storage. The path taken is logged on the
+            `gdsbench.checkpoint` logger.
+        options: how to move the bytes; host defaults if None.
+        verify: check every chunk checksum and the pickle digest (default True), on every path.
+
+    Returns:
+        The saved object (dicts/lists/tuples of tensors and plain values).
+
+    Raises:
+        InvalidCheckpoint: not a gdsbench checkpoint, a malformed index or zip directory, or a
+            pickle that weights_only unpickling refuses.
+        TruncatedCheckpoint: the file is shorter than it says.
+        CorruptCheckpoint: a checksum mismatch; names the tensor's key path and the file.
+        BackendUnavailable: a CUDA map_location without CUDA, or gds asked for where it cannot run.
+        OptionError: a bad map_location, or options.backend="gds" with a CPU destination.
+    """
+    device = device_of(map_location)
+    with StagingCache() as cache:
+        return load_new(path, device, resolve(options), verify, cache).obj
+
+
+def load_into(
+    path: str | os.PathLike[str], state_dict: T, *, options: IOOptions | None = None, verify: bool = True
+) -> T:
+    """Fill the tensors of an existing state dict in place (as DCP loads do), and return it.
+
+    Every tensor of `state_dict` must exist in the checkpoint under the same key path ("a.b.0.c"),
+    with the same dtype and shape; it is filled on its own device (CPU tensors that own their whole
+    storage are read straight into it through reused staging buffers: no new memory). Plain values
+    (step counters) are replaced where the containers are mutable. Tensors of the checkpoint that
+    the state dict does not ask for are not read.
+
+    Raises:
+        StateDictMismatch: a tensor missing from the checkpoint, of another dtype or shape, or on a
+            device that cannot be filled; names the key path.
+        and the errors of `load`.
+    """
+    with StagingCache() as cache:
+        return load_existing(path, state_dict, resolve(options), verify, cache).obj
+
+
+def load_mmap(path: str | os.PathLike[str], *, options: IOOptions | None = None, verify: bool = True) -> Any:
+    """Load a checkpoint as copy-on-write views of the file's page-cache pages, faulted in up front by
+    options.threads readahead threads and verified: torch.load(mmap=True), but eager and parallel.
+
+    Page-cache pages are filled by the device, not zeroed first as new memory is, which pays where
+    first touch of fresh memory is slow (VMs). The tensors keep the file mapped: truncating it under
+    them (which `save` never does: it replaces files by rename) would crash on access. CPU only.
+
+    Raises:
+        OptionError: options.backend other than "auto" or "buffered" (a mapping reads through the
+            page cache); and the errors of `load`.
+    """
+    return load_mapped(path, resolve(options), verify).obj

@@ -1,0 +1,126 @@
+"""IOOptions: every tuning knob of the checkpoint library in one frozen value, its defaults named once.
+
+Tuning changes speed, never results: a checkpoint saved with any options loads bit-exact with any
+other. Defaults follow the host the process runs on (the cores it may use, its NUMA nodes), and an
+experiment can override each one without code changes through a `GDSBENCH_IO_<FIELD>` environment
+variable (e.g. `GDSBENCH_IO_THREADS=16`), read when an IOOptions is built.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import OptionError
+
+MiB = 1 << 20
+BACKENDS = ("auto", "direct", "buffered", "gds")
+#: How a save makes its bytes durable: one fsync after the last write, or writeback started while the
+#: save is still writing so the final fsync finds little left to do (io/posix.py; docs/benchmarks.md).
+FLUSHES = ("end", "overlap")
+ENV_PREFIX = "GDSBENCH_IO_"
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def numa_nodes() -> int:
+    """NUMA nodes of this machine (1 where sysfs does not say)."""
+    nodes = Path("/sys/devices/system/node")
+    found = list(nodes.glob("node[0-9]*")) if nodes.is_dir() else []
+    return max(1, len(found))
+
+
+def default_threads() -> int:
+    """I/O threads: one per usable core, at least 4 (an I/O thread mostly waits on the device; NVMe
+    wants several requests in flight) and at most 32 (beyond, the GIL-held parts dominate)."""
+    return min(32, max(4, usable_cores()))
+
+
+def default_prefault_threads() -> int:
+    """Threads that fault in fresh destination memory ahead of reads: the cores of one NUMA node
+    (first touch is CPU work), at most 8."""
+    return max(1, min(8, usable_cores() // numa_nodes()))
+
+
+def _from_env(name: str, default: Any) -> Any:
+    """The environment's override of one field (GDSBENCH_IO_<NAME>), parsed like its default."""
+    raw = os.environ.get(ENV_PREFIX + name.upper())
+    if raw is None:
+        return default() if callable(default) else default
+    if isinstance(default, str):
+        return raw
+    try:
+        return int(raw)
+    except ValueError:
+        raise OptionError(f"{ENV_PREFIX}{name.upper()}={raw!r}: expected an integer") from None
+
+
+def _env_field(default: Any) -> Any:
+    """A dataclass field whose default the environment may override (the name is filled in later)."""
+    return field(default=None, metadata={"default": default})
+
+
+@dataclass(frozen=True)
+class IOOptions:
+    """How the checkpoint library moves bytes: speed only, never what is saved or loaded.
+
+    Args:
+        threads: parallel I/O workers for saves and loads (default: usable cores, 4 to 32).
+        buffer_bytes: reusable aligned staging memory of a save (and of load_into); the extra memory a
+            save uses is bounded by this plus small metadata (default 64 MiB).
+        chunk_bytes: I/O and checksum granularity of a save, a multiple of 4096 (default 16 MiB);
+            a load reads with the chunking the file was written with.
+        backend: "auto" (O_DIRECT where the file system takes it, else buffered with a
+            DirectIOFallbackWarning; CUDA map_location reads with "gds" when kvikio can), "direct"
+            (O_DIRECT, same fallback), "buffered" (page cache) or "gds" (kvikio, loads to CUDA only).
+        prefault_threads: threads faulting fresh load memory in ahead of the reads (default: cores
+            of one NUMA node, at most 8).
+        flush: "end" (one fsync after the last write) or "overlap" (writeback started while later
+            chunks are still being written, then the fsync); both are equally durable.
+    """
+
+    threads: int = _env_field(default_threads)
+    buffer_bytes: int = _env_field(64 * MiB)
+    chunk_bytes: int = _env_field(16 * MiB)
+    backend: str = _env_field("auto")
+    prefault_threads: int = _env_field(default_prefault_threads)
+    flush: str = _env_field("end")
+
+    def __post_init__(self) -> None:
+        """Fill unset fields from the environment or the host, then validate every field."""
+        for f in fields(self):
+            if getattr(self, f.name) is None:
+                object.__setattr__(self, f.name, _from_env(f.name, f.metadata["default"]))
+        _check(self)
+
+    def with_(self, **changes: Any) -> IOOptions:
+        """A copy with some fields changed (validated like the original)."""
+        return replace(self, **changes)
+
+
+def _check(o: IOOptions) -> None:
+    """Refuse values that cannot work, naming the field and what it takes."""
+    for name in ("threads", "prefault_threads"):
+        if not isinstance(getattr(o, name), int) or getattr(o, name) < 1:
+            raise OptionError(f"IOOptions.{name} must be an integer >= 1, not {getattr(o, name)!r}")
+    if not isinstance(o.chunk_bytes, int) or o.chunk_bytes <= 0 or o.chunk_bytes % 4096:
+        raise OptionError(f"IOOptions.chunk_bytes must be a positive multiple of 4096, not {o.chunk_bytes!r}")
+    if not isinstance(o.buffer_bytes, int) or o.buffer_bytes < o.chunk_bytes:
+        raise OptionError(f"IOOptions.buffer_bytes ({o.buffer_bytes!r}) must hold at least one chunk ({o.chunk_bytes})")
+    if o.backend not in BACKENDS:
+        raise OptionError(f"IOOptions.backend must be one of {BACKENDS}, not {o.backend!r}")
+    if o.flush not in FLUSHES:
+        raise OptionError(f"IOOptions.flush must be one of {FLUSHES}, not {o.flush!r}")
+
+
+def resolve(options: IOOptions | None) -> IOOptions:
+    """The options a call uses: the caller's, else the host defaults."""
+    return options if options is not None else IOOptions()

@@ -1,0 +1,165 @@
+"""fastpersist: gdsbench.checkpoint, the library this project builds, through its public API only.
+
+A Checkpointer per checkpoint path and options, kept across the case's repetitions as a training
+run keeps one (its staging buffers are reused; with `recycle`, saves overwrite the previous
+generation's blocks) and closed when the sweep ends. Parallel positional writes/reads on `threads`
+workers: O_DIRECT for CPU_ONLY (a refused O_DIRECT fails the case instead of falling back
+silently), buffered for CPU_CACHED; every load verifies its checksums.
+Options: recycle (Checkpointer(recycle=True)), load_into (load_into: fill existing tensors),
+mmap (load_mmap: map the file and fault it in with parallel readahead, CPU_CACHED only).
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gdsbench import sysinfo, workloads
+from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.keys import Key, boolean
+from gdsbench.runners.base import RunContext
+from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, CheckpointRunner
+from gdsbench.runners.checkpoint.conditions import initialised_like
+
+BACKENDS = {Transfer.CPU_ONLY: "direct", Transfer.CPU_CACHED: "buffered"}
+WARMUP_SAVES = 2  # a recycling Checkpointer's third save is the first to find a spare to overwrite
+
+
+@functools.lru_cache(maxsize=8)
+def odirect_reason(directory: str) -> str | None:
+    """None when O_DIRECT opens work in `directory`, else why not (probed once per directory)."""
+    works, why = sysinfo.odirect_works(Path(directory))
+    return None if works else f"O_DIRECT does not work in {directory}: {why}"
+
+
+class FastPersist(CheckpointRunner):
+    """gdsbench.checkpoint through a Checkpointer."""
+
+    name = "fastpersist"
+    description = (
+        "gdsbench.checkpoint: parallel O_DIRECT (CPU_ONLY) or buffered (CPU_CACHED) saves and loads, checksummed"
+    )
+    calls = {
+        Pattern.SAVE: "gdsbench.checkpoint.Checkpointer.save",
+        Pattern.LOAD: "gdsbench.checkpoint.Checkpointer.load",
+    }
+    transfers = frozenset(BACKENDS)
+    modules = ("torch", "gdsbench.checkpoint")
+    threaded = True
+    extra_options = (
+        Key("load_into", boolean, "true or false", False,
+            "load into existing, initialised tensors (load_into) instead of new memory"),
+        Key("recycle", boolean, "true or false", False,
+            "save through Checkpointer(recycle=True): overwrite the previous generation's blocks (the steady "
+            "state of repeated saves to one path, reached by unmeasured saves first) instead of a new file"),
+        Key("mmap", boolean, "true or false", False,
+            "load with load_mmap: map the file and fault it in with parallel readahead (page cache, transfer "
+            "CPU_CACHED) instead of reading into new memory"),
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[Path, int, str, bool], Any] = {}  # (path, threads, backend, recycle) -> Checkpointer
+
+    def available(self, case: Case, ctx: RunContext) -> str | None:
+        """The library must import; mmap loads read through the page cache; CPU_ONLY needs O_DIRECT."""
+        try:
+            import gdsbench.checkpoint  # noqa: F401
+        except ImportError as exc:
+            return f"gdsbench.checkpoint not importable: {exc}"
+        if case.get("mmap") and case.pattern is Pattern.LOAD and case.transfer is not Transfer.CPU_CACHED:
+            return "mmap loads read through the page cache: use transfer CPU_CACHED"
+        if case.transfer is Transfer.CPU_ONLY:
+            return odirect_reason(str(ctx.directory))
+        return None
+
+    def call(self, case: Case) -> str:
+        """The Checkpointer and the method a case uses, with its options."""
+        options = f"IOOptions(threads={case.get('threads')}, backend={BACKENDS[case.transfer]!r})"
+        recycle = ", recycle=True" if case.get("recycle") else ""
+        method = "save" if case.pattern is Pattern.SAVE else _load_method(case)
+        return f"gdsbench.checkpoint.Checkpointer(options={options}{recycle}).{method}"
+
+    def path(self, case: Case, ctx: RunContext) -> Path:
+        """Recycling saves keep their generations under a name of their own."""
+        path = super().path(case, ctx)
+        return path.with_suffix(".recycle" + path.suffix) if case.get("recycle") else path
+
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """The library's own errors and its O_DIRECT fallback warning (raised as an error here)."""
+        from gdsbench.checkpoint import CheckpointError, DirectIOFallbackWarning
+
+        return (*EXPECTED_ERRORS, CheckpointError, DirectIOFallbackWarning)
+
+    def checkpointer(self, case: Case, path: Path, ctx: RunContext) -> Any:
+        """The Checkpointer of this path and options, opened once and closed when the sweep ends."""
+        from gdsbench.checkpoint import Checkpointer, IOOptions
+
+        key = _key(case, path)
+        if key not in self._open:
+            options = IOOptions(threads=key[1], backend=key[2])
+            self._open[key] = Checkpointer(path, options=options, recycle=key[3])
+            ctx.closers.append(lambda: self._open.pop(key).close())
+        return self._open[key]
+
+    def prepare(self, case: Case, workload: workloads.Workload, path: Path, ctx: RunContext) -> Any:
+        """Saves: a recycling Checkpointer first saves (unmeasured) until it has a spare to overwrite, as
+        from a training run's third save on. Loads into existing tensors get them, initialised."""
+        ckpt = self.checkpointer(case, path, ctx)
+        if case.pattern is Pattern.LOAD:
+            return initialised_like(workload.tensors) if case.get("load_into") else None
+        if not case.get("recycle"):
+            return super().prepare(case, workload, path, ctx)
+        if ckpt.last is None:
+            ctx.track_new([path])
+            for _ in range(WARMUP_SAVES):
+                ckpt.save(workload.tensors)
+        return workload.tensors
+
+    def save(self, staged: Any, path: Path, case: Case) -> str | None:
+        """Checkpointer.save (durable itself: temp file, fsync, rename, directory fsync)."""
+        from gdsbench.checkpoint import DirectIOFallbackWarning
+
+        ckpt = self._open_for(case, path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DirectIOFallbackWarning)
+            saved = ckpt.save(staged)
+        if not case.get("recycle"):
+            return "new file"
+        if saved.recycled:
+            return "recycled: overwrote the previous generation's blocks"
+        return "recycle requested but the spare was unusable (in use, or none): new file"
+
+    def load(self, path: Path, case: Case, staged: Any) -> Mapping[str, Any]:
+        """Checkpointer.load / load_into / load_mmap with checksum verification, onto the CPU."""
+        from gdsbench.checkpoint import DirectIOFallbackWarning
+
+        ckpt = self._open_for(case, path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DirectIOFallbackWarning)
+            if case.get("mmap"):
+                return ckpt.load_mmap()
+            if case.get("load_into"):
+                return ckpt.load_into(staged)
+            return ckpt.load(map_location="cpu")
+
+    def _open_for(self, case: Case, path: Path) -> Any:
+        """The Checkpointer prepare() opened for this case."""
+        return self._open[_key(case, path)]
+
+
+def _key(case: Case, path: Path) -> tuple[Path, int, str, bool]:
+    """What tells a case's Checkpointer apart: its path, threads, backend and recycling."""
+    return path, case.get("threads"), BACKENDS[case.transfer], bool(case.get("recycle"))
+
+
+def _load_method(case: Case) -> str:
+    """The Checkpointer method a load case calls."""
+    if case.get("mmap"):
+        return "load_mmap(verify=True)"
+    return "load_into(initialised tensors, verify=True)" if case.get("load_into") else "load(verify=True)"
+
+
+ENGINE = FastPersist()
