@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CONFIG ?= configs/local.yaml
 RESULTS ?= results
 
-.PHONY: run test lint system-deps install clean-venv
+.PHONY: run test lint torch-floor system-deps install clean-venv
 
 system-deps:  ## fio (with its libaio and liburing) from the OS packages
 	@command -v fio >/dev/null 2>&1 || { $(SUDO) apt-get update && \
@@ -37,6 +37,18 @@ lint: install  ## ruff (lint + format check) and mypy, as CI runs them
 
 test: lint  ## lint, then the whole test suite
 	$(VENV)/bin/pytest
+
+# The oldest torch the package supports (pyproject's floor). PyPI's Linux wheel of it is a CUDA build
+# (~3 GB with its nvidia packages), so this is a documented check, not part of `make test`.
+TORCH_FLOOR ?= torch==2.7.1
+FLOOR_VENV ?= .venv-floor
+
+torch-floor:  ## the checkpoint tests against the floor release of torch, in a venv of its own
+	python3 -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/pip install --quiet "$(TORCH_FLOOR)"
+	$(FLOOR_VENV)/bin/pip install --quiet -e ".[checkpoint,test]"
+	$(FLOOR_VENV)/bin/python -c "import torch; print('torch', torch.__version__)"
+	$(FLOOR_VENV)/bin/pytest -q tests/checkpoint tests/test_workloads.py
 
 clean-venv:
 	rm -rf $(VENV)

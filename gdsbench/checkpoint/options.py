@@ -19,7 +19,7 @@ MiB = 1 << 20
 BACKENDS = ("auto", "direct", "buffered", "gds")
 #: How a save makes its bytes durable: one fsync after the last write, or writeback started while the
 #: save is still writing so the final fsync finds little left to do (io/posix.py; docs/benchmarks.md).
-FLUSHES = ("end", "overlap")
+FLUSHES = ("end", "overlap", "dsync")
 ENV_PREFIX = "GDSBENCH_IO_"
 
 
@@ -83,8 +83,9 @@ class IOOptions:
             (O_DIRECT, same fallback), "buffered" (page cache) or "gds" (kvikio, loads to CUDA only).
         prefault_threads: threads faulting fresh load memory in ahead of the reads (default: cores
             of one NUMA node, at most 8).
-        flush: "end" (one fsync after the last write) or "overlap" (writeback started while later
-            chunks are still being written, then the fsync); both are equally durable.
+        flush: "end" (one fsync after the last write), "overlap" (writeback started while later
+            chunks are still being written, then the fsync) or "dsync" (every write durable before it
+            returns); all are equally durable, only their speed differs.
     """
 
     threads: int = _env_field(default_threads)

@@ -60,7 +60,7 @@ def write_file(plan: planning.Plan, writer: backends.Writer) -> None:
     body = [_chunk_piece(c, plan.checksum, digests) for c in planning.chunks(plan)]
     body += [_region_piece(plan, r) for r in regions if not _is_commit_region(plan, r)]
     writer.reserve(plan.size)
-    writer.write(sorted(body, key=lambda p: p.offset))
+    writer.write(sorted(body, key=lambda p: p.offset or 0))
     planning.finalize(plan, digests)
     writer.write([_region_piece(plan, r) for r in regions if _is_commit_region(plan, r)])
     writer.finish(plan.size)

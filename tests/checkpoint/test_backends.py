@@ -47,7 +47,7 @@ def test_backends_round_trip(tmp_path: pathlib.Path, save_backend: str, load_bac
     assert out["view"].untyped_storage().data_ptr() == out["big"].untyped_storage().data_ptr()
 
 
-@pytest.mark.parametrize("flush", ["end", "overlap"])
+@pytest.mark.parametrize("flush", ["end", "overlap", "dsync"])
 @pytest.mark.parametrize("backend", ["direct", "buffered"])
 def test_flush_strategies_write_the_same_bytes(tmp_path: pathlib.Path, flush: str, backend: str) -> None:
     """How durability is reached changes nothing on disk: the file equals one saved the default way."""

@@ -28,17 +28,21 @@ class WritePiece:
     """One file range a save writes.
 
     Its `nbytes` are either already in CPU memory at `address` (written from there when aligned
-    enough) or composed by `fill` into a staging buffer; `seen` gets them before they are written
-    (checksums). Only the first `write_nbytes` (a multiple of 4096 or the file's last bytes) are
-    written by this piece: a storage's sub-page tail travels inside a neighbouring region.
+    enough) or composed by `fill` at the start of a staging buffer; `seen` gets them before they are
+    written (checksums). Only the first `write_nbytes` (padded by `fill` to the alignment) are written
+    by this piece: a storage's sub-page tail may travel inside a neighbouring region.
+
+    A piece whose size is known only once composed (a compressed chunk) has `offset` None: the writer
+    appends all the bytes `fill` returned after everything reserved, and tells `placed` where.
     """
 
-    offset: int
+    offset: int | None
     nbytes: int
     write_nbytes: int
     address: int | None
     fill: Callable[[Staging], memoryview]
     seen: Callable[[memoryview], None]
+    placed: Callable[[int], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,11 @@ class Writer(Protocol):
         """Offsets, lengths and addresses must be multiples of this (1: none)."""
 
     def reserve(self, nbytes: int) -> None:
-        """Allocate the file's blocks before the writes (where the file system can)."""
+        """Allocate the file's blocks before the writes (where the file system can); appended pieces go after."""
+
+    @property
+    def end(self) -> int:
+        """Where the file's data ends: the reserved size, or after the last appended piece."""
 
     def write(self, pieces: Sequence[WritePiece]) -> None:
         """Write every piece (in parallel, in the order given as far as threads allow)."""
@@ -152,11 +160,12 @@ def _warn_fallback(path: str) -> None:
     )
 
 
-def write_all(fd: int, data: memoryview, offset: int) -> None:
-    """pwrite until every byte is written (pwrite may be short)."""
+def write_all(fd: int, data: memoryview, offset: int, flags: int = 0) -> None:
+    """pwrite (pwritev2 with `flags`, e.g. RWF_DSYNC) until every byte is written (writes may be short)."""
     done = 0
     while done < len(data):
-        done += os.pwrite(fd, data[done:], offset + done)
+        rest = data[done:]
+        done += os.pwritev(fd, [rest], offset + done, flags) if flags else os.pwrite(fd, rest, offset + done)
 
 
 def read_full(fd: int, dest: memoryview, offset: int) -> int:

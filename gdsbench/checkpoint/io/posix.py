@@ -11,8 +11,10 @@ staging. Some file systems refuse O_DIRECT with EINVAL: `io.open_writer` falls b
 
 Durability (IOOptions.flush): "end" is one fsync after the last write; "overlap" starts the device's
 (or the host's) writeback while later chunks are still being written: a background thread calls
-fdatasync each time another `overlap_bytes` have been written, and buffered writes also start
-writeback of each range with sync_file_range; the final fsync then finds little left to do.
+fdatasync each time another OVERLAP_BYTES have been written, and buffered writes also start
+writeback of each range with sync_file_range; "dsync" makes every write durable before it returns
+(pwritev2 with RWF_DSYNC: FUA or a flush per write, the writers' parallelism hiding the waits).
+Each ends with an fsync, so all three are equally durable; only their speed differs.
 """
 
 from __future__ import annotations
@@ -66,35 +68,68 @@ class PosixWriter:
         self.options = options
         self.staging = staging
         self._overlap = _Overlap(fd) if options.flush == "overlap" else None
+        self._flags = os.RWF_DSYNC if options.flush == "dsync" else 0
+        self._end = 0
+        self._lock = threading.Lock()
 
     def reserve(self, nbytes: int) -> None:
         """Allocate the file's blocks up front, so parallel writes fill a file instead of appending to it."""
+        self._end = round_up(nbytes, self.alignment)
+        if not nbytes:
+            return
         try:
-            os.posix_fallocate(self.fd, 0, round_up(nbytes, self.alignment))
+            os.posix_fallocate(self.fd, 0, self._end)
         except OSError as e:
             if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                 raise
+
+    @property
+    def end(self) -> int:
+        """Where the file's data ends: the reserved size, or after the last appended piece."""
+        return self._end
+
+    def _append(self, nbytes: int) -> int:
+        """Claim the next `nbytes` (aligned) after everything reserved and appended so far."""
+        with self._lock:
+            offset = self._end
+            self._end += round_up(nbytes, self.alignment)
+        return offset
 
     def write(self, pieces: Sequence[WritePiece]) -> None:
         """Write the pieces on the thread pool."""
         run_parallel([partial(self._write_piece, p) for p in pieces], self.options.threads, "gdsbench-save")
 
     def _write_piece(self, piece: WritePiece) -> None:
-        """Write one piece from its own memory when aligned, else through a staging buffer."""
-        if piece.address is not None and piece.address % self.alignment == 0:
-            self._emit(piece, view(piece.address, piece.nbytes))
+        """Write one piece from its own memory when aligned (address and length), else through a staging buffer."""
+        aligned = piece.address is not None and piece.address % self.alignment == 0
+        if aligned and piece.offset is not None and round_up(piece.write_nbytes, self.alignment) <= piece.nbytes:
+            self._emit(piece, view(piece.address, piece.nbytes), piece.offset)  # type: ignore[arg-type]
             return
         with self.staging.lend() as buf:
-            self._emit(piece, piece.fill(buf))
+            data = piece.fill(buf)
+            if piece.offset is not None:
+                self._emit(piece, data, piece.offset)
+                return
+            padded = round_up(len(data), self.alignment)  # an appended piece: all its bytes, padded in place
+            ctypes.memset(buf.address + len(data), 0, padded - len(data))
+            piece.seen(data)
+            offset = self._append(padded)
+            self._write(view(buf.address, padded), offset)
+            assert piece.placed is not None, "an appended piece must say where it wants to hear its offset"
+            piece.placed(offset)
 
-    def _emit(self, piece: WritePiece, data: memoryview) -> None:
+    def _emit(self, piece: WritePiece, data: memoryview, offset: int) -> None:
         """Show the bytes to the piece's callback, then write its part (padded to the alignment)."""
         piece.seen(data)
         n = round_up(piece.write_nbytes, self.alignment)
         if n:
-            write_all(self.fd, data[:n], piece.offset)
-            if self._overlap:
-                self._overlap.written(piece.offset, n, buffered=self.alignment == 1)
+            self._write(data[:n], offset)
+
+    def _write(self, data: memoryview, offset: int) -> None:
+        """pwrite the bytes, with the flush strategy's flags, and count them for an overlapping flush."""
+        write_all(self.fd, data, offset, self._flags)
+        if self._overlap:
+            self._overlap.written(offset, len(data), buffered=self.alignment == 1)
 
     def finish(self, size: int) -> None:
         """Trim the alignment padding and make the file durable."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from gdsbench import sysinfo, workloads
 from gdsbench.cases import Case, Pattern, Transfer
-from gdsbench.keys import Key, boolean
+from gdsbench.keys import Key, boolean, one_of
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, CheckpointRunner
 from gdsbench.runners.checkpoint.conditions import initialised_like
@@ -30,8 +30,12 @@ WARMUP_SAVES = 2  # a recycling Checkpointer's third save is the first to find a
 
 @functools.lru_cache(maxsize=8)
 def odirect_reason(directory: str) -> str | None:
-    """None when O_DIRECT opens work in `directory`, else why not (probed once per directory)."""
-    works, why = sysinfo.odirect_works(Path(directory))
+    """None when O_DIRECT opens work in `directory` (or, before the sweep creates it, in the nearest
+    existing folder above it, on whose file system it will be), else why not; probed once per folder."""
+    probe = Path(directory)
+    while not probe.is_dir() and probe != probe.parent:
+        probe = probe.parent
+    works, why = sysinfo.odirect_works(probe)
     return None if works else f"O_DIRECT does not work in {directory}: {why}"
 
 
@@ -55,13 +59,16 @@ class FastPersist(CheckpointRunner):
         Key("recycle", boolean, "true or false", False,
             "save through Checkpointer(recycle=True): overwrite the previous generation's blocks (the steady "
             "state of repeated saves to one path, reached by unmeasured saves first) instead of a new file"),
+        Key("flush", one_of("end", "overlap", "dsync"), "end, overlap or dsync", "end",
+            "how a save becomes durable (IOOptions.flush): one fsync at the end, writeback overlapped with the "
+            "writes, or every write durable (RWF_DSYNC)"),
         Key("mmap", boolean, "true or false", False,
             "load with load_mmap: map the file and fault it in with parallel readahead (page cache, transfer "
             "CPU_CACHED) instead of reading into new memory"),
     )  # fmt: skip
 
     def __init__(self) -> None:
-        self._open: dict[tuple[Path, int, str, bool], Any] = {}  # (path, threads, backend, recycle) -> Checkpointer
+        self._open: dict[tuple[Path, int, str, bool, str], Any] = {}  # _key(case, path) -> Checkpointer
 
     def available(self, case: Case, ctx: RunContext) -> str | None:
         """The library must import; mmap loads read through the page cache; CPU_ONLY needs O_DIRECT."""
@@ -77,7 +84,8 @@ class FastPersist(CheckpointRunner):
 
     def call(self, case: Case) -> str:
         """The Checkpointer and the method a case uses, with its options."""
-        options = f"IOOptions(threads={case.get('threads')}, backend={BACKENDS[case.transfer]!r})"
+        flush = f", flush={case.get('flush')!r}" if case.get("flush") != "end" else ""
+        options = f"IOOptions(threads={case.get('threads')}, backend={BACKENDS[case.transfer]!r}{flush})"
         recycle = ", recycle=True" if case.get("recycle") else ""
         method = "save" if case.pattern is Pattern.SAVE else _load_method(case)
         return f"gdsbench.checkpoint.Checkpointer(options={options}{recycle}).{method}"
@@ -99,7 +107,7 @@ class FastPersist(CheckpointRunner):
 
         key = _key(case, path)
         if key not in self._open:
-            options = IOOptions(threads=key[1], backend=key[2])
+            options = IOOptions(threads=key[1], backend=key[2], flush=key[4])
             self._open[key] = Checkpointer(path, options=options, recycle=key[3])
             ctx.closers.append(lambda: self._open.pop(key).close())
         return self._open[key]
@@ -150,9 +158,9 @@ class FastPersist(CheckpointRunner):
         return self._open[_key(case, path)]
 
 
-def _key(case: Case, path: Path) -> tuple[Path, int, str, bool]:
-    """What tells a case's Checkpointer apart: its path, threads, backend and recycling."""
-    return path, case.get("threads"), BACKENDS[case.transfer], bool(case.get("recycle"))
+def _key(case: Case, path: Path) -> tuple[Path, int, str, bool, str]:
+    """What tells a case's Checkpointer apart: its path, threads, backend, recycling and flush."""
+    return path, case.get("threads"), BACKENDS[case.transfer], bool(case.get("recycle")), case.get("flush")
 
 
 def _load_method(case: Case) -> str:
