@@ -131,9 +131,10 @@ class BloscCodec:
 def _compress(piece: memoryview, params: dict[str, Any]) -> bytes:
     """One blosc2 chunk; blosc2's RuntimeError becomes a CodecError naming the settings."""
     try:
-        return blosc2.compress2(piece, **params)
+        chunk: bytes = blosc2.compress2(piece, **params)
     except RuntimeError as exc:
         raise CodecError(f"blosc2 could not compress {len(piece)} bytes with {params}: {exc}") from exc
+    return chunk
 
 
 def _pieces(body: memoryview, descriptor: str) -> list[tuple[memoryview, int]]:

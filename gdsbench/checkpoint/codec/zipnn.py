@@ -77,7 +77,7 @@ class ZipnnCodec:
         if not body:
             check_size(0, nbytes, self.descriptor)
             return b""
-        if len(body) < ZIPNN_HEADER or body[:2] != b"ZN":
+        if len(body) < ZIPNN_HEADER or bytes(body[:2]) != b"ZN":
             raise CodecError(f"{self.descriptor}: not a zipnn stream")
         check_size(int.from_bytes(body[16:24], "little"), nbytes, self.descriptor)
         decoded: Buffer = self._zipnn(word_of(itemsize)[0]).decompress(bytes(body))
