@@ -4,6 +4,8 @@ Each data kind is `--size` bytes, cut into `--chunk` chunks as a storage layer w
 chunk is one chunk), and every chunk is encoded and decoded on its own by `--threads` Python threads sharing
 one codec (each call single-threaded: the C libraries release the GIL), or with `--mode codec` one chunk at a
 time by the library's own threads. Throughput = raw bytes / wall time; median of `--reps`, after a warm-up.
+`comp GB/cpu-s` divides by the CPU time of all the process's threads instead: on a machine shared with other
+work, it times `--threads` is what compression would reach on that many idle cores (if it scales).
 
   bf16        weights: N(0, 0.02) drawn in fp32, rounded to bf16
   fp32        fp32 master weights N(0, 0.02)
@@ -50,6 +52,7 @@ class Row:
     encoded: int
     compress_s: float
     decompress_s: float
+    compress_cpu_s: float  # CPU seconds of the whole process (all threads) while compressing
     exact: bool
 
     @property
@@ -101,15 +104,20 @@ def composition(kind: str, tensors: list[torch.Tensor]) -> str:
     return f"{kind}: {len(tensors)} tensors, {total / 2**20:.1f} MiB ({shares})"
 
 
-def timed(run: Callable[[], object], reps: int) -> float:
-    """Median wall seconds of `run` over `reps`, after one untimed warm-up."""
+def timed(run: Callable[[], object], reps: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of `run` over `reps`, after one untimed warm-up.
+
+    CPU seconds (every thread of this process) are what a shared machine's neighbours cannot inflate much:
+    bytes per CPU-second times the threads is what the codec would reach on that many idle cores.
+    """
     run()
-    times = []
+    walls, cpus = [], []
     for _ in range(reps):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - start_cpu)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def measure(name: str, data: str, parts: list[tuple[memoryview, int]], args: argparse.Namespace) -> Row:
@@ -129,13 +137,14 @@ def measure(name: str, data: str, parts: list[tuple[memoryview, int]], args: arg
         with ThreadPoolExecutor(args.threads if pooled else 1) as pool:
             list(pool.map(lambda i: c.decode_into(blobs[i], outs[i], parts[i][1]), range(len(parts))))
 
-    compress_s = timed(encode_all, args.reps)
-    decompress_s = timed(decode_all, args.reps)
+    compress_s, compress_cpu_s = timed(encode_all, args.reps)
+    decompress_s, _ = timed(decode_all, args.reps)
     exact = all(
         np.array_equal(np.frombuffer(out, np.uint8), np.frombuffer(raw, np.uint8)) for out, (raw, _) in zip(outs, parts)
     )
     encoded = sum(memoryview(blob).nbytes for blob in blobs)
-    return Row(name, data, sum(raw.nbytes for raw, _ in parts), encoded, compress_s, decompress_s, exact)
+    nbytes = sum(raw.nbytes for raw, _ in parts)
+    return Row(name, data, nbytes, encoded, compress_s, decompress_s, compress_cpu_s, exact)
 
 
 def train_row(rows: list[Row], name: str) -> Row | None:
@@ -152,6 +161,7 @@ def train_row(rows: list[Row], name: str) -> Row | None:
         round(sum(mine[k].encoded * s for k, s in scale.items())),
         sum(mine[k].compress_s * s for k, s in scale.items()),
         sum(mine[k].decompress_s * s for k, s in scale.items()),
+        sum(mine[k].compress_cpu_s * s for k, s in scale.items()),
         all(mine[k].exact for k in TRAIN_MIX),
     )
 
@@ -160,6 +170,7 @@ def line(row: Row, disk_bw: float | None) -> str:
     """One table line; with a disk bandwidth, whether compression keeps up with it."""
     comp = row.speed(row.compress_s)
     text = f"{row.codec:<11} {row.data:<11} {100 * row.saved:7.1f} {comp:9.2f} {row.speed(row.decompress_s):9.2f}"
+    text += f" {row.speed(row.compress_cpu_s):11.2f}"
     text += f" {'yes' if row.exact else 'NO':>5}"
     if disk_bw:
         keeps = "yes" if comp * 1e9 >= disk_bw else "no"
@@ -204,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
     names = args.codecs.split(",")
     builders = kinds(args.size)
     print(header(args))
-    print(f"{'codec':<11} {'data':<11} {'saved%':>7} {'comp GB/s':>9} {'dec GB/s':>9} {'exact':>5}", end="")
+    print(
+        f"{'codec':<11} {'data':<11} {'saved%':>7} {'comp GB/s':>9} {'dec GB/s':>9} {'comp GB/cpu-s':>11} {'exact':>5}",
+        end="",
+    )
     print("  keeps up with disk" if args.disk_bw else "", flush=True)
     rows: list[Row] = []
     notes = []
