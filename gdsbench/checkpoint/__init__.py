@@ -8,8 +8,13 @@
         ckpt.save(model.state_dict())
     torch.load("ckpt.pt", weights_only=True)       # also works: the file is torch's zip format
 
+    dcp.save(state_dict, storage_writer=Writer("ckpt/"))   # torch.distributed.checkpoint, our storage
+    dcp.load(state_dict, storage_reader=Reader("ckpt/"))
+
 docs/api.md describes the calls; docs/format.md the file. Nothing else is public.
 """
+
+from typing import Any
 
 from .api import load, load_into, load_mmap, save
 from .errors import (
@@ -29,6 +34,18 @@ from .options import IOOptions
 from .save import Saved
 from .tree import named_tensors
 
+_DCP = ("Reader", "Writer", "WriteStats")
+
+
+def __getattr__(name: str) -> Any:
+    """The DCP storage layer, imported on first use (torch.distributed.checkpoint is heavy to import)."""
+    if name in _DCP:
+        from . import dcp
+
+        return getattr(dcp, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "BackendUnavailable",
     "CheckpointError",
@@ -40,10 +57,13 @@ __all__ = [
     "InvalidCheckpoint",
     "Loaded",
     "OptionError",
+    "Reader",
     "Saved",
     "StateDictMismatch",
     "StorageEntry",
     "TruncatedCheckpoint",
+    "WriteStats",
+    "Writer",
     "load",
     "load_into",
     "load_mmap",

@@ -50,10 +50,13 @@ def row_range(record: ItemRecord, offsets: tuple[int, ...], lengths: tuple[int, 
 
 def dtype_of(record: ItemRecord) -> torch.dtype:
     """The torch dtype a record names."""
-    return getattr(torch, record.dtype)  # type: ignore[no-any-return]
+    dtype: torch.dtype = getattr(torch, record.dtype)
+    return dtype
 
 
-def box_of(scratch: torch.Tensor, record: ItemRecord, offsets: tuple[int, ...], lengths: tuple[int, ...]) -> torch.Tensor:
+def box_of(
+    scratch: torch.Tensor, record: ItemRecord, offsets: tuple[int, ...], lengths: tuple[int, ...]
+) -> torch.Tensor:
     """The requested box, viewed inside a scratch buffer holding the rows it spans."""
     rows = scratch.view(dtype_of(record))
     if not record.shape:
@@ -78,7 +81,9 @@ def pieces(directory: str, want: Want, codec: Any, verify: bool) -> list[backend
     return out
 
 
-def _placer(directory: str, want: Want, k: int, lo: int, hi: int, codec: Any, verify: bool) -> Callable[[memoryview], None]:
+def _placer(
+    directory: str, want: Want, k: int, lo: int, hi: int, codec: Any, verify: bool
+) -> Callable[[memoryview], None]:
     """What to do with stored chunk `k` once read: check it is whole and intact, decode, copy the overlap."""
     record = want.record
     stored = record.chunks[k][1]
@@ -89,7 +94,9 @@ def _placer(directory: str, want: Want, k: int, lo: int, hi: int, codec: Any, ve
         if len(data) < stored:
             raise TruncatedCheckpoint(path, record.chunks[k][0] + stored, record.chunks[k][0] + len(data))
         if digest and digest(data[:stored]) != record.digests[k]:
-            raise CorruptCheckpoint(path, want.fqn, f"chunk {k} ({stored} stored bytes at offset {record.chunks[k][0]})")
+            raise CorruptCheckpoint(
+                path, want.fqn, f"chunk {k} ({stored} stored bytes at offset {record.chunks[k][0]})"
+            )
         first, last = max(lo, want.start), min(hi, want.end)
         target = want.address + first - want.start
         if codec is None:

@@ -63,7 +63,7 @@ class _Item:
         assert self.flat is not None
         if self.flat.device.type == "cpu":
             return view(self.flat.data_ptr() + start, nbytes)
-        return memoryview(self.flat[start : start + nbytes].cpu().numpy())
+        return memoryview(self.flat[start : start + nbytes].cpu().numpy().tobytes())
 
 
 def prepare(write_item: Any, data: Any) -> _Item:
@@ -117,7 +117,9 @@ def _record(path: str, item: _Item, codec: Any, chunk: int, checksum: str) -> It
                       tuple(item.digests), checksum)  # fmt: skip
 
 
-def _raw_piece(item: _Item, k: int, chunk: int, base: int, digest: Callable[[memoryview], str] | None) -> backends.WritePiece:
+def _raw_piece(
+    item: _Item, k: int, chunk: int, base: int, digest: Callable[[memoryview], str] | None
+) -> backends.WritePiece:
     """Chunk `k` of a raw item at its laid-out offset; its last page zero-padded when staged."""
     start = k * chunk
     n = min(chunk, item.nbytes - start)
@@ -137,7 +139,9 @@ def _raw_piece(item: _Item, k: int, chunk: int, base: int, digest: Callable[[mem
     return backends.WritePiece(offset, n, n, address, fill, seen)
 
 
-def _encoded_piece(item: _Item, k: int, chunk: int, codec: Any, digest: Callable[[memoryview], str] | None) -> backends.WritePiece:
+def _encoded_piece(
+    item: _Item, k: int, chunk: int, codec: Any, digest: Callable[[memoryview], str] | None
+) -> backends.WritePiece:
     """Chunk `k` of an item, encoded in a worker and appended; the record learns where it went."""
     start = k * chunk
     n = min(chunk, item.nbytes - start)

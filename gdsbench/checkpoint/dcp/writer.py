@@ -90,7 +90,7 @@ class _InFlight:
         self._idle.set()
 
 
-class _Staged(dict):  # type: ignore[type-arg]
+class _Staged(dict[str, Any]):
     """The staged state dict handed to DCP: a plain dict that can be watched (weakref) for the save's end."""
 
     __slots__ = ("__weakref__",)
@@ -177,7 +177,7 @@ class Writer(StorageWriter, AsyncStager):
             self._state("in_flight", _InFlight).wrote(None)
         except BaseException as e:
             self._state("in_flight", _InFlight).wrote(e)
-            future.set_exception(e)
+            future.set_exception(e)  # type: ignore[arg-type]  # torch's stub types it as the result
         return future
 
     def _write(self, plan: SavePlan, planner: SavePlanner) -> list[WriteResult]:
@@ -186,7 +186,9 @@ class Writer(StorageWriter, AsyncStager):
             return []
         items = [prepare(wi, planner.resolve_data(wi)) for wi in plan.items]
         chunk = self.options.chunk_bytes
-        staging = self._state("staging", StagingCache).get(max(1, self.options.buffer_bytes // chunk), staging_bytes(chunk))
+        staging = self._state("staging", StagingCache).get(
+            max(1, self.options.buffer_bytes // chunk), staging_bytes(chunk)
+        )
         codec = codecs.get(self.compression, threads=1)
         records = write_items(str(self.path / data_file(self.save_id, self.rank)), items, self.options, codec,
                               self.checksum, staging)  # fmt: skip
@@ -215,7 +217,7 @@ class Writer(StorageWriter, AsyncStager):
 
     # -- AsyncStager -----------------------------------------------------------------------------
 
-    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:  # type: ignore[override]
+    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
         """Copy the state dict into host buffers kept between saves (pinned where CUDA exists), after the
         previous save's data is written; the caller blocks for the copy only."""
         from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict

@@ -1,0 +1,271 @@
+"""Reader: a torch.distributed.checkpoint StorageReader for checkpoints written by Writer.
+
+    dcp.load(state_dict, storage_reader=Reader("ckpt/"))     # DCP's planners and resharding, our storage
+
+Reads are byte ranges sorted by file offset, parallel on IOOptions.threads workers, each stored chunk
+verified against its checksum and decoded (decode.py); only the rows a destination shard spans are
+fetched, never whole saved items. `.metadata` is read with the weights-only unpickler. The data files
+are opened once, when the metadata is read, so a save committing meanwhile cannot pull them away.
+
+With `broadcast=True`, an item that several ranks need (a replicated tensor, or the same shard on
+every rank of a replica group) is read from storage by one rank, chosen to balance the bytes each
+reads, and sent to the others with torch.distributed.broadcast over the process group.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
+from torch.distributed.checkpoint.storage import StorageReader
+from torch.futures import Future
+
+from .. import codec as codecs
+from .. import io as backends
+from ..errors import InvalidCheckpoint
+from ..memory import StagingCache
+from ..options import IOOptions, resolve
+from .decode import Want, box_of, dtype_of, pieces, row_range
+from .encode import staging_bytes
+from .records import ItemRecord, read_metadata, referenced_files
+
+SCRATCH_BYTES = 1 << 30  # reshard scratch memory held at once (items needing more are read one by one)
+
+
+@dataclass(frozen=True)
+class Broadcast:
+    """An item several ranks read: the rank that reads it from storage for all of them."""
+
+    index: MetadataIndex
+    reader: int
+    nbytes: int
+
+
+class Reader(StorageReader):
+    """DCP StorageReader: parallel, verified, range-limited reads of a Writer's checkpoint.
+
+    Args:
+        path: the checkpoint directory; `checkpoint_id` of dcp.load overrides it.
+        options: threads, backend, staging memory (host defaults if None).
+        verify: check every stored chunk's checksum (default True).
+        broadcast: read each item several ranks need once, on one rank, and broadcast it.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        options: IOOptions | None = None,
+        verify: bool = True,
+        broadcast: bool = False,
+    ) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.options = resolve(options)
+        self.verify = verify
+        self.broadcast = broadcast
+        self.load_id = uuid.uuid4().hex
+        self.rank = 0
+        self.storage_data: dict[MetadataIndex, ItemRecord] = {}
+        self.read_bytes = 0  # raw bytes this rank fetched from storage in the last load
+        self._files: dict[str, int] = {}
+
+    def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
+        """A new load begins; `checkpoint_id`, when given, is the checkpoint's directory."""
+        if checkpoint_id is not None:
+            self.path = Path(checkpoint_id)
+        self.load_id = uuid.uuid4().hex
+
+    def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
+        """The committed metadata (weights-only unpickler), its data files opened and held from now on."""
+        metadata = read_metadata(self.path)
+        self._pin(referenced_files(metadata))
+        if metadata.storage_meta is not None:
+            metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+    def _pin(self, names: set[str]) -> None:
+        """Open every data file now: a later commit may unlink them, never the bytes we hold open."""
+        self.close()
+        for name in sorted(names):
+            try:
+                self._files[name] = os.open(self.path / name, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                self.close()
+                raise InvalidCheckpoint(self.path / name, "a data file the metadata names is missing") from None
+
+    def close(self) -> None:
+        """Release the data files held open."""
+        for fd in self._files.values():
+            os.close(fd)
+        self._files = {}
+
+    def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
+        """Keep the records of every saved item and this rank's number."""
+        self.storage_data = metadata.storage_data
+        self.rank = kwargs.get("rank", _rank())
+        if not self._files:
+            self._pin(referenced_files(metadata))
+
+    def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
+        """DCP's plan as it is."""
+        return plan
+
+    def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
+        """With broadcast: pick, for every item several ranks read, the rank that reads it for all of them."""
+        if not self.broadcast:
+            return plans
+        schedule = broadcast_schedule(plans, self.storage_data)
+        return [replace(plan, storage_data=schedule) for plan in plans]
+
+    def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
+        """Read, verify and place every item of this rank's plan (and take part in the broadcasts)."""
+        future: Future[None] = Future()
+        self.read_bytes = 0
+        schedule: list[Broadcast] = plan.storage_data if self.broadcast and plan.storage_data else []
+        shared = {b.index for b in schedule}
+        own = [ri for ri in plan.items if ri.storage_index not in shared]
+        with StagingCache() as cache:
+            self._read_items(own, planner, cache)
+            self._broadcast(schedule, plan.items, planner, cache)
+        future.set_result(None)
+        return future
+
+    def _read_items(self, items: list[ReadItem], planner: LoadPlanner, cache: StagingCache) -> None:
+        """Read items from storage in batches whose reshard scratch fits SCRATCH_BYTES."""
+        batch: list[ReadItem] = []
+        held = 0
+        for ri in sorted(items, key=lambda r: self._position(r)):
+            need = self.storage_data[ri.storage_index].nbytes
+            if batch and held + need > SCRATCH_BYTES:
+                self._read_batch(batch, planner, cache)
+                batch, held = [], 0
+            batch.append(ri)
+            held += need
+        if batch:
+            self._read_batch(batch, planner, cache)
+
+    def _position(self, ri: ReadItem) -> tuple[str, int]:
+        """Where an item's bytes start: reads go in file order."""
+        record = self.storage_data[ri.storage_index]
+        return record.file, record.chunks[0][0] if record.chunks else 0
+
+    def _read_batch(self, items: list[ReadItem], planner: LoadPlanner, cache: StagingCache) -> None:
+        """Plan the reads of a batch, run them file by file, then copy and commit each destination."""
+        placed = [self._want(ri, planner) for ri in items]
+        by_file: dict[str, list[backends.ReadPiece]] = defaultdict(list)
+        for want, _ in placed:
+            record = want.record
+            by_file[record.file] += pieces(str(self.path), want, self._codec(record.codec), self.verify)
+            self.read_bytes += want.end - want.start
+        for name, file_pieces in by_file.items():
+            self._read_file(name, file_pieces, cache)
+        for _, finish in placed:
+            finish()
+
+    def _want(self, ri: ReadItem, planner: LoadPlanner) -> tuple[Want, Any]:
+        """What bytes a read item needs, where they go, and what to do once they are there."""
+        record = self.storage_data[ri.storage_index]
+        fqn = ri.storage_index.fqn
+        if ri.type == LoadItemType.BYTE_IO:
+            scratch = torch.empty(record.nbytes, dtype=torch.uint8)
+            load = lambda: planner.load_bytes(ri, io.BytesIO(scratch.numpy().tobytes()))  # noqa: E731
+            return Want(record, fqn, 0, record.nbytes, scratch.data_ptr(), scratch), load
+        dest = planner.resolve_tensor(ri).detach()
+        offsets, lengths = tuple(ri.storage_offsets), tuple(ri.lengths)
+        start, end, whole = row_range(record, offsets, lengths)
+        if whole and dest.device.type == "cpu" and dest.is_contiguous() and dest.dtype == dtype_of(record):
+            return Want(record, fqn, start, end, dest.data_ptr(), dest), lambda: planner.commit_tensor(ri, dest)
+        scratch = torch.empty(end - start, dtype=torch.uint8)
+
+        def finish() -> None:
+            dest.copy_(box_of(scratch, record, offsets, lengths))
+            planner.commit_tensor(ri, dest)
+
+        return Want(record, fqn, start, end, scratch.data_ptr(), scratch), finish
+
+    def _read_file(self, name: str, file_pieces: list[backends.ReadPiece], cache: StagingCache) -> None:
+        """Run one data file's reads, in file order, on the options' backend."""
+        chunk = max((r.chunk_bytes for r in self.storage_data.values()), default=self.options.chunk_bytes)
+        staging = cache.get(max(1, self.options.buffer_bytes // self.options.chunk_bytes), staging_bytes(chunk))
+        backend = "buffered" if self.options.backend == "buffered" else "direct"
+        reader = backends.open_reader(f"/proc/self/fd/{self._files[name]}", self.options, staging, backend)
+        try:
+            reader.read(sorted(file_pieces, key=lambda p: p.offset))
+        finally:
+            reader.close()
+
+    def _codec(self, descriptor: str) -> Any:
+        """The codec a record was written with (None for raw bytes)."""
+        return None if descriptor == "none" else codecs.from_descriptor(descriptor, threads=1)
+
+    def _broadcast(
+        self, schedule: list[Broadcast], items: list[ReadItem], planner: LoadPlanner, cache: StagingCache
+    ) -> None:
+        """Every rank, in the schedule's order: the reader reads the whole item, everyone receives it, and
+        the ranks that asked for parts of it take them."""
+        import torch.distributed as dist
+
+        mine = defaultdict(list)
+        for ri in items:
+            mine[ri.storage_index].append(ri)
+        for entry in schedule:
+            record = self.storage_data[entry.index]
+            whole = torch.empty(record.nbytes, dtype=torch.uint8)
+            if entry.reader == self.rank:
+                want = Want(record, entry.index.fqn, 0, record.nbytes, whole.data_ptr(), whole)
+                self._read_file(
+                    record.file, pieces(str(self.path), want, self._codec(record.codec), self.verify), cache
+                )
+                self.read_bytes += record.nbytes
+            dist.broadcast(whole, src=entry.reader)
+            for ri in mine.get(entry.index, []):
+                _take(ri, record, whole, planner)
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
+        """A directory holding a committed checkpoint."""
+        return isinstance(checkpoint_id, (str, os.PathLike)) and (Path(checkpoint_id) / ".metadata").is_file()
+
+
+def _take(ri: ReadItem, record: ItemRecord, whole: torch.Tensor, planner: LoadPlanner) -> None:
+    """A read item's part of an item held whole in memory: bytes to load_bytes, or a box to the tensor."""
+    if ri.type == LoadItemType.BYTE_IO:
+        planner.load_bytes(ri, io.BytesIO(whole.numpy().tobytes()))
+        return
+    offsets, lengths = tuple(ri.storage_offsets), tuple(ri.lengths)
+    start, end, _ = row_range(record, offsets, lengths)
+    dest = planner.resolve_tensor(ri).detach()
+    dest.copy_(box_of(whole[start:end], record, offsets, lengths))
+    planner.commit_tensor(ri, dest)
+
+
+def broadcast_schedule(plans: list[LoadPlan], records: dict[MetadataIndex, ItemRecord]) -> list[Broadcast]:
+    """Items more than one rank reads, each assigned to the least-loaded of its readers (largest first)."""
+    readers: dict[MetadataIndex, set[int]] = defaultdict(set)
+    for rank, plan in enumerate(plans):
+        for ri in plan.items:
+            readers[ri.storage_index].add(rank)
+    shared = sorted((i for i, r in readers.items() if len(r) > 1), key=lambda i: -records[i].nbytes)
+    load = [0] * len(plans)
+    schedule = []
+    for index in shared:
+        reader = min(readers[index], key=lambda r: (load[r], r))
+        load[reader] += records[index].nbytes
+        schedule.append(Broadcast(index, reader, records[index].nbytes))
+    return schedule
+
+
+def _rank() -> int:
+    """This process's rank where DCP did not say, 0 without a process group."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0

@@ -1,0 +1,149 @@
+"""Rank programs for the multi-process DCP tests: real torch.distributed (gloo on 127.0.0.1), spawned by
+torch.multiprocessing. Each program asserts what it checks; a failed assertion fails the spawn."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.multiprocessing as mp
+from torch.distributed.checkpoint import DefaultSavePlanner
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+from gdsbench.checkpoint import IOOptions, Reader, Writer
+
+SMALL = IOOptions(chunk_bytes=64 << 10, buffer_bytes=256 << 10, threads=2)
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run(program: Callable[..., None], world_size: int, *args: Any) -> None:
+    """Run `program(rank, world_size, *args)` on `world_size` ranks joined in a gloo process group."""
+    mp.spawn(_entry, args=(program, world_size, free_port(), args), nprocs=world_size, join=True)
+
+
+def _entry(rank: int, program: Callable[..., None], world_size: int, port: int, args: tuple[Any, ...]) -> None:
+    """One rank: join the group on 127.0.0.1, run the program, leave."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    warnings.simplefilter("ignore")
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        program(rank, world_size, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def full_state(seed: int = 0) -> dict[str, Any]:
+    """The whole model every test saves: matrices to shard, replicated and plain tensors, odd sizes and
+    dtypes, an empty tensor and non-tensor state (a step counter, an RNG state)."""
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "a": torch.randn(64, 24, generator=g).to(torch.bfloat16),
+        "b": torch.randn(33, 8, generator=g),  # 33 rows: uneven shards at 2 and 4 ranks
+        "h": torch.randn(10, 3, generator=g).half(),
+        "r": torch.randn(16, generator=g),  # replicated on every rank
+        "ids": torch.randint(0, 1 << 40, (40,), generator=g),  # plain (int64): DCP dedups it
+        "empty": torch.empty(0, 5),
+        "step": 1234,
+        "rng": torch.Generator().manual_seed(seed + 1).get_state(),
+    }
+
+
+SHARDED = ("a", "b", "h")
+REPLICATED = ("r",)
+
+
+def distributed(state: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """The state as a rank holds it: Shard(0) DTensors, Replicate() DTensors, plain tensors and values."""
+    mesh = init_device_mesh("cpu", (world_size,))
+    out = dict(state)
+    for k in SHARDED:
+        out[k] = distribute_tensor(state[k], mesh, [Shard(0)])
+    for k in REPLICATED:
+        out[k] = distribute_tensor(state[k], mesh, [Replicate()])
+    return out
+
+
+def zeros_like_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A destination shaped like a rank's state, zero-filled, plain values reset."""
+    out: dict[str, Any] = {}
+    for k, v in state.items():
+        if isinstance(v, DTensor):
+            out[k] = distribute_tensor(torch.zeros_like(v.full_tensor()), v.device_mesh, v.placements)
+        elif isinstance(v, torch.Tensor):
+            out[k] = torch.zeros_like(v)
+        else:
+            out[k] = 0
+    return out
+
+
+def assert_equal_full(loaded: dict[str, Any], expected: dict[str, Any]) -> None:
+    """Every tensor bit-exact as a whole (DTensors gathered), every plain value equal."""
+    for k, want in expected.items():
+        got = loaded[k]
+        if isinstance(got, DTensor):
+            got = got.full_tensor()
+        if isinstance(want, torch.Tensor):
+            assert got.dtype == want.dtype and got.shape == want.shape, k
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)) if want.numel() else True, k
+        else:
+            assert got == want, (k, got, want)
+
+
+def save_program(rank: int, world_size: int, path: str, compression: str, seed: int) -> None:
+    """Save the distributed state at this world size, through Writer, with plan caching on."""
+    writer = Writer(path, compression=compression, options=SMALL)
+    planner = DefaultSavePlanner(enable_plan_caching=True)
+    dcp.save(distributed(full_state(seed), world_size), storage_writer=writer, planner=planner)
+    _report(path, f"save-r{rank}", {"stored": writer.stats.stored_bytes, "ranks": writer.stats.rank_bytes})
+
+
+def load_program(rank: int, world_size: int, path: str, seed: int, broadcast: bool) -> None:
+    """Load at this world size (resharding from whatever was saved) and check it against the full state."""
+    expected = full_state(seed)
+    dest = zeros_like_state(distributed(expected, world_size))
+    reader = Reader(path, options=SMALL, broadcast=broadcast)
+    dcp.load(dest, storage_reader=reader)
+    assert_equal_full(dest, expected)
+    _report(path, f"load-r{rank}", {"read": reader.read_bytes})
+
+
+def caching_program(rank: int, world_size: int, path: str) -> None:
+    """Two saves of an unchanged structure through one planner: the second comes from DCP's plan cache."""
+    writer = Writer(path, options=SMALL)
+    planner = DefaultSavePlanner(enable_plan_caching=True)
+    state = distributed(full_state(3), world_size)
+    dcp.save(state, storage_writer=writer, planner=planner)
+    first = writer.stats.cached_plans
+    dcp.save(state, storage_writer=writer, planner=planner)
+    if rank == 0:
+        assert (first, writer.stats.cached_plans, writer.stats.plans) == (0, world_size, world_size), writer.stats
+
+
+def replicated_program(rank: int, world_size: int, path: str) -> None:
+    """Many plain (replicated) tensors of uneven sizes: DCP's dedup spreads their writing over the ranks."""
+    g = torch.Generator().manual_seed(7)
+    state = {f"t{i}": torch.randn(1000 + 997 * (i % 5), generator=g) for i in range(24)}
+    writer = Writer(path, options=SMALL)
+    dcp.save(state, storage_writer=writer)
+    if rank == 0:
+        _report(path, "rank-bytes", {"ranks": writer.stats.rank_bytes})
+
+
+def _report(path: str, name: str, facts: dict[str, Any]) -> None:
+    """Leave a rank's figures beside the checkpoint for the test to read."""
+    (Path(path).parent / f"{Path(path).name}.{name}.json").write_text(json.dumps(facts))
