@@ -15,8 +15,8 @@ import argparse
 import os
 import time
 
-from gdsbench import sysinfo
 from gdsbench.checkpoint.memory import Prefaulter, Staging, address_of, huge_buffer, view
+from gdsbench.runners import cache as cache_control
 
 CHUNK = 16 << 20
 
@@ -61,8 +61,8 @@ def main() -> None:
     for _ in range(args.reps):
         for idle in args.idle:
             for name, fn in ways.items():
-                if not (sysinfo.is_root() and sysinfo.drop_caches()):
-                    sysinfo.evict(args.file)
+                if not (cache_control.is_root() and cache_control.drop_caches()):
+                    cache_control.evict(args.file)
                 time.sleep(idle)
                 started = time.perf_counter()
                 fn()

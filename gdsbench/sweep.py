@@ -161,7 +161,7 @@ def _row(case: Case, repetition: int, run_id: str, **fields: Any) -> dict[str, A
     """A results row: identity, case parameters, then what was measured."""
     return {
         "run_id": run_id,
-        "host": sysinfo.host(),
+        "host": sysinfo.host_name(),
         "case": case.key,
         "repetition": repetition,
         **case.row(),

@@ -131,7 +131,7 @@ def test_warm_and_unprivileged_cold_loads_say_how_the_cache_was_set(ctx, monkeyp
     warm = cases("safetensors", "CPU_CACHED", cache="warm")[Pattern.LOAD]
     measured = runner.run(warm, ctx)
     assert measured.cache == "warm" and measured.note.startswith("warm: files read once")
-    monkeypatch.setattr("gdsbench.sysinfo.is_root", lambda: False)
+    monkeypatch.setattr("gdsbench.runners.cache.is_root", lambda: False)
     cold = runner.run(cases("safetensors", "CPU_CACHED")[Pattern.LOAD], ctx)
     assert cold.cache == "cold" and cold.note.startswith("cold: posix_fadvise(DONTNEED)")
     ctx.cleanup()

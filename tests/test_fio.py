@@ -154,15 +154,15 @@ def test_colon_in_directory_is_escaped_for_fio(tmp_path):
 
 
 def test_hugetlb_buffers_need_reserved_pages(tmp_path, monkeypatch):
-    from gdsbench import sysinfo
+    from gdsbench.sysinfo import storage
 
     case = _case(iomem="shmhuge", io_size=16 << 20, iodepth=8, threads=1)
-    monkeypatch.setattr(sysinfo, "huge_pages", lambda: (0, 2 << 20))
+    monkeypatch.setattr(storage, "huge_pages", lambda: (0, 2 << 20))
     reason = fio.huge_pages_missing(case)
     assert reason == (
         "iomem=shmhuge needs 65 free huge pages (0 free); reserve them as root: echo 65 > /proc/sys/vm/nr_hugepages"
     )
-    monkeypatch.setattr(sysinfo, "huge_pages", lambda: (65, 2 << 20))
+    monkeypatch.setattr(storage, "huge_pages", lambda: (65, 2 << 20))
     assert fio.huge_pages_missing(case) is None
     assert fio.huge_pages_missing(_case(iomem="malloc")) is None
 

@@ -18,6 +18,7 @@ from gdsbench.cli import cli
 from gdsbench.errors import ToolError
 from gdsbench.runners import gdsio
 from gdsbench.runners.base import RunContext
+from gdsbench.sysinfo import gpu
 from tests.conftest import DATA
 from tests.helpers import data_rows
 
@@ -177,7 +178,7 @@ def test_find_gdsio_order(tmp_path, monkeypatch):
 def test_absent_gdsio_is_a_skip_that_says_where_it_comes_from(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("GDSIO", raising=False)
-    monkeypatch.setattr(sysinfo, "cuda_tool", lambda name: None)
+    monkeypatch.setattr(gpu, "cuda_tool", lambda name: None)
     case, ctx = case_of(tmp_path, pattern="read", transfer="GDS")
     ctx.options = {}
     reason = gdsio.GdsioRunner().unavailable(case, ctx)

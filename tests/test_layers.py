@@ -17,6 +17,18 @@ FORBIDDEN = {
     "gdsbench.results": ("gdsbench.runners", "gdsbench.sweep", "gdsbench.report", "gdsbench.cli"),
     "gdsbench.units": ("gdsbench.",),
     "gdsbench.errors": ("gdsbench.",),
+    # machine facts: read by sweep, doctor and runners, never the other way round
+    "gdsbench.sysinfo": (
+        "gdsbench.runners",
+        "gdsbench.sweep",
+        "gdsbench.report",
+        "gdsbench.cli",
+        "gdsbench.config",
+        "gdsbench.checkpoint",
+        "gdsbench.doctor",
+    ),
+    # page-cache control changes the machine: only what runs cases uses it
+    "gdsbench.runners.cache": ("gdsbench.",),
 }
 
 

@@ -17,11 +17,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from gdsbench import sysinfo
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, one_of, text
 from gdsbench.runners.base import Measurement, RunContext, run_tool, tool_message
+from gdsbench.sysinfo import host, storage
 
 IOENGINES = ("libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio", "mmap")
 PERCENTILES = {"lat_p50_us": 50.0, "lat_p90_us": 90.0, "lat_p99_us": 99.0, "lat_p999_us": 99.9}
@@ -86,7 +86,7 @@ def huge_pages_missing(case: Case) -> str | None:
     """Why fio's hugetlb buffers (iomem shmhuge/mmaphuge) cannot be had: too few reserved huge pages."""
     if case.get("iomem") not in ("shmhuge", "mmaphuge"):
         return None
-    free, page = sysinfo.huge_pages()
+    free, page = storage.huge_pages()
     need = case.get("threads", 1) * case.get("iodepth", 1) * case.get("io_size") + page
     if free * page >= need:
         return None
@@ -104,7 +104,7 @@ def fio_binary(ctx: RunContext) -> str:
 
 def engines(binary: str) -> frozenset[str]:
     """The ioengines this fio build lists in `fio --enghelp` (the probe lives in sysinfo; doctor shows it too)."""
-    return sysinfo.fio_engines(binary)
+    return host.fio_engines(binary)
 
 
 def job_name(case: Case, ctx: RunContext) -> str:

@@ -19,12 +19,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gdsbench import sysinfo
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, non_negative_int, positive_int, size, text
 from gdsbench.runners.base import Measurement, RunContext, run_tool, tool_message
 from gdsbench.runners.fio import FioRunner
+from gdsbench.sysinfo import gpu as gds
 from gdsbench.units import size_label
 
 #: The GPU index key is fio's (one key, one meaning); gdsio's -d takes a single index.
@@ -109,7 +109,7 @@ class GdsioRunner:
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why gdsio cannot run this case here: no gdsio, or a GPU list where gdsio takes one index."""
-        path, why = sysinfo.find_gdsio(ctx.options.get("gdsio"))
+        path, why = gds.find_gdsio(ctx.options.get("gdsio"))
         if path is None:
             return why
         if not str(case.get("gpu", "0")).isdigit():
@@ -127,9 +127,9 @@ class GdsioRunner:
         notes: list[str | None] = (
             [fill(case, ctx)] if not case.pattern.is_write and not ready(files, ctx.file_size) else []
         )
-        before = sysinfo.nvfs_stats()
+        before = gds.nvfs_stats()
         proc = run_tool(self.command(case, ctx), timeout=ctx.timeout)
-        after = sysinfo.nvfs_stats()
+        after = gds.nvfs_stats()
         result = pick(checked(proc), case.pattern)
         notes.append(path_note(case, before, after))
         raw = proc.stdout + (f"\n--- stderr ---\n{proc.stderr}" if proc.stderr.strip() else "")
@@ -141,7 +141,7 @@ def gdsio_argv(
 ) -> list[str]:
     """Translate a case (or its fill pass, with another pattern/transfer and no time limit) into gdsio's argv."""
     pattern, transfer = pattern or case.pattern, transfer or case.transfer
-    path, _ = sysinfo.find_gdsio(ctx.options.get("gdsio"))
+    path, _ = gds.find_gdsio(ctx.options.get("gdsio"))
     argv = [
         path or "gdsio",
         "-D",
@@ -253,7 +253,7 @@ def path_note(case: Case, before: dict[str, int] | None, after: dict[str, int] |
     if before is None or after is None:
         return (
             "GDS path or cuFile compat mode could not be told "
-            f"({sysinfo.NVFS_STATS} not readable; gdsio prints GPUD either way)"
+            f"({gds.NVFS_STATS} not readable; gdsio prints GPUD either way)"
         )
     kind = "writes" if case.pattern.is_write else "reads"
     calls = after.get(kind, 0) - before.get(kind, 0)

@@ -34,10 +34,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gdsbench import sysinfo, workloads
+from gdsbench import workloads
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import GdsbenchError, ToolError, UsageError
 from gdsbench.keys import Key, non_negative_int, one_of, size
+from gdsbench.runners import cache as cache_control
 from gdsbench.runners.base import Measurement, RunContext
 from gdsbench.units import size_label
 
@@ -144,10 +145,10 @@ def set_cache(files: list[Path], cache: str) -> str:
         for path in files:
             read_through(path)
         return "warm: files read once before the load"
-    if sysinfo.is_root() and sysinfo.drop_caches():
+    if cache_control.is_root() and cache_control.drop_caches():
         return "cold: page cache dropped (drop_caches)"
     for path in files:
-        sysinfo.evict(path)
+        cache_control.evict(path)
     return "cold: posix_fadvise(DONTNEED) on each file (not root)"
 
 
