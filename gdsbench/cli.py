@@ -224,7 +224,8 @@ def list_runners() -> None:
         click.echo("  patterns: " + ", ".join(sorted(p.value for p in runner.patterns)))
         click.echo("  transfers: " + ", ".join(sorted(t.value for t in runner.transfers)))
         for key in runner.options:
-            click.echo(f"  {key.name} (default {key.default!r}): {key.help}")
+            where = "" if key.axis else ", top level only"
+            click.echo(f"  {key.name} (default {key.default!r}{where}): {key.help}")
 
 
 @cli.command()

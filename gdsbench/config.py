@@ -135,8 +135,9 @@ def engine_key() -> Key:
 
 
 def axis_keys() -> dict[str, Key]:
-    """Every key a matrix may use: engine and the core axes, then the runners' options."""
-    return {"engine": engine_key(), **AXIS_KEYS, **runners.option_keys()}
+    """Every key a matrix may use: engine and the core axes, then the runners' options (not their settings)."""
+    options = {name: key for name, key in runners.option_keys().items() if key.axis}
+    return {"engine": engine_key(), **AXIS_KEYS, **options}
 
 
 def expand(source: str, matrix: Any, options: Mapping[str, Any], excludes: list[dict[str, Any]]) -> list[Case]:

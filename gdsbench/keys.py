@@ -21,6 +21,7 @@ class Key:
     expected: str
     default: Any = None
     help: str = ""
+    axis: bool = True  # False: a setting of the whole sweep (a tool's path), never a matrix axis or case parameter
 
 
 def size(value: Any) -> int:

@@ -53,7 +53,6 @@ COLUMNS = (
     "command",
     "raw_output",
 )
-STATUSES = ("ok", "failed", "skipped")
 #: Columns that say what was measured (the case); runner option columns are parameters too.
 PARAMETERS = ("engine", "transfer", "pattern", "io_size", "threads", "iodepth")
 NUMERIC = (

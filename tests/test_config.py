@@ -170,3 +170,25 @@ def test_every_shipped_config_validates(path):
     loaded = config.load(path)
     assert loaded.cases and loaded.name
     assert path.read_text().startswith("#"), "each config opens with a comment saying what it answers"
+
+
+@pytest.mark.parametrize("engine", ["fio", "gdsio"])
+def test_cases_carry_every_axis_of_their_runner_with_its_default(engine):
+    runner = config.runners.get(engine)
+    case = config.from_dict(with_(matrix={"engine": [engine], "pattern": ["read"]}), "s.yaml").cases[0]
+    assert {name for name, _ in case.params} == runner.axes
+    options = {key.name: key for key in runner.options}
+    assert all(case[name] == options[name].default for name in runner.axes if name in options)
+    with pytest.raises(KeyError, match=f"{engine} cases have no parameter 'load_into'"):
+        case["load_into"]
+
+
+def test_tool_paths_are_settings_not_axes():
+    fio_runner = config.runners.get("fio")
+    assert fio_runner.axes == {"pattern", "transfer", "io_size", "threads", "iodepth"} | {
+        key.name for key in fio_runner.options if key.name != "fio"
+    }
+    assert "gdsio" not in config.runners.get("gdsio").axes
+    error = error_of(with_(matrix={"engine": ["fio"], "pattern": ["read"], "fio": ["/usr/bin/fio"]}))
+    assert error.key == "matrix.fio" and "a matrix axis" in error.expected
+    assert config.from_dict(with_(fio="/usr/bin/fio"), "s.yaml").options == {"fio": "/usr/bin/fio"}

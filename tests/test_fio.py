@@ -104,6 +104,7 @@ def _case(**params):
         "ioengine": "io_uring",
         "iomem": "malloc",
         "end_fsync": False,
+        "unlink": False,
         "gpu": "0",
     }
     base.update(params)

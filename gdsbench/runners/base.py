@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -88,6 +88,11 @@ class RunContext:
                     raise
         self.created.clear()
         return removed
+
+
+def axes_of(core: Iterable[str], options: Iterable[Key]) -> frozenset[str]:
+    """A runner's case parameters: the core axes it uses plus its option keys that are axes (not settings)."""
+    return frozenset(core) | {key.name for key in options if key.axis}
 
 
 class Runner(Protocol):
