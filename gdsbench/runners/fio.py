@@ -19,7 +19,7 @@ from typing import Any
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
-from gdsbench.keys import Key, boolean, one_of, text
+from gdsbench.keys import Key, boolean, gpu_ids, one_of, text
 from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool, tool_message
 from gdsbench.sysinfo import host, storage
 
@@ -56,7 +56,13 @@ class FioRunner:
             False,
             "delete each job's file when the job ends (fio --unlink=1), so every write run makes a new file",
         ),
-        Key("gpu", lambda v: str(v), "a GPU index", "0", "GPU for libcufile transfers"),
+        Key(
+            "gpu",
+            gpu_ids,
+            "a GPU index such as 0 (fio also takes a list such as 0:1)",
+            "0",
+            "GPU for libcufile transfers",
+        ),
         FIO_PATH,
     )
     axes = axes_of(("pattern", "transfer", "io_size", "threads", "iodepth"), options)
