@@ -216,3 +216,47 @@ def test_qualify_runs_the_sweep_with_real_fio(tmp_path: Path) -> None:
     assert frame["status"].tolist() == ["ok"] and frame["bw_bytes"].iloc[0] > 2**20
     assert "PASS seq write works: 1 case(s)" in result.output
     assert suite(junit).get("failures") == "0"
+
+
+CHECKPOINT_SAMPLE = ROOT / "results" / "sample" / "checkpoint" / "checkpoint-20261122-050204.csv"
+
+
+def test_where_is_parsed_with_the_configs_own_keys(tmp_path: Path) -> None:
+    """Sizes, booleans and runner options in where: are parsed as the matrix parses them, so they match
+    the columns a real checkpoint results file holds (checkpoint_size 4294967296, recycle True)."""
+    checks = [
+        {
+            "name": "recycled 4G saves",
+            "where": {"engine": "fastpersist", "pattern": "save", "checkpoint_size": "4G", "recycle": True},
+            "min_bw": "2GiB/s",
+        },
+        {
+            "name": "4096M is 4G",
+            "where": {"pattern": "load", "checkpoint_size": "4096M", "memory": "idle"},
+            "min_bw": "100MiB/s",
+        },
+        {"name": "no 2G run", "where": {"pattern": "save", "checkpoint_size": "2G"}, "min_bw": "1MiB/s"},
+    ]
+    document = {**yaml.safe_load((ROOT / "configs" / "checkpoint.yaml").read_text()), "checks": checks}
+    path = tmp_path / "q.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = run("qualify", str(path), "--results", str(CHECKPOINT_SAMPLE))
+    assert result.exit_code == 1, result.output
+    assert "PASS recycled 4G saves: 1 case(s), worst 3477MiB/s (3646MB/s) >= 2048MiB/s" in result.output
+    assert "PASS 4G is 4096M" not in result.output and "PASS 4096M is 4G: 5 case(s)" in result.output
+    assert "FAIL no 2G run: no rows match checkpoint_size=2G pattern=save" in result.output
+
+
+@pytest.mark.parametrize(
+    "where, key",
+    [
+        ({"checkpoint_size": "huge"}, "checks[0].where.checkpoint_size"),
+        ({"recycle": "yes"}, "checks[0].where.recycle"),
+        ({"io_size": None}, "checks[0].where.io_size"),
+        ({"fio": "/usr/bin/fio"}, "checks[0].where.fio"),  # a tool path is a setting, not a results column
+    ],
+)
+def test_bad_where_values_name_the_key(where: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        qualify.parse_check("q.yaml", "checks[0]", {"where": where, "min_bw": "1GiB/s"})
+    assert caught.value.key == key

@@ -14,13 +14,15 @@ from gdsbench.report.fio_style import iops_text
 from gdsbench.units import format_bandwidth, num2str, size_label
 
 SPREAD_WARNING = 0.10
+#: Parameter columns that hold sizes in bytes, shown as people write them (4K, 16M, 4G).
+SIZE_COLUMNS = ("io_size", "checkpoint_size")
 
 
 def cell(column: str, value: Any) -> str:
     """A parameter value as people read it: sizes as 4K/16M, missing as '-'."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if column in ("io_size",):
+    if column in SIZE_COLUMNS:
         return size_label(int(value))
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
