@@ -53,7 +53,13 @@ def cli() -> None:
 @click.option(
     "--resume",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Append to this results CSV, running only the cases it does not have yet.",
+    help="Append to this results CSV, running only the (case, repetition) pairs it has not finished "
+    "(failed ones run again, their rows replaced, unless --skip-failed).",
+)
+@click.option(
+    "--skip-failed",
+    is_flag=True,
+    help="With --resume: count failed (case, repetition) pairs as done instead of running them again.",
 )
 @click.option("--dry-run", is_flag=True, help="Print the expanded cases and the exact command of each; run nothing.")
 @click.option(
@@ -63,10 +69,19 @@ def cli() -> None:
     metavar="PATH",
     help="The gdsio executable (else the config's `gdsio`, $GDSIO, PATH, /usr/local/cuda*/gds/tools).",
 )
-def sweep(config_file: Path | None, output: Path, resume: Path | None, dry_run: bool, gdsio_path: str | None) -> None:
+def sweep(
+    config_file: Path | None,
+    output: Path,
+    resume: Path | None,
+    skip_failed: bool,
+    dry_run: bool,
+    gdsio_path: str | None,
+) -> None:
     """Run the sweep described by CONFIG_FILE (a YAML file; see configs/)."""
     from gdsbench import config as config_mod
 
+    if skip_failed and resume is None:
+        raise UsageError("--skip-failed: only with --resume RESULTS.csv")
     config_file = config_file or _config_of(resume)
     config = config_mod.load(config_file)
     if gdsio_path:
@@ -74,11 +89,13 @@ def sweep(config_file: Path | None, output: Path, resume: Path | None, dry_run: 
     if dry_run:
         _print_plan(config)
         return
-    csv_path, rows = _execute(config, output, resume)
+    csv_path, rows = _execute(config, output, resume, skip_failed)
     sys.exit(_summary(rows, csv_path))
 
 
-def _execute(config: Any, output: Path, resume: Path | None = None) -> tuple[Path, list[dict[str, Any]]]:
+def _execute(
+    config: Any, output: Path, resume: Path | None = None, skip_failed: bool = False
+) -> tuple[Path, list[dict[str, Any]]]:
     """Run a sweep under a progress bar, writing results and sidecar; Ctrl-C keeps the rows and exits 130."""
     from gdsbench import results
     from gdsbench import sweep as sweep_mod
@@ -86,9 +103,9 @@ def _execute(config: Any, output: Path, resume: Path | None = None) -> tuple[Pat
     csv_path = resume or sweep_mod.results_path(config, output)
     meta = results.read_sidecar(csv_path) if resume else {}
     run_id = meta.get("run_id") or sweep_mod.new_run_id()
-    done = results.done_keys(csv_path) if resume else frozenset()
     ctx = sweep_mod.context(config, csv_path)
     sweep_mod.prepare_target(ctx.directory)
+    done = sweep_mod.resume(config, csv_path, skip_failed) if resume else frozenset()
     writer = results.ResultWriter(csv_path, sweep_mod.columns(config))
     if not resume:
         results.write_sidecar(csv_path, sweep_mod.metadata(config, run_id))
