@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from gdsbench import __version__
 from gdsbench.errors import GdsbenchError, UsageError
+from gdsbench.report import format_names as report_formats
 
 err = Console(stderr=True)
 
@@ -194,7 +195,7 @@ def _print_plan(config: Any) -> None:
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--by", default=None, help="Group by these columns (comma-separated), e.g. transfer,io_size.")
-@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(report_formats()), default="text", show_default=True)
 @click.option(
     "--plots",
     "plots_dir",
