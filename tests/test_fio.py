@@ -176,6 +176,7 @@ def test_huge_pages_reads_meminfo():
 
 
 @pytest.mark.needs_fio
+@pytest.mark.needs_odirect
 def test_unlink_cases_never_delete_the_shared_file(tmp_path):
     """A new-file (unlink) write uses files of its own, so the overwrite case after it really overwrites:
     real fio runs, the shared file keeps its inode across the unlink case."""

@@ -16,7 +16,7 @@ from gdsbench import config, results, sweep
 from gdsbench.errors import TargetError
 from tests.helpers import data_rows, write_config
 
-pytestmark = pytest.mark.needs_fio
+pytestmark = [pytest.mark.needs_fio, pytest.mark.needs_odirect]  # CPU_ONLY cases are O_DIRECT
 
 
 def run_sweep(config_path: Path, csv_path: Path, done=frozenset()):
