@@ -41,6 +41,11 @@ FORBIDDEN = {
     ),
     # page-cache control changes the machine: only what runs cases uses it
     "gdsbench.runners.cache": ("gdsbench.",),
+    # a config is data: it knows the runners' option tables, nothing that runs or renders
+    "gdsbench.config": ("gdsbench.sweep", "gdsbench.report", "gdsbench.cli", "gdsbench.qualify", "gdsbench.sysinfo"),
+    "gdsbench.sweep": ("gdsbench.report", "gdsbench.cli", "gdsbench.qualify"),
+    # checks judge results with the config's keys; they run nothing themselves
+    "gdsbench.qualify": ("gdsbench.sweep", "gdsbench.cli", "gdsbench.runners", "gdsbench.sysinfo"),
 }
 
 
