@@ -37,11 +37,6 @@ class Transfer(str, enum.Enum):
     GPU_BATCH = "GPU_BATCH"  # cuFile batch API (gdsio -x 6)
     CPU_CACHED = "CPU_CACHED"  # host memory through the page cache, no GPU (not in gdsio)
 
-    @property
-    def needs_gpu(self) -> bool:
-        """True when the transfer involves GPU memory."""
-        return self not in (Transfer.CPU_ONLY, Transfer.CPU_CACHED)
-
 
 #: Axes every runner understands; runners add their own option keys.
 CORE_AXES = ("engine", "pattern", "transfer", "io_size", "threads", "iodepth")
@@ -56,10 +51,18 @@ class Case:
 
     def get(self, name: str, default: Any = None) -> Any:
         """The value of parameter `name`, or `default` when the engine does not use it."""
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __getitem__(self, name: str) -> Any:
+        """The value of parameter `name` (the config filled in its default); KeyError when the engine does
+        not use it, so a runner reading an option it never declared fails loudly instead of reading None."""
         for key, value in self.params:
             if key == name:
                 return value
-        return default
+        raise KeyError(f"{self.engine} cases have no parameter {name!r}")
 
     @property
     def pattern(self) -> Pattern:

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from gdsbench import __version__
 from gdsbench.errors import GdsbenchError, UsageError
+from gdsbench.report import format_names as report_formats
 
 err = Console(stderr=True)
 
@@ -53,7 +54,13 @@ def cli() -> None:
 @click.option(
     "--resume",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Append to this results CSV, running only the cases it does not have yet.",
+    help="Append to this results CSV, running only the (case, repetition) pairs it has not finished "
+    "(failed ones run again, their rows replaced, unless --skip-failed).",
+)
+@click.option(
+    "--skip-failed",
+    is_flag=True,
+    help="With --resume: count failed (case, repetition) pairs as done instead of running them again.",
 )
 @click.option("--dry-run", is_flag=True, help="Print the expanded cases and the exact command of each; run nothing.")
 @click.option(
@@ -63,10 +70,19 @@ def cli() -> None:
     metavar="PATH",
     help="The gdsio executable (else the config's `gdsio`, $GDSIO, PATH, /usr/local/cuda*/gds/tools).",
 )
-def sweep(config_file: Path | None, output: Path, resume: Path | None, dry_run: bool, gdsio_path: str | None) -> None:
+def sweep(
+    config_file: Path | None,
+    output: Path,
+    resume: Path | None,
+    skip_failed: bool,
+    dry_run: bool,
+    gdsio_path: str | None,
+) -> None:
     """Run the sweep described by CONFIG_FILE (a YAML file; see configs/)."""
     from gdsbench import config as config_mod
 
+    if skip_failed and resume is None:
+        raise UsageError("--skip-failed: only with --resume RESULTS.csv")
     config_file = config_file or _config_of(resume)
     config = config_mod.load(config_file)
     if gdsio_path:
@@ -74,11 +90,13 @@ def sweep(config_file: Path | None, output: Path, resume: Path | None, dry_run: 
     if dry_run:
         _print_plan(config)
         return
-    csv_path, rows = _execute(config, output, resume)
+    csv_path, rows = _execute(config, output, resume, skip_failed)
     sys.exit(_summary(rows, csv_path))
 
 
-def _execute(config: Any, output: Path, resume: Path | None = None) -> tuple[Path, list[dict[str, Any]]]:
+def _execute(
+    config: Any, output: Path, resume: Path | None = None, skip_failed: bool = False
+) -> tuple[Path, list[dict[str, Any]]]:
     """Run a sweep under a progress bar, writing results and sidecar; Ctrl-C keeps the rows and exits 130."""
     from gdsbench import results
     from gdsbench import sweep as sweep_mod
@@ -86,9 +104,9 @@ def _execute(config: Any, output: Path, resume: Path | None = None) -> tuple[Pat
     csv_path = resume or sweep_mod.results_path(config, output)
     meta = results.read_sidecar(csv_path) if resume else {}
     run_id = meta.get("run_id") or sweep_mod.new_run_id()
-    done = results.done_keys(csv_path) if resume else frozenset()
     ctx = sweep_mod.context(config, csv_path)
     sweep_mod.prepare_target(ctx.directory)
+    done = sweep_mod.resume(config, csv_path, skip_failed) if resume else frozenset()
     writer = results.ResultWriter(csv_path, sweep_mod.columns(config))
     if not resume:
         results.write_sidecar(csv_path, sweep_mod.metadata(config, run_id))
@@ -177,7 +195,7 @@ def _print_plan(config: Any) -> None:
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--by", default=None, help="Group by these columns (comma-separated), e.g. transfer,io_size.")
-@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "csv"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(report_formats()), default="text", show_default=True)
 @click.option(
     "--plots",
     "plots_dir",
@@ -224,7 +242,8 @@ def list_runners() -> None:
         click.echo("  patterns: " + ", ".join(sorted(p.value for p in runner.patterns)))
         click.echo("  transfers: " + ", ".join(sorted(t.value for t in runner.transfers)))
         for key in runner.options:
-            click.echo(f"  {key.name} (default {key.default!r}): {key.help}")
+            where = "" if key.axis else ", top level only"
+            click.echo(f"  {key.name} (default {key.default!r}{where}): {key.help}")
 
 
 @cli.command()

@@ -121,7 +121,8 @@ def labels(cases: list[str]) -> tuple[list[str], list[list[str]]]:
     names = list(dict.fromkeys(name for params in parsed for name in params))
     varying = [n for n in names if len({p.get(n) for p in parsed}) > 1] or ["engine"]
     return varying, [
-        [tables.cell(n, _number(p.get(n))) if n == "io_size" else p.get(n, "-") for n in varying] for p in parsed
+        [tables.cell(n, _number(p.get(n))) if n in tables.SIZE_COLUMNS else p.get(n, "-") for n in varying]
+        for p in parsed
     ]
 
 

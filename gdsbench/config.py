@@ -25,6 +25,7 @@ from gdsbench.keys import (
     one_of,
     positive_int,
     size,
+    string,
     text,
 )
 
@@ -42,7 +43,7 @@ SWEEP_KEYS: dict[str, Key] = {
     key.name: key
     for key in (
         Key("name", text, "a name for the results files", None, "defaults to the config file's stem"),
-        Key("description", str, "a string", "", "what the sweep answers"),
+        Key("description", string, "a string", "", "what the sweep answers"),
         Key("directory", text, "a directory path", "/tmp/gdsbench", "where test files are made (created if missing)"),
         Key("file_size", size, "a size such as 1G or 512M", 1 << 30, "size of each test file"),
         Key("runtime", duration, "a duration such as 5s or 2m", None, "time-bound runs; omit for size-bound"),
@@ -105,26 +106,33 @@ def from_dict(document: Any, source: str, default_name: str = "sweep") -> SweepC
     for key in document:
         if key not in known:
             raise ConfigError(source, str(key), "a known key: " + ", ".join(known))
-    settings = {name: _parse(source, name, key, document.get(name, key.default)) for name, key in SWEEP_KEYS.items()}
+    settings = {name: _setting(source, name, key, document) for name, key in SWEEP_KEYS.items()}
     settings["name"] = settings["name"] or default_name
-    options = {name: _parse(source, name, key, document[name]) for name, key in option_keys.items() if name in document}
-    excludes = _excludes(source, document.get("exclude", []), option_keys)
+    options = {name: _setting(source, name, key, document) for name, key in option_keys.items() if name in document}
+    excludes = _excludes(source, document.get("exclude", []))
     cases = tuple(expand(source, document.get("matrix"), options, excludes))
     if not cases:
         raise ConfigError(source, "matrix", "at least one case left after exclude")
-    checks = document.get("checks") or []
-    if not isinstance(checks, list):
-        raise ConfigError(source, "checks", "a list of checks")
-    return SweepConfig(source, settings, options, cases, raw=document, checks=tuple(checks))
+    checks = document.get("checks")
+    if checks is not None and not isinstance(checks, list):
+        raise ConfigError(source, "checks", "a list of checks", checks)
+    return SweepConfig(source, settings, options, cases, raw=document, checks=tuple(checks or ()))
+
+
+def _setting(source: str, name: str, key: Key, document: Mapping[str, Any]) -> Any:
+    """A top-level value parsed, its default when absent; null means "not set" only for keys that have no default."""
+    if name not in document or (document[name] is None and key.default is None):
+        return key.default
+    return _parse(source, name, key, document[name])
 
 
 def _parse(source: str, where: str, key: Key, value: Any) -> Any:
-    """Parse one value with its Key, turning a ValueError into a ConfigError at `where`."""
+    """Parse one value with its Key; null or a value the parser refuses is a ConfigError at `where`."""
     if value is None:
-        return None
+        raise ConfigError(source, where, key.expected)
     try:
         return key.parse(value)
-    except ValueError:
+    except (ValueError, TypeError):
         raise ConfigError(source, where, key.expected, value) from None
 
 
@@ -135,8 +143,9 @@ def engine_key() -> Key:
 
 
 def axis_keys() -> dict[str, Key]:
-    """Every key a matrix may use: engine and the core axes, then the runners' options."""
-    return {"engine": engine_key(), **AXIS_KEYS, **runners.option_keys()}
+    """Every key a matrix may use: engine and the core axes, then the runners' options (not their settings)."""
+    options = {name: key for name, key in runners.option_keys().items() if key.axis}
+    return {"engine": engine_key(), **AXIS_KEYS, **options}
 
 
 def expand(source: str, matrix: Any, options: Mapping[str, Any], excludes: list[dict[str, Any]]) -> list[Case]:
@@ -181,7 +190,7 @@ def _case(point: Mapping[str, Any]) -> Case:
     return Case(runner.name, tuple((name, point[name]) for name in order if name in runner.axes))
 
 
-def _excludes(source: str, rules: Any, option_keys: Mapping[str, Key]) -> list[dict[str, Any]]:
+def _excludes(source: str, rules: Any) -> list[dict[str, Any]]:
     """Validate exclude rules: a list of mappings of axis names to single values."""
     if not isinstance(rules, list):
         raise ConfigError(source, "exclude", "a list of mappings such as {pattern: randwrite, io_size: 16M}")

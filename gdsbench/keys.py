@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ class Key:
     expected: str
     default: Any = None
     help: str = ""
+    axis: bool = True  # False: a setting of the whole sweep (a tool's path), never a matrix axis or case parameter
 
 
 def size(value: Any) -> int:
@@ -65,6 +67,22 @@ def text(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError("not a non-empty string")
     return value
+
+
+def string(value: Any) -> str:
+    """Any string, empty included (free text such as a description)."""
+    if not isinstance(value, str):
+        raise ValueError("not a string")
+    return value
+
+
+def gpu_ids(value: Any) -> str:
+    """A GPU index (0) or a colon-separated list of them (0:1, fio's gpu_dev_ids), as text."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return str(value)
+    if not isinstance(value, str) or not re.fullmatch(r"\d+(:\d+)*", value.strip()):
+        raise ValueError("not a GPU index")
+    return value.strip()
 
 
 def one_of(*choices: str) -> Parser:

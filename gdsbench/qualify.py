@@ -23,8 +23,8 @@ from typing import Any
 
 import pandas as pd
 
-from gdsbench import results, runners
-from gdsbench.cases import Pattern, Transfer, plain
+from gdsbench import config, results
+from gdsbench.cases import plain
 from gdsbench.errors import ConfigError
 from gdsbench.report import tables
 from gdsbench.report.junit import FAIL, PASS, SKIP, Outcome
@@ -76,15 +76,6 @@ LIMITS: dict[str, Limit] = {
     "min_iops": Limit("iops", operator.ge, ">=", parse_number, lambda v: f"{v:.0f} IOPS", "a positive number"),
     "max_lat_mean": Limit("lat_mean_us", operator.le, "<=", parse_latency_us, lat_text, "a duration such as 500us"),
     "max_lat_p99": Limit("lat_p99_us", operator.le, "<=", parse_latency_us, lat_text, "a duration such as 2ms"),
-}
-#: How `where:` values are parsed per column; runner option columns compare as text.
-WHERE_PARSERS: dict[str, Callable[[Any], Any]] = {
-    "engine": str,
-    "pattern": Pattern,
-    "transfer": Transfer,
-    "io_size": parse_size,
-    "threads": lambda v: int(parse_number(v)),
-    "iodepth": lambda v: int(parse_number(v)),
 }
 KINDS = (*LIMITS, "ratio", "baseline")
 CHECK_KEYS = ("name", "where", *KINDS, "min_ratio")
@@ -145,16 +136,18 @@ def _value(source: str, key: str, parse: Callable[[Any], Any], expected: str, va
 
 
 def parse_where(source: str, key: str, block: Any) -> tuple[tuple[str, Any], ...]:
-    """A `where:`-style mapping of parameter column -> value, values parsed like the sweep's matrix."""
+    """A `where:`-style mapping of parameter column -> value, each value parsed by the key the sweep's
+    matrix parses it with (so `checkpoint_size: 4G` is 4294967296, as the results column holds it)."""
     if not isinstance(block, Mapping):
         raise ConfigError(source, key, "a mapping of parameter: value, e.g. {pattern: read, io_size: 16M}", block)
-    known = [*results.PARAMETERS, *runners.option_keys()]
+    keys = config.axis_keys()
     pairs = []
     for name, value in block.items():
-        if name not in known:
-            raise ConfigError(source, f"{key}.{name}", "a parameter column: " + ", ".join(known))
-        parse = WHERE_PARSERS.get(name, lambda v: v)
-        pairs.append((name, _value(source, f"{key}.{name}", parse, f"a valid {name} value", value)))
+        if name not in keys:
+            raise ConfigError(source, f"{key}.{name}", "a parameter column: " + ", ".join(keys))
+        if value is None:
+            raise ConfigError(source, f"{key}.{name}", keys[name].expected)
+        pairs.append((name, _value(source, f"{key}.{name}", keys[name].parse, keys[name].expected, value)))
     return tuple(pairs)
 
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +56,6 @@ COLUMNS = (
     "command",
     "raw_output",
 )
-STATUSES = ("ok", "failed", "skipped")
 #: Columns that say what was measured (the case); runner option columns are parameters too.
 PARAMETERS = ("engine", "transfer", "pattern", "io_size", "threads", "iodepth")
 NUMERIC = (
@@ -153,14 +155,66 @@ def read_sidecar(csv_path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
-def done_keys(path: Path) -> frozenset[tuple[str, int]]:
-    """(case, repetition) pairs already finished (ok or skipped) in a results file, for --resume."""
+Pair = tuple[str, int]
+
+
+def _pair(row: Mapping[str, str]) -> Pair | None:
+    """A row's (case, repetition), or None for a row without a whole-number repetition."""
+    repetition = row.get("repetition") or ""
+    return (row.get("case") or "", int(repetition)) if repetition.isdigit() else None
+
+
+def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """A results CSV's header and rows, as text."""
     with path.open(newline="") as handle:
-        return frozenset(
-            (row["case"], int(row["repetition"]))
-            for row in csv.DictReader(handle)
-            if row.get("status") in ("ok", "skipped") and row.get("repetition", "").isdigit()
-        )
+        reader = csv.DictReader(handle)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def done_keys(path: Path, skip_failed: bool = False) -> frozenset[Pair]:
+    """(case, repetition) pairs a results file has finished, for --resume: ok and skipped rows, and
+    failed rows too with `skip_failed` (else a failed pair is run again)."""
+    finished = ("ok", "skipped", "failed") if skip_failed else ("ok", "skipped")
+    _, rows = read_rows(path)
+    return frozenset(p for row in rows if row.get("status") in finished and (p := _pair(row)) is not None)
+
+
+def drop_failed(path: Path, pairs: Iterable[Pair]) -> int:
+    """Remove the failed rows of `pairs` (about to be run again, or finished by another row), keeping
+    every other row as it is, so a file keeps one row per (case, repetition); return how many went."""
+    pairs = set(pairs)
+    with path.open(newline="") as handle:
+        header, *rows = list(csv.reader(handle)) or [[]]
+    kept = [row for row in rows if not _failed_of(dict(zip(header, row)), pairs)]
+    if len(kept) < len(rows):
+        rewrite(path, [header, *kept])
+    return len(rows) - len(kept)
+
+
+def _failed_of(row: Mapping[str, str], pairs: set[Pair]) -> bool:
+    """True for a failed row whose (case, repetition) is one of `pairs`."""
+    return row.get("status") == "failed" and _pair(row) in pairs
+
+
+def rewrite(path: Path, rows: list[list[str]]) -> None:
+    """Replace a CSV atomically: write a temp file in the same folder, fsync it, rename it over `path`,
+    fsync the folder; an interruption leaves either the old file or the new one, never half of one."""
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as handle:
+            csv.writer(handle).writerows(rows)
+            handle.flush()
+            os.fsync(handle.fileno())
+        shutil.copymode(path, temp)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)  # our own temp file, never the results file
+        raise
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
 def load(paths: Iterable[str | Path]) -> pandas.DataFrame:

@@ -78,6 +78,16 @@ def schedule(config: SweepConfig, done: frozenset[tuple[str, int]] = frozenset()
     return steps
 
 
+def resume(config: SweepConfig, csv_path: Path, skip_failed: bool = False) -> frozenset[tuple[str, int]]:
+    """--resume: the (case, repetition) pairs to leave alone. Failed pairs are run again unless
+    `skip_failed`; their failed rows are removed first, so the file keeps one row per pair."""
+    done = results.done_keys(csv_path, skip_failed)
+    redo = {(step.case.key, step.repetition) for step in schedule(config, done)}
+    redo |= {(key, 0) for key, _ in redo}  # a failed warmup's row (repetition 0) goes when its case runs again
+    results.drop_failed(csv_path, redo | results.done_keys(csv_path))  # and failed duplicates of finished pairs
+    return done
+
+
 def skip_reason(case: Case, ctx: RunContext) -> str | None:
     """Why a case cannot run: its runner does not do the pattern or transfer, or lacks a tool here."""
     runner = runners.get(case.engine)
@@ -161,7 +171,7 @@ def _row(case: Case, repetition: int, run_id: str, **fields: Any) -> dict[str, A
     """A results row: identity, case parameters, then what was measured."""
     return {
         "run_id": run_id,
-        "host": sysinfo.host(),
+        "host": sysinfo.host_name(),
         "case": case.key,
         "repetition": repetition,
         **case.row(),

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gdsbench import sysinfo
+from gdsbench.sysinfo import gpu
 
 DATA = Path(__file__).parent / "data"
 
@@ -36,7 +37,7 @@ PROBES = {
     "needs_odirect": _odirect_reason,
     "needs_torch": lambda: None if importlib.util.find_spec("torch") else "torch is not installed",
     "needs_cuda": _cuda_reason,
-    "needs_gdsio": lambda: None if shutil.which("gdsio") else "NVIDIA gdsio is not installed",
+    "needs_gdsio": lambda: None if gpu.find_gdsio(None)[0] else "NVIDIA gdsio is not installed",
 }
 
 

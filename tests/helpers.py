@@ -23,6 +23,22 @@ def write_config(folder: Path, **overrides: Any) -> Path:
     return path
 
 
+def assert_exits(result: Any, code: int, one_line_error: bool = False) -> None:
+    """A CliRunner result ended by the command's own exit with `code`, not by an exception escaping it.
+
+    CliRunner catches exceptions, so a traceback never shows in its output: `"Traceback" not in output`
+    proves nothing; the exception it kept does. With `one_line_error`, the output is one error line.
+    """
+    assert result.exit_code == code, result.output
+    if code == 0:
+        assert result.exception is None, repr(result.exception)
+    else:
+        assert isinstance(result.exception, SystemExit) and result.exception.code == code, repr(result.exception)
+    if one_line_error:
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("gdsbench: error: "), result.output
+
+
 def data_rows(csv_path: Path) -> list[dict[str, str]]:
     """The rows of a results CSV as dictionaries."""
     import csv

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from gdsbench.cli import cli
-from tests.helpers import write_config
+from tests.helpers import assert_exits, write_config
 
 ROOT = Path(__file__).parent.parent
 
@@ -20,15 +22,26 @@ def invoke(*args):
 def test_bad_config_exits_2_with_file_key_and_no_traceback(tmp_path):
     path = write_config(tmp_path, matrix={"engine": ["fio"], "pattern": ["read"], "transfer": ["CPU"]})
     result = invoke("sweep", path)
-    assert result.exit_code == 2
-    assert f"gdsbench: error: {path}: matrix.transfer[0]: expected one of GDS" in result.output
-    assert ("Traceback" not in result.output and result.exception is None) or isinstance(result.exception, SystemExit)
+    assert_exits(result, 2, one_line_error=True)
+    assert result.output.startswith(f"gdsbench: error: {path}: matrix.transfer[0]: expected one of GDS")
+    real = subprocess.run([sys.executable, "-m", "gdsbench", "sweep", str(path)], capture_output=True, text=True)
+    assert (real.returncode, real.stdout) == (2, "")
+    assert real.stderr.splitlines() == [result.output.strip()], "one line on stderr, no traceback"
+
+
+def test_a_bug_is_not_taken_for_a_clean_exit(monkeypatch, tmp_path):
+    """assert_exits fails on an exception escaping a command, which CliRunner would otherwise swallow."""
+    monkeypatch.setattr("gdsbench.config.load", lambda path: 1 / 0)
+    result = invoke("sweep", write_config(tmp_path))
+    with pytest.raises(AssertionError, match="ZeroDivisionError"):
+        assert_exits(result, 1)
 
 
 def test_target_that_is_a_file_exits_2(tmp_path):
     (tmp_path / "target").write_text("x")
     result = invoke("sweep", write_config(tmp_path), "-o", tmp_path / "out")
-    assert result.exit_code == 2 and "exists and is not a directory" in result.output
+    assert_exits(result, 2, one_line_error=True)
+    assert "exists and is not a directory" in result.output
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.csv"))
 
 
@@ -51,21 +64,24 @@ def test_every_shipped_config_dry_runs(path):
 
 def test_report_of_missing_file_exits_2(tmp_path):
     result = invoke("report", tmp_path / "none.csv")
-    assert result.exit_code == 2 and "no such results file" in result.output
+    assert_exits(result, 2, one_line_error=True)
+    assert "no such results file" in result.output
 
 
 def test_report_of_a_csv_that_is_not_ours_exits_2(tmp_path):
     other = tmp_path / "other.csv"
     other.write_text("a,b\n1,2\n")
     result = invoke("report", other)
-    assert result.exit_code == 2 and "not a gdsbench results file" in result.output
+    assert_exits(result, 2, one_line_error=True)
+    assert "not a gdsbench results file" in result.output
 
 
 def test_resume_without_config_or_sidecar_exits_2(tmp_path):
     csv_path = tmp_path / "r.csv"
     csv_path.write_text("run_id,case\n")
     result = invoke("sweep", "--resume", csv_path)
-    assert result.exit_code == 2 and "no sidecar names its config" in result.output
+    assert_exits(result, 2, one_line_error=True)
+    assert "no sidecar names its config" in result.output
 
 
 def test_runners_lists_engines_and_options():
@@ -74,8 +90,9 @@ def test_runners_lists_engines_and_options():
 
 
 @pytest.mark.needs_fio
+@pytest.mark.needs_odirect  # the failure is O_DIRECT refusing 1000-byte I/O
 def test_exit_1_when_a_case_failed(tmp_path):
     path = write_config(tmp_path, repetitions=1, matrix={"engine": ["fio"], "pattern": ["write"], "io_size": ["1000"]})
     result = invoke("sweep", path, "-o", tmp_path / "out")
-    assert result.exit_code == 1
+    assert_exits(result, 1)
     assert "rows: 0 ok, 1 failed, 0 skipped" in result.output

@@ -73,6 +73,18 @@ def error_of(document) -> ConfigError:
             "matrix.recycle[0]",
             "true or false",
         ),
+        # null, as a half-edited file has it: an error wherever the key has a default or is a case value
+        (with_(matrix={"engine": ["fio"], "pattern": ["read"], "io_size": None}), "matrix.io_size[0]", "a size"),
+        (with_(matrix={"engine": ["fio"], "pattern": [None]}), "matrix.pattern[0]", "one of read"),
+        (with_(matrix={"engine": ["gdsio"], "pattern": ["read"], "numa_node": [None]}), "matrix.numa_node[0]", "NUMA"),
+        (with_(exclude=[{"io_size": None}]), "exclude[0].io_size", "a size"),
+        ({**BASE, "directory": None}, "directory", "a directory path"),
+        ({**BASE, "repetitions": None}, "repetitions", "a positive integer"),
+        ({**BASE, "iomem": None}, "iomem", "a fio iomem type"),
+        (with_(checks=5), "checks", "a list of checks"),
+        (with_(description=["not", "text"]), "description", "a string"),
+        (with_(gpu=[0]), "gpu", "a GPU index"),
+        (with_(matrix={"engine": ["fio"], "pattern": ["read"], "gpu": [-1]}), "matrix.gpu[0]", "a GPU index"),
     ],
 )
 def test_errors_name_file_key_and_expectation(document, key, expected):
@@ -170,3 +182,36 @@ def test_every_shipped_config_validates(path):
     loaded = config.load(path)
     assert loaded.cases and loaded.name
     assert path.read_text().startswith("#"), "each config opens with a comment saying what it answers"
+
+
+@pytest.mark.parametrize("engine", ["fio", "gdsio"])
+def test_cases_carry_every_axis_of_their_runner_with_its_default(engine):
+    runner = config.runners.get(engine)
+    case = config.from_dict(with_(matrix={"engine": [engine], "pattern": ["read"]}), "s.yaml").cases[0]
+    assert {name for name, _ in case.params} == runner.axes
+    options = {key.name: key for key in runner.options}
+    assert all(case[name] == options[name].default for name in runner.axes if name in options)
+    with pytest.raises(KeyError, match=f"{engine} cases have no parameter 'load_into'"):
+        case["load_into"]
+
+
+def test_tool_paths_are_settings_not_axes():
+    fio_runner = config.runners.get("fio")
+    assert fio_runner.axes == {"pattern", "transfer", "io_size", "threads", "iodepth"} | {
+        key.name for key in fio_runner.options if key.name != "fio"
+    }
+    assert "gdsio" not in config.runners.get("gdsio").axes
+    error = error_of(with_(matrix={"engine": ["fio"], "pattern": ["read"], "fio": ["/usr/bin/fio"]}))
+    assert error.key == "matrix.fio" and "a matrix axis" in error.expected
+    assert config.from_dict(with_(fio="/usr/bin/fio"), "s.yaml").options == {"fio": "/usr/bin/fio"}
+
+
+def test_null_leaves_a_key_without_default_unset():
+    document = {**BASE, "runtime": None, "timeout": None, "name": None, "numa_node": None}
+    loaded = config.from_dict(document, "s.yaml", default_name="stem")
+    assert (loaded.runtime, loaded.timeout, loaded.name, loaded.options["numa_node"]) == (None, None, "stem", None)
+
+
+def test_gpu_lists_are_fios_colon_lists():
+    document = with_(matrix={"engine": ["fio"], "pattern": ["read"], "gpu": [1, "0:1"]})
+    assert [c["gpu"] for c in config.from_dict(document, "s.yaml").cases] == ["1", "0:1"]

@@ -13,7 +13,7 @@ from gdsbench import results
 from gdsbench.report.fio_style import status_line
 from tests.helpers import write_config
 
-pytestmark = pytest.mark.needs_fio
+pytestmark = [pytest.mark.needs_fio, pytest.mark.needs_odirect]  # CPU_ONLY cases are O_DIRECT
 
 
 def gdsbench(*args):

@@ -104,6 +104,7 @@ def _case(**params):
         "ioengine": "io_uring",
         "iomem": "malloc",
         "end_fsync": False,
+        "unlink": False,
         "gpu": "0",
     }
     base.update(params)
@@ -154,15 +155,15 @@ def test_colon_in_directory_is_escaped_for_fio(tmp_path):
 
 
 def test_hugetlb_buffers_need_reserved_pages(tmp_path, monkeypatch):
-    from gdsbench import sysinfo
+    from gdsbench.sysinfo import storage
 
     case = _case(iomem="shmhuge", io_size=16 << 20, iodepth=8, threads=1)
-    monkeypatch.setattr(sysinfo, "huge_pages", lambda: (0, 2 << 20))
+    monkeypatch.setattr(storage, "huge_pages", lambda: (0, 2 << 20))
     reason = fio.huge_pages_missing(case)
     assert reason == (
         "iomem=shmhuge needs 65 free huge pages (0 free); reserve them as root: echo 65 > /proc/sys/vm/nr_hugepages"
     )
-    monkeypatch.setattr(sysinfo, "huge_pages", lambda: (65, 2 << 20))
+    monkeypatch.setattr(storage, "huge_pages", lambda: (65, 2 << 20))
     assert fio.huge_pages_missing(case) is None
     assert fio.huge_pages_missing(_case(iomem="malloc")) is None
 
@@ -175,6 +176,7 @@ def test_huge_pages_reads_meminfo():
 
 
 @pytest.mark.needs_fio
+@pytest.mark.needs_odirect
 def test_unlink_cases_never_delete_the_shared_file(tmp_path):
     """A new-file (unlink) write uses files of its own, so the overwrite case after it really overwrites:
     real fio runs, the shared file keeps its inode across the unlink case."""

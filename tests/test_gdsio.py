@@ -18,8 +18,9 @@ from gdsbench.cli import cli
 from gdsbench.errors import ToolError
 from gdsbench.runners import gdsio
 from gdsbench.runners.base import RunContext
+from gdsbench.sysinfo import gpu
 from tests.conftest import DATA
-from tests.helpers import data_rows
+from tests.helpers import assert_exits, data_rows
 
 FAKE = Path(__file__).parent / "fakes" / "fake_gdsio.py"
 SAMPLES = DATA / "gdsio"
@@ -177,7 +178,7 @@ def test_find_gdsio_order(tmp_path, monkeypatch):
 def test_absent_gdsio_is_a_skip_that_says_where_it_comes_from(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("GDSIO", raising=False)
-    monkeypatch.setattr(sysinfo, "cuda_tool", lambda name: None)
+    monkeypatch.setattr(gpu, "cuda_tool", lambda name: None)
     case, ctx = case_of(tmp_path, pattern="read", transfer="GDS")
     ctx.options = {}
     reason = gdsio.GdsioRunner().unavailable(case, ctx)
@@ -291,7 +292,7 @@ def test_gdsio_error_makes_a_failed_row_and_the_sweep_goes_on(tmp_path):
     )
     env = {"GDSIO": str(FAKE), "FAKE_GDSIO_OUTPUT": "error-file-register.txt"}
     result, csv_path = sweep(tmp_path, config, env=env)
-    assert result.exit_code == 1
+    assert_exits(result, 1)
     rows = data_rows(csv_path)
     assert [r["status"] for r in rows] == ["failed", "failed"]
     assert all("GPUDirect Storage not supported on current file" in r["error"] for r in rows)
@@ -307,3 +308,28 @@ def test_nvidia_fs_counters_tell_gds_from_compat_mode(tmp_path):
     assert "could not be told" in gdsio.path_note(case, None, None)
     host, _ = case_of(tmp_path, pattern="read", transfer="CPU_ONLY")
     assert gdsio.path_note(host, None, None) is None
+
+
+@pytest.mark.needs_gdsio
+@pytest.mark.needs_odirect
+def test_the_real_gdsio_cpu_only_write_then_read(tmp_path, monkeypatch):
+    """The real gdsio (not the fake) on host memory: rows hold the bytes it says it moved."""
+    monkeypatch.delenv("GDSIO", raising=False)
+    config = write_sweep(
+        tmp_path,
+        matrix={
+            "engine": ["gdsio"],
+            "pattern": ["write", "read"],
+            "transfer": ["CPU_ONLY"],
+            "io_size": ["64K"],
+            "threads": [2],
+        },
+    )
+    result, csv_path = sweep(tmp_path, config)
+    assert_exits(result, 0)
+    write, read = data_rows(csv_path)
+    assert (write["status"], read["status"]) == ("ok", "ok")
+    raw = gdsio.pick(gdsio.parse(Path(read["raw_output"]).read_text()), Pattern.READ)
+    assert int(read["bytes"]) == raw.done_kib * 1024 and float(read["bw_bytes"]) == pytest.approx(
+        raw.throughput_gib * 2**30
+    )

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from gdsbench import results
 from gdsbench.cli import cli
 from gdsbench.report import html, plots
+from tests.helpers import assert_exits
 
 SAMPLE = sorted((Path(__file__).parents[1] / "results" / "sample").glob("*.csv"))
 
@@ -97,6 +98,6 @@ def test_cli_report_writes_plots_and_html(tmp_path: Path) -> None:
 
 def test_cli_report_refuses_unknown_group_column(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["report", str(SAMPLE[0]), "--by", "colour", "--html", str(tmp_path)])
-    assert result.exit_code == 2
+    assert_exits(result, 2, one_line_error=True)
     assert "--by: no column colour" in result.output
     assert not (tmp_path / "report.html").exists()

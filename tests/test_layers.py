@@ -11,12 +11,41 @@ PACKAGE = Path(__file__).parent.parent / "gdsbench"
 
 # module prefix -> gdsbench modules it must never import (at any depth, including inside functions)
 FORBIDDEN = {
-    "gdsbench.report": ("gdsbench.runners", "gdsbench.sweep", "gdsbench.checkpoint", "gdsbench.config", "gdsbench.cli"),
+    # reports read result files only: no runner, sweep, config, machine probe or checkpoint library
+    "gdsbench.report": (
+        "gdsbench.runners",
+        "gdsbench.sweep",
+        "gdsbench.checkpoint",
+        "gdsbench.config",
+        "gdsbench.cli",
+        "gdsbench.sysinfo",
+        "gdsbench.doctor",
+        "gdsbench.qualify",
+        "gdsbench.compare",
+        "gdsbench.workloads",
+    ),
     "gdsbench.checkpoint": ("gdsbench.",),
     "gdsbench.runners": ("gdsbench.sweep", "gdsbench.report", "gdsbench.cli"),
     "gdsbench.results": ("gdsbench.runners", "gdsbench.sweep", "gdsbench.report", "gdsbench.cli"),
     "gdsbench.units": ("gdsbench.",),
     "gdsbench.errors": ("gdsbench.",),
+    # machine facts: read by sweep, doctor and runners, never the other way round
+    "gdsbench.sysinfo": (
+        "gdsbench.runners",
+        "gdsbench.sweep",
+        "gdsbench.report",
+        "gdsbench.cli",
+        "gdsbench.config",
+        "gdsbench.checkpoint",
+        "gdsbench.doctor",
+    ),
+    # page-cache control changes the machine: only what runs cases uses it
+    "gdsbench.runners.cache": ("gdsbench.",),
+    # a config is data: it knows the runners' option tables, nothing that runs or renders
+    "gdsbench.config": ("gdsbench.sweep", "gdsbench.report", "gdsbench.cli", "gdsbench.qualify", "gdsbench.sysinfo"),
+    "gdsbench.sweep": ("gdsbench.report", "gdsbench.cli", "gdsbench.qualify"),
+    # checks judge results with the config's keys; they run nothing themselves
+    "gdsbench.qualify": ("gdsbench.sweep", "gdsbench.cli", "gdsbench.runners", "gdsbench.sysinfo"),
 }
 
 
@@ -70,6 +99,16 @@ def test_fio_only_sweep_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_cli_lists_report_formats_without_importing_pandas():
+    """--format choices come from the report registry at import; the registry and the renderers stay light."""
+    import subprocess
+    import sys
+
+    code = "import sys, gdsbench.cli; print('pandas' in sys.modules, 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False False"
 
 
 def checkpoint_imports(path: Path) -> list[str]:

@@ -201,7 +201,7 @@ def test_checkpoint_bars_with_fio_reference_line(frame: pd.DataFrame) -> None:
     )
     dashed = [line for line in axis.get_lines() if line.get_linestyle() == "--"]
     assert len(dashed) == 1 and dashed[0].get_ydata()[0] == pytest.approx(fio_best / divisor)
-    assert "fio write limit" in [t.get_text() for t in axis.get_legend().get_texts()]
+    assert "fio write (no fsync) limit" in [t.get_text() for t in axis.get_legend().get_texts()]
     assert "checkpoint save" in figure._suptitle.get_text() and "host vm" in figure._suptitle.get_text()
     assert overlapping(figure) == []
 

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from gdsbench import config, qualify, results
 from gdsbench.cli import cli
 from gdsbench.errors import ConfigError
+from tests.helpers import assert_exits
 
 ROOT = Path(__file__).parents[1]
 SAMPLE = sorted((ROOT / "results" / "sample").glob("*.csv"))[0]
@@ -45,7 +46,7 @@ def suite(path: Path) -> ET.Element:
 def test_shipped_local_config_passes_on_the_sample(tmp_path: Path) -> None:
     junit = tmp_path / "out" / "qualify.xml"
     result = run("qualify", str(LOCAL), "--results", str(SAMPLE), "--junit", str(junit))
-    assert result.exit_code == 0, result.output
+    assert_exits(result, 0)
     assert "6 checks: 5 passed, 0 failed, 1 skipped" in result.output
     assert "PASS seq write 1M x 4 threads, O_DIRECT: 1 case(s), worst 3154MiB/s" in result.output
     node = suite(junit)
@@ -82,7 +83,7 @@ def test_failures_missing_rows_and_ratios_fail_with_messages(tmp_path: Path) -> 
     ]
     junit = tmp_path / "q.xml"
     result = run("qualify", str(config_with(tmp_path, checks)), "--results", str(SAMPLE), "--junit", str(junit))
-    assert result.exit_code == 1
+    assert_exits(result, 1)
     assert "FAIL too fast to be true: 8 of 8 case(s) miss >= 100GiB/s" in result.output
     assert "FAIL nothing there: no rows match pattern=randread" in result.output
     assert (
@@ -105,7 +106,7 @@ def test_baseline_same_host_passes_other_host_fails(tmp_path: Path) -> None:
         {"name": "vs other host", "where": {"transfer": "CPU_ONLY"}, "baseline": str(other), "min_ratio": 0.9},
     ]
     result = run("qualify", str(config_with(tmp_path, checks)), "--results", str(SAMPLE))
-    assert result.exit_code == 1
+    assert_exits(result, 1)
     assert "PASS vs own baseline: new / baseline base.csv: 16 ratio(s) 1.00x-1.00x, all >= 0.9" in result.output
     assert f"FAIL vs other host: baseline {other} is from host elsewhere but these results are from vm" in result.output
 
@@ -166,8 +167,8 @@ def test_bad_checks_name_file_and_key(tmp_path: Path, entry, key: str) -> None:
         qualify.parse_checks(str(path), list(config.load(path).checks))
     assert caught.value.key == key and caught.value.file == str(path)
     result = run("qualify", str(path), "--results", str(SAMPLE))
-    assert result.exit_code == 2
-    assert result.output.startswith(f"gdsbench: error: {path}: {key}: expected") and "Traceback" not in result.output
+    assert_exits(result, 2, one_line_error=True)
+    assert result.output.startswith(f"gdsbench: error: {path}: {key}: expected")
 
 
 def test_config_without_checks_is_refused(tmp_path: Path) -> None:
@@ -176,7 +177,8 @@ def test_config_without_checks_is_refused(tmp_path: Path) -> None:
     del document["checks"]
     path.write_text(yaml.safe_dump(document))
     result = run("qualify", str(path), "--results", str(SAMPLE))
-    assert result.exit_code == 2 and f"{path}: checks: expected a non-empty list of checks" in result.output
+    assert_exits(result, 2, one_line_error=True)
+    assert f"{path}: checks: expected a non-empty list of checks" in result.output
 
 
 def test_shipped_h200_config_validates() -> None:
@@ -187,7 +189,7 @@ def test_shipped_h200_config_validates() -> None:
 
 
 @pytest.mark.needs_fio
-@pytest.mark.skipif(shutil.which("fio") is None, reason="needs the fio binary")
+@pytest.mark.needs_odirect
 def test_qualify_runs_the_sweep_with_real_fio(tmp_path: Path) -> None:
     checks = [{"name": "seq write works", "where": {"pattern": "write"}, "min_bw": "1MiB/s"}]
     path = config_with(
@@ -209,10 +211,54 @@ def test_qualify_runs_the_sweep_with_real_fio(tmp_path: Path) -> None:
     )
     junit = tmp_path / "q.xml"
     result = run("qualify", str(path), "-o", str(tmp_path / "res"), "--junit", str(junit))
-    assert result.exit_code == 0, result.output
+    assert_exits(result, 0)
     written = list((tmp_path / "res").glob("tiny-*.csv"))
     assert len(written) == 1 and results.sidecar_path(written[0]).exists()
     frame = results.load(written)
     assert frame["status"].tolist() == ["ok"] and frame["bw_bytes"].iloc[0] > 2**20
     assert "PASS seq write works: 1 case(s)" in result.output
     assert suite(junit).get("failures") == "0"
+
+
+CHECKPOINT_SAMPLE = ROOT / "results" / "sample" / "checkpoint" / "checkpoint-20261122-050204.csv"
+
+
+def test_where_is_parsed_with_the_configs_own_keys(tmp_path: Path) -> None:
+    """Sizes, booleans and runner options in where: are parsed as the matrix parses them, so they match
+    the columns a real checkpoint results file holds (checkpoint_size 4294967296, recycle True)."""
+    checks = [
+        {
+            "name": "recycled 4G saves",
+            "where": {"engine": "fastpersist", "pattern": "save", "checkpoint_size": "4G", "recycle": True},
+            "min_bw": "2GiB/s",
+        },
+        {
+            "name": "4096M is 4G",
+            "where": {"pattern": "load", "checkpoint_size": "4096M", "memory": "idle"},
+            "min_bw": "100MiB/s",
+        },
+        {"name": "no 2G run", "where": {"pattern": "save", "checkpoint_size": "2G"}, "min_bw": "1MiB/s"},
+    ]
+    document = {**yaml.safe_load((ROOT / "configs" / "checkpoint.yaml").read_text()), "checks": checks}
+    path = tmp_path / "q.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = run("qualify", str(path), "--results", str(CHECKPOINT_SAMPLE))
+    assert_exits(result, 1)
+    assert "PASS recycled 4G saves: 1 case(s), worst 3477MiB/s (3646MB/s) >= 2048MiB/s" in result.output
+    assert "PASS 4G is 4096M" not in result.output and "PASS 4096M is 4G: 5 case(s)" in result.output
+    assert "FAIL no 2G run: no rows match checkpoint_size=2G pattern=save" in result.output
+
+
+@pytest.mark.parametrize(
+    "where, key",
+    [
+        ({"checkpoint_size": "huge"}, "checks[0].where.checkpoint_size"),
+        ({"recycle": "yes"}, "checks[0].where.recycle"),
+        ({"io_size": None}, "checks[0].where.io_size"),
+        ({"fio": "/usr/bin/fio"}, "checks[0].where.fio"),  # a tool path is a setting, not a results column
+    ],
+)
+def test_bad_where_values_name_the_key(where: dict, key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        qualify.parse_check("q.yaml", "checks[0]", {"where": where, "min_bw": "1GiB/s"})
+    assert caught.value.key == key

@@ -9,6 +9,7 @@ import pytest
 
 from gdsbench import report
 from gdsbench.errors import UsageError
+from gdsbench.report import ceilings, summary
 from gdsbench.report.fio_style import status_line
 
 
@@ -91,7 +92,7 @@ def frame():
 
 
 def test_aggregate_medians_and_ranges():
-    table = report.aggregate(frame(), ["threads"])
+    table = summary.aggregate(frame(), ["threads"])
     assert table["n"].tolist() == [3, 3]
     assert table["bw_median"].tolist() == [110 << 20, 300 << 20]
     assert table["bw_min"].tolist() == [100 << 20, 290 << 20]
@@ -99,14 +100,14 @@ def test_aggregate_medians_and_ranges():
 
 
 def test_default_groups_are_the_varying_parameters():
-    assert report.default_groups(frame()) == ["transfer", "pattern", "threads"]
+    assert summary.default_groups(frame()) == ["transfer", "pattern", "threads"]
     merged = pd.concat([frame(), frame().assign(host="h2")])
-    assert report.default_groups(merged)[0] == "host"
+    assert summary.default_groups(merged)[0] == "host"
 
 
 def test_markdown_report():
     text = report.render(frame(), ["threads"], "markdown")
-    assert text.startswith("### Run status (fio style, median repetition)\n")
+    assert text.startswith("### Run status (fio style, median repetition of each group)\n\n```\n# threads=1\n")
     assert "# threads=1\n  WRITE: bw=110MiB/s (115MB/s), 110MiB/s-110MiB/s (115MB/s-115MB/s)," in text
     assert (
         textwrap.dedent("""\
@@ -151,7 +152,7 @@ def test_ceiling_ratios_against_fio_and_torch_save():
         row(engine="torch_save", pattern="save", bw_bytes=250, io_size=None),
         row(engine="fastpersist", pattern="load", bw_bytes=950, io_size=None),
     ]
-    ratios = report.ceiling_ratios(pd.DataFrame(rows)).set_index(["engine", "pattern"])
+    ratios = ceilings.ceiling_ratios(pd.DataFrame(rows)).set_index(["engine", "pattern"])
     assert ratios.loc[("fastpersist", "save"), "x_fio"] == pytest.approx(0.95)
     assert ratios.loc[("fastpersist", "save"), "x_torch_save"] == pytest.approx(7.6)
     assert ratios.loc[("fastpersist", "load"), "x_fio"] == pytest.approx(0.95)
@@ -165,7 +166,7 @@ def test_variants_of_one_engine_are_kept_apart():
         row(engine="fastpersist", pattern="load", bw_bytes=2000, io_size=None, load_into=True),
         row(engine="torch_save", pattern="load", bw_bytes=400, io_size=None, load_into=None),
     ]
-    ratios = report.ceiling_ratios(pd.DataFrame(rows)).set_index("engine")
+    ratios = ceilings.ceiling_ratios(pd.DataFrame(rows)).set_index("engine")
     assert ratios.loc["fastpersist (load_into=True)", "x_fio"] == pytest.approx(2.0)
     assert ratios.loc["fastpersist (load_into=False)", "x_torch_save"] == pytest.approx(1.75)
     assert ratios.loc["torch_save", "x_fio"] == pytest.approx(0.4)
@@ -183,9 +184,121 @@ def test_loads_are_compared_with_torch_save_in_the_same_memory_state():
     ]
     frame = pd.DataFrame(rows)
     frame["threads"] = frame["threads"].astype(float)  # as a CSV column with gaps reads back
-    ratios = report.ceiling_ratios(frame).set_index("engine")
+    ratios = ceilings.ceiling_ratios(frame).set_index("engine")
     assert ratios.loc["fastpersist (memory=idle)", "x_torch_save"] == pytest.approx(3.0)
     assert ratios.loc["fastpersist (memory=recent)", "x_torch_save"] == pytest.approx(2.0)
     assert ratios.loc["torch_save (memory=idle)", "x_torch_save"] == pytest.approx(1.0)
     variants = frame[frame["engine"] == "fastpersist"].assign(memory="recent", threads=[4.0, 8.0])
-    assert list(report.engine_labels(variants)) == ["fastpersist (threads=4)", "fastpersist (threads=8)"]
+    assert list(ceilings.engine_labels(variants)) == ["fastpersist (threads=4)", "fastpersist (threads=8)"]
+
+
+def durable_run(*extra):
+    """A run with fio's direct writes with and without end_fsync, a page-cache write, a read, and saves/loads."""
+    return pd.DataFrame(
+        [
+            row(pattern="write", bw_bytes=2500, end_fsync=False),  # the host's write-back cache
+            row(pattern="write", bw_bytes=800, end_fsync=True),  # durable: the save ceiling
+            row(pattern="write", bw_bytes=700, end_fsync=True, threads=4),
+            row(pattern="write", transfer="CPU_CACHED", bw_bytes=9000, end_fsync=True),  # memory, never a ceiling
+            row(pattern="read", bw_bytes=1000, end_fsync=False),
+            row(engine="fastpersist", pattern="save", bw_bytes=760, io_size=None, end_fsync=None),
+            row(engine="torch_save", pattern="save", bw_bytes=400, io_size=None, end_fsync=None),
+            row(engine="fastpersist", pattern="load", bw_bytes=900, io_size=None, end_fsync=None),
+            *extra,
+        ]
+    )
+
+
+def test_the_save_ceiling_is_fios_best_durable_write():
+    ratios = ceilings.ceiling_ratios(durable_run()).set_index(["engine", "pattern"])
+    save = ratios.loc[("fastpersist", "save")]
+    assert (save["fio_bw"], save["fio_no_fsync_bw"], save["ceiling"], save["durable"]) == (
+        800,
+        2500,
+        "fio durable write",
+        True,
+    )
+    assert save["x_fio"] == pytest.approx(0.95) and save["x_fio_no_fsync"] == pytest.approx(760 / 2500)
+    assert save["x_torch_save"] == pytest.approx(1.9)
+    load = ratios.loc[("fastpersist", "load")]
+    assert (load["fio_bw"], load["ceiling"], load["x_fio"]) == (1000, "fio read", pytest.approx(0.9))
+    assert pd.isna(load["x_fio_no_fsync"])
+    assert ceilings.warnings(ceilings.ceiling_ratios(durable_run())) == []
+
+
+def test_end_fsync_as_a_csv_reads_it_back_counts(tmp_path):
+    """end_fsync comes back from a results CSV as True/False/NaN objects (checkpoint rows leave it empty)."""
+    path = tmp_path / "r.csv"
+    durable_run().to_csv(path, index=False)
+    frame = pd.read_csv(path)
+    assert ceilings.ceiling_ratios(frame).set_index("engine").loc["fastpersist", "fio_bw"].tolist() == [800, 1000]
+
+
+def test_without_a_durable_write_saves_fall_back_to_the_labelled_non_durable_one():
+    frame = durable_run()
+    frame = frame[~((frame["engine"] == "fio") & (frame["end_fsync"] == True))]  # noqa: E712
+    ratios = ceilings.ceiling_ratios(frame)
+    save = ratios.set_index(["engine", "pattern"]).loc[("fastpersist", "save")]
+    assert (save["fio_bw"], save["ceiling"], save["durable"]) == (2500, "fio write (no fsync)", False)
+    assert save["x_fio"] == pytest.approx(760 / 2500)
+    [warning] = ceilings.warnings(ratios)
+    assert warning.startswith(
+        "run r1 on h1 has no durable fio write (end_fsync=1); saves are compared with fio's write"
+    )
+    text = report.render(frame, ["engine", "pattern"], "text")
+    assert f"warning: {warning}" in text
+    assert "2500B/s (2500B/s), no fsync" in text
+
+
+def test_the_report_shows_both_save_ceilings():
+    text = report.render(durable_run(), ["engine", "pattern", "end_fsync"], "markdown")
+    table = text[text.index("### Checkpoint engines against the fio ceiling of the same run") :]
+    assert (
+        textwrap.dedent("""\
+        | engine | pattern | n | bw (median) | x fio | x fio (no fsync) | x torch_save | fio ceiling |
+        |---|---|---|---|---|---|---|---|
+        | fastpersist | save | 1 | 760B/s (760B/s) | 0.95 | 0.30 | 1.90 | 800B/s (800B/s), durable |
+        | torch_save | save | 1 | 400B/s (400B/s) | 0.50 | 0.16 | 1.00 | 800B/s (800B/s), durable |
+        | fastpersist | load | 1 | 900B/s (900B/s) | 0.90 | - | - | 1000B/s (1000B/s) |
+        """)
+        in table
+    )
+    assert "no durable fio write" not in text
+
+
+def test_every_format_renders_the_sections_in_the_reports_order():
+    from gdsbench.report import html
+
+    frame = durable_run(row(pattern="randread", status="failed", error="fio failed: boom", repetition=1))
+    built = summary.build(frame, ["engine", "pattern"])
+    titles = [section.title for section in built.sections]
+    assert titles == [
+        "Run status (fio style, median repetition of each group)",
+        "Results: median and min-max over repetitions",
+        "Checkpoint engines against the fio ceiling of the same run",
+        "Notes",
+    ]
+    page = html.page(frame.assign(source="r.csv"), ["engine", "pattern"], figures=[])
+    for text in (
+        report.render(frame, ["engine", "pattern"], "text"),
+        report.render(frame, ["engine", "pattern"], "markdown"),
+        page,
+    ):
+        where = [text.index(title) for title in titles]
+        assert where == sorted(where)
+    assert "failed: engine=fio,pattern=randread" in page
+
+
+def test_formats_are_the_modules_that_register_themselves():
+    import pkgutil
+
+    from gdsbench.cli import report as report_command
+    from gdsbench.report import formats
+
+    modules = sorted(m.name for m in pkgutil.iter_modules(formats.__path__))
+    assert sorted(report.format_names()) == modules == ["csv", "markdown", "text"]
+    assert all(report.renderer(name).__module__ == f"gdsbench.report.formats.{name}" for name in modules)
+    [option] = [p for p in report_command.params if p.name == "fmt"]
+    assert list(option.type.choices) == list(report.format_names())
+    with pytest.raises(UsageError, match="--format: expected one of csv, markdown, text"):
+        report.renderer("yaml")

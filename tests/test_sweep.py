@@ -16,7 +16,7 @@ from gdsbench import config, results, sweep
 from gdsbench.errors import TargetError
 from tests.helpers import data_rows, write_config
 
-pytestmark = pytest.mark.needs_fio
+pytestmark = [pytest.mark.needs_fio, pytest.mark.needs_odirect]  # CPU_ONLY cases are O_DIRECT
 
 
 def run_sweep(config_path: Path, csv_path: Path, done=frozenset()):
@@ -88,6 +88,69 @@ def test_resume_runs_only_missing_cases(tmp_path):
     rows = run_sweep(path, csv_path, done)
     assert [(r["pattern"], r["repetition"]) for r in rows] == [("read", 1), ("read", 2)]
     assert len(data_rows(csv_path)) == 4
+
+
+def pairs_of(csv_path: Path) -> list[tuple[str, str, str]]:
+    """(case, repetition, status) of every row, in file order."""
+    return [(r["case"], r["repetition"], r["status"]) for r in data_rows(csv_path)]
+
+
+def sweep_cli(*args) -> int:
+    """The sweep command in-process; its exit status (no exception other than SystemExit)."""
+    from click.testing import CliRunner
+
+    from gdsbench.cli import cli
+
+    result = CliRunner().invoke(cli, ["sweep", *map(str, args)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    return result.exit_code
+
+
+def test_resume_reruns_failed_pairs_and_keeps_one_row_per_pair(tmp_path):
+    """A case fails for real (fio's file is a directory); --skip-failed leaves it; a plain --resume runs it
+    again and replaces its failed rows, whether it fails again or, once the cause is gone, succeeds."""
+    path = write_config(
+        tmp_path, matrix={"engine": ["fio"], "pattern": ["write"], "io_size": ["1M"], "unlink": [False, True]}
+    )
+    blocker = tmp_path / "target" / "gdsbench.16777216.0.0"  # the overwrite case's file; the unlink case has its own
+    blocker.mkdir(parents=True)
+    assert sweep_cli(path, "-o", tmp_path / "out") == 1
+    [csv_path] = (tmp_path / "out").glob("*.csv")
+    first = pairs_of(csv_path)
+    broken, fine = first[0][0], first[2][0]
+    assert first == [(broken, "1", "failed"), (broken, "2", "failed"), (fine, "1", "ok"), (fine, "2", "ok")]
+    assert "Is a directory" in data_rows(csv_path)[0]["error"]
+
+    before = csv_path.read_bytes()
+    assert sweep_cli("--resume", csv_path, "--skip-failed") == 0
+    assert csv_path.read_bytes() == before, "--skip-failed counts failed pairs as done"
+
+    assert sweep_cli("--resume", csv_path) == 1  # still broken: failed again, rows replaced, not added
+    assert sorted(pairs_of(csv_path)) == sorted(first)
+
+    blocker.rmdir()
+    assert sweep_cli("--resume", csv_path) == 0
+    assert pairs_of(csv_path) == [(fine, "1", "ok"), (fine, "2", "ok"), (broken, "1", "ok"), (broken, "2", "ok")]
+    assert len({r["run_id"] for r in data_rows(csv_path)}) == 1
+    assert not list(tmp_path.glob("out/.*.tmp")), "no temp file left beside the results"
+
+
+def test_failing_warmup_records_one_failed_row_and_the_sweep_goes_on(tmp_path):
+    path = write_config(tmp_path, warmup=1, matrix={"engine": ["fio"], "pattern": ["write"], "io_size": ["1000", "1M"]})
+    csv_path = tmp_path / "r.csv"
+    rows = run_sweep(path, csv_path)
+    assert [(r["io_size"], r["repetition"], r["status"]) for r in rows] == [
+        (1000, 0, "failed"),  # O_DIRECT refuses 1000-byte I/O: the warmup fails, the case's repetitions never run
+        (1 << 20, 0, "warmup"),
+        (1 << 20, 1, "ok"),
+        (1 << 20, 2, "ok"),
+    ]
+    on_disk = pairs_of(csv_path)
+    assert [(rep, status) for _, rep, status in on_disk] == [("0", "failed"), ("1", "ok"), ("2", "ok")]
+    loaded = config.load(path)
+    again = run_sweep(path, csv_path, sweep.resume(loaded, csv_path))  # the failed warmup is tried once more
+    assert [(r["repetition"], r["status"]) for r in again] == [(0, "failed")]
+    assert sorted(pairs_of(csv_path)) == sorted(on_disk), "still one row per (case, repetition)"
 
 
 def test_interleave_runs_repetition_major(tmp_path):

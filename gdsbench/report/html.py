@@ -1,8 +1,8 @@
-"""One self-contained HTML page of a report: run metadata, the report's tables, fio-style lines, figures.
+"""One self-contained HTML page of a report: run metadata, the report's sections, figures.
 
 Figures are embedded as base64 PNG and the CSS is inline, so the page has no external URL and opens
-offline (attach it to a CI job, mail it). Tables are the same cells as `--format markdown`
-(report.tables), so the page and the pull-request comment never disagree.
+offline (attach it to a CI job, mail it). The sections are the same Report value every --format renders
+(report.summary.build), in the same order, so the page and the pull-request comment never disagree.
 """
 
 from __future__ import annotations
@@ -18,16 +18,8 @@ from typing import Any
 import pandas as pd
 
 from gdsbench import __version__
-from gdsbench.report import (
-    aggregate,
-    ceiling_ratios,
-    check_columns,
-    default_groups,
-    fio_style,
-    median_rows,
-    plots,
-    tables,
-)
+from gdsbench.report import plots, summary
+from gdsbench.report.sections import Lines, Notes, Section, Table
 from gdsbench.results import read_sidecar
 from gdsbench.units import num2str
 
@@ -58,28 +50,17 @@ FACTS = (
 
 
 def page(frame: pd.DataFrame, groups: list[str] | None = None, figures: Iterable[plots.Plot] | None = None) -> str:
-    """The whole report as one HTML document."""
-    groups = groups or default_groups(frame)
-    check_columns(frame, groups)
-    table = aggregate(frame, groups)
+    """The whole report as one HTML document: the runs' metadata, the report's sections, the figures."""
+    report = summary.build(frame, groups)
     figures = plots.figures(frame) if figures is None else list(figures)
     title = f"gdsbench report: {plots.run_title(plots.with_run(frame))}"
     body = [
         f"<h1>{_e(title)}</h1>",
         "<h2>Runs</h2>",
         metadata_section(frame),
-        "<h2>Results: median and min-max over repetitions</h2>",
-        html_table(*tables.table_rows(groups, table)),
-    ]
-    ratios = ceiling_ratios(frame)
-    if not ratios.empty:
-        body += ["<h2>Checkpoint engines against the fio ceiling</h2>", html_table(*tables.ratio_rows(ratios))]
-    body += [
-        notes_section(frame, table),
+        *(section_html(section) for section in report.sections),
         "<h2>Figures</h2>",
         *(figure_html(p) for p in figures),
-        "<h2>Run status (fio style, median repetition of each group)</h2>",
-        status_section(frame, groups),
         f"<p><small>gdsbench {__version__}, generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
         "</small></p>",
     ]
@@ -134,23 +115,32 @@ def metadata_section(frame: pd.DataFrame) -> str:
     return html_table(["key", *(f"run {i}" for i in range(1, len(runs) + 1))], rows)
 
 
-def notes_section(frame: pd.DataFrame, table: pd.DataFrame) -> str:
-    """Skipped/failed cases and rigour warnings, as a list (empty string when none)."""
+def _lines(section: Lines) -> str:
+    """fio-style run-status lines, each under its group's title, in a <pre>."""
+    text = "\n".join(f"# {title}\n{line}" for title, line in section.items)
+    return f"<h2>{_e(section.title)}</h2><pre>{_e(text)}</pre>"
+
+
+def _table(section: Table) -> str:
+    """A titled table."""
+    return f"<h2>{_e(section.title)}</h2>" + html_table(list(section.header), [list(row) for row in section.rows])
+
+
+def _notes(section: Notes) -> str:
+    """Failed cases in red, skipped ones in grey, warnings in amber."""
     items = [
-        f'<li class="{"bad" if line.startswith("failed") else "skip"}">{_e(line)}</li>'
-        for line in tables.problems(frame)
+        f'<li class="{"bad" if line.startswith("failed") else "skip"}">{_e(line)}</li>' for line in section.problems
     ]
-    items += [f'<li class="warn">warning: {_e(note)}</li>' for note in tables.warnings(table)]
-    return f"<h2>Notes</h2><ul>{''.join(items)}</ul>" if items else ""
+    items += [f'<li class="warn">warning: {_e(note)}</li>' for note in section.warnings]
+    return f"<h2>{_e(section.title)}</h2><ul>{''.join(items)}</ul>"
 
 
-def status_section(frame: pd.DataFrame, groups: list[str]) -> str:
-    """fio-style run-status lines, one per group, in a <pre>."""
-    lines = []
-    for values, row in median_rows(frame, groups):
-        lines.append("# " + " ".join(f"{g}={tables.cell(g, v)}" for g, v in zip(groups, values)))
-        lines.append(fio_style.status_line(row))
-    return f"<pre>{_e(chr(10).join(lines))}</pre>"
+SECTIONS = {Lines: _lines, Table: _table, Notes: _notes}
+
+
+def section_html(section: Section) -> str:
+    """One section of the report as HTML."""
+    return SECTIONS[type(section)](section)  # type: ignore[operator]
 
 
 def figure_html(plot: plots.Plot) -> str:

@@ -31,7 +31,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullLocator
 
-from gdsbench.report import CEILINGS, ceiling_ratios, engine_labels
+from gdsbench.report.ceilings import CEILINGS, ceiling_ratios, engine_labels
 from gdsbench.units import size_label
 
 IO_PATTERNS = ("write", "read", "randwrite", "randread")
@@ -85,7 +85,8 @@ def with_run(frame: pd.DataFrame) -> pd.DataFrame:
 def run_title(frame: pd.DataFrame) -> str:
     """Which machine and run the figure shows: 'host vm, run <id>, 2026-11-22' or 'N runs on a, b'."""
     runs = frame[["host", "run_id"]].drop_duplicates()
-    dates = pd.to_datetime(frame.get("started_at"), errors="coerce", utc=True).dropna()
+    started = frame["started_at"] if "started_at" in frame else pd.Series(dtype=object)  # old files may lack it
+    dates = pd.to_datetime(started, errors="coerce", utc=True).dropna()
     when = f", {dates.min():%Y-%m-%d %H:%M} UTC" if len(dates) else ""
     if len(runs) == 1:
         host, run_id = runs.iloc[0]
@@ -283,7 +284,8 @@ def checkpoint_bars(frame: pd.DataFrame) -> list[Plot]:
     ok = frame[(frame["status"] == "ok") & frame["pattern"].isin(CHECKPOINT_PATTERNS)]
     if ok.empty:
         return []
-    ceilings = with_run(ceiling_ratios(frame)) if len(ceiling_ratios(frame)) else pd.DataFrame()
+    ratios = ceiling_ratios(frame)
+    ceilings = with_run(ratios) if len(ratios) else pd.DataFrame()
     rows = with_run(ok.assign(engine=engine_labels(ok).map(wrap_label)))
     return [
         Plot(slug("checkpoint", pattern), _checkpoint(group, ceilings, pattern))
@@ -323,7 +325,7 @@ def _checkpoint(group: pd.DataFrame, ceilings: pd.DataFrame, pattern: str) -> Fi
     colours = dict(zip(runs, sns.color_palette(n_colors=len(runs))))
     for _, limit in limits.iterrows():
         if pd.notna(limit["fio_bw"]):
-            label = f"fio {CEILINGS[pattern]} limit" + (f" ({limit['run']})" if hue else "")
+            label = f"{limit['ceiling']} limit" + (f" ({limit['run']})" if hue else "")
             axis.axhline(
                 limit["fio_bw"] / divisor,
                 linestyle="--",

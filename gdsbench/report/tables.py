@@ -1,26 +1,31 @@
-"""Tables of aggregated results as rich text or markdown, in fio's units."""
+"""Report cells in fio's units (sizes as 4K/16M, bandwidths as 1886MiB/s (1978MB/s)), the rows of the
+report's tables, and the plain-text and markdown table writers that reports and compare share."""
 
 from __future__ import annotations
 
 import io
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 from gdsbench.report.fio_style import iops_text
 from gdsbench.units import format_bandwidth, num2str, size_label
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 SPREAD_WARNING = 0.10
+#: Parameter columns that hold sizes in bytes, shown as people write them (4K, 16M, 4G).
+SIZE_COLUMNS = ("io_size", "checkpoint_size")
 
 
 def cell(column: str, value: Any) -> str:
     """A parameter value as people read it: sizes as 4K/16M, missing as '-'."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if column in ("io_size",):
+    if column in SIZE_COLUMNS:
         return size_label(int(value))
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
@@ -63,8 +68,9 @@ def table_rows(groups: list[str], table: pd.DataFrame) -> tuple[list[str], list[
 
 
 def ratio_rows(ratios: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Header and cells of the checkpoint-vs-fio table."""
-    header = ["engine", "pattern", "n", "bw (median)", "x fio", "x torch_save", "fio ceiling"]
+    """Header and cells of the checkpoint-vs-fio table: the ratio to fio's ceiling (durable for saves),
+    to fio's write without fsync (a reference, saves only) and to torch_save; the ceiling, labelled."""
+    header = ["engine", "pattern", "n", "bw (median)", "x fio", "x fio (no fsync)", "x torch_save", "fio ceiling"]
     rows = [
         [
             r["engine"],
@@ -72,12 +78,20 @@ def ratio_rows(ratios: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             str(r["n"]),
             bw_text(r["bw_median"]),
             number(r["x_fio"], 2),
+            number(r["x_fio_no_fsync"], 2),
             number(r["x_torch_save"], 2),
-            bw_text(r["fio_bw"]),
+            bw_text(r["fio_bw"]) + _ceiling_kind(r["pattern"], r["durable"]),
         ]
         for _, r in ratios.iterrows()
     ]
     return header, rows
+
+
+def _ceiling_kind(pattern: str, durable: bool) -> str:
+    """What a save's ceiling was: fio's durable write, or (labelled, for want of one) a write without fsync."""
+    if pattern != "save":
+        return ""
+    return ", durable" if durable else ", no fsync"
 
 
 def problems(frame: pd.DataFrame) -> list[str]:
@@ -105,41 +119,13 @@ def warnings(table: pd.DataFrame) -> list[str]:
     return notes
 
 
-def render(
-    fmt: str,
-    frame: pd.DataFrame,
-    groups: list[str],
-    table: pd.DataFrame,
-    lines: list[str],
-    ratios: pd.DataFrame,
-    medians: list,
-) -> str:
-    """The report as rich text or markdown."""
-    header, rows = table_rows(groups, table)
-    titles = [" ".join(f"{g}={cell(g, v)}" for g, v in zip(groups, values)) for values, _ in medians]
-    if fmt == "markdown":
-        return _markdown(header, rows, titles, lines, ratios, problems(frame), warnings(table))
-    return _text(header, rows, titles, lines, ratios, problems(frame), warnings(table))
-
-
 def plain_text(*parts: str | Table) -> str:
     """Lines and rich tables rendered as plain text (no colour, no escape codes), 160 columns wide."""
     out = io.StringIO()
     console = Console(file=out, width=160, force_terminal=False, color_system=None)
     for part in parts:
-        console.print(part, highlight=False, soft_wrap=True)
+        console.print(part, highlight=False, soft_wrap=True, markup=False)
     return out.getvalue()
-
-
-def _text(header, rows, titles, lines, ratios, issues, notes) -> str:
-    """rich tables rendered to plain text."""
-    parts: list[str | Table] = ["Run status (fio style; the median repetition of each group):"]
-    parts += [f"  {title}\n{line}" for title, line in zip(titles, lines)]
-    parts.append(rich_table("Results: median and min-max over repetitions", header, rows))
-    if not ratios.empty:
-        parts.append(rich_table("Checkpoint engines against the fio ceiling of the same run", *ratio_rows(ratios)))
-    parts += issues + [f"warning: {n}" for n in notes]
-    return plain_text(*parts)
 
 
 def rich_table(title: str, header: list[str], rows: list[list[str]]) -> Table:
@@ -150,19 +136,6 @@ def rich_table(title: str, header: list[str], rows: list[list[str]]) -> Table:
     for row in rows:
         table.add_row(*row)
     return table
-
-
-def _markdown(header, rows, titles, lines, ratios, issues, notes) -> str:
-    """GitHub-flavoured markdown, for pasting into a pull request."""
-    parts = ["### Run status (fio style, median repetition)", "", "```"]
-    for title, line in zip(titles, lines):
-        parts += [f"# {title}", line]
-    parts += ["```", "", "### Results (median, min-max over repetitions)", "", *md_table(header, rows)]
-    if not ratios.empty:
-        parts += ["", "### Checkpoint engines against the fio ceiling", "", *md_table(*ratio_rows(ratios))]
-    if issues or notes:
-        parts += [""] + [f"- {line}" for line in issues + [f"warning: {n}" for n in notes]]
-    return "\n".join(parts) + "\n"
 
 
 def md_table(header: list[str], rows: list[list[str]]) -> list[str]:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import signal
 import subprocess
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -90,6 +93,11 @@ class RunContext:
         return removed
 
 
+def axes_of(core: Iterable[str], options: Iterable[Key]) -> frozenset[str]:
+    """A runner's case parameters: the core axes it uses plus its option keys that are axes (not settings)."""
+    return frozenset(core) | {key.name for key in options if key.axis}
+
+
 class Runner(Protocol):
     """A benchmark engine: declares what it can do; runs one case at a time."""
 
@@ -127,10 +135,15 @@ class Runner(Protocol):
         """Run the case once and measure it; raise GdsbenchError on an expected failure."""
 
 
+#: How long a stopped tool's process group gets to exit on SIGTERM before SIGKILL.
+STOP_GRACE_S = 2.0
+
+
 def run_tool(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run a command as an argument list (never a shell); raise ToolError on failure or timeout.
 
-    The child gets its own process group so a timeout kills it with everything it started.
+    The child leads its own session and process group, so a timeout or Ctrl-C stops it with every
+    process it started (fio's job processes, gdsio's helpers), not only the process we started.
     """
     try:
         proc = subprocess.Popen(
@@ -139,29 +152,50 @@ def run_tool(argv: list[str], timeout: float, env: Mapping[str, str] | None = No
             stderr=subprocess.PIPE,
             text=True,
             env=dict(env) if env is not None else None,
-            start_new_session=False,
+            start_new_session=True,
         )
     except OSError as exc:
-        raise ToolError(f"cannot start {argv[0]}: {exc.strerror}") from exc
+        raise ToolError(f"cannot start {argv[0]}: {exc.strerror}") from None
     try:
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, stderr = proc.communicate()
+        stop_group(proc)
         raise ToolError(f"{Path(argv[0]).name} timed out after {timeout:.0f}s") from None
     except KeyboardInterrupt:
-        _stop(proc)
+        stop_group(proc)  # in its own session the tool never saw the terminal's SIGINT
         raise
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop a child on Ctrl-C: it got the SIGINT too; give it a moment, then kill it."""
+def stop_group(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
+    """SIGTERM the child's whole process group, give it `grace` seconds, SIGKILL what is left; reap the child.
+
+    The leader is reaped only after both signals: until then its (zombie) pid holds the group id, so
+    the signals can never reach a group that reused the id.
+    """
+    _signal_group(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while not _exited(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    _signal_group(proc.pid, signal.SIGKILL)  # members that outlived the leader or ignored SIGTERM
     try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=grace)  # reap the leader; its pipes close once every member is dead
+    except subprocess.TimeoutExpired:  # a process that left the group (setsid) still holds the pipes
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
         proc.wait()
+
+
+def _exited(pid: int) -> bool:
+    """True once a child has exited, without reaping it (waitid WNOWAIT)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    """Send `signum` to every process of a group; a group that has already gone is fine."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signum)
 
 
 def tool_message(proc: subprocess.CompletedProcess, limit: int = 400) -> str:

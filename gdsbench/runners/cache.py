@@ -1,5 +1,7 @@
-"""Page-cache control: the condition a read starts from (cold: dropped; warm: read once), a runner's
-concern rather than a fact about the machine."""
+"""Page-cache control, a condition runners set before a measurement (cold or warm reads).
+
+Not a fact about the machine (that is gdsbench.sysinfo): these calls change the machine's state.
+"""
 
 from __future__ import annotations
 

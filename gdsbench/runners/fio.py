@@ -17,15 +17,17 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from gdsbench import sysinfo
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
-from gdsbench.keys import Key, boolean, one_of, text
-from gdsbench.runners.base import Measurement, RunContext, run_tool, tool_message
+from gdsbench.keys import Key, boolean, gpu_ids, one_of, text
+from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool, tool_message
+from gdsbench.sysinfo import host, storage
 
 IOENGINES = ("libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio", "mmap")
 PERCENTILES = {"lat_p50_us": 50.0, "lat_p90_us": 90.0, "lat_p99_us": 99.0, "lat_p999_us": 99.9}
 _CUFILE_MODES = {Transfer.GDS: "cufile", Transfer.CPU_GPU: "posix"}
+#: Which fio binary: a setting of the whole sweep (top level), not a case parameter.
+FIO_PATH = Key("fio", text, "a path to the fio executable", "fio", "which fio to run", axis=False)
 
 
 class FioRunner:
@@ -54,12 +56,16 @@ class FioRunner:
             False,
             "delete each job's file when the job ends (fio --unlink=1), so every write run makes a new file",
         ),
-        Key("gpu", lambda v: str(v), "a GPU index", "0", "GPU for libcufile transfers"),
-        Key("fio", text, "a path to the fio executable", "fio", "which fio to run"),
+        Key(
+            "gpu",
+            gpu_ids,
+            "a GPU index such as 0 (fio also takes a list such as 0:1)",
+            "0",
+            "GPU for libcufile transfers",
+        ),
+        FIO_PATH,
     )
-    axes = frozenset(
-        {"pattern", "transfer", "io_size", "threads", "iodepth", "ioengine", "iomem", "end_fsync", "unlink", "gpu"}
-    )
+    axes = axes_of(("pattern", "transfer", "io_size", "threads", "iodepth"), options)
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why fio cannot run this case here: no fio, or no libcufile engine for GPU transfers."""
@@ -84,27 +90,27 @@ class FioRunner:
 
 def huge_pages_missing(case: Case) -> str | None:
     """Why fio's hugetlb buffers (iomem shmhuge/mmaphuge) cannot be had: too few reserved huge pages."""
-    if case.get("iomem") not in ("shmhuge", "mmaphuge"):
+    if case["iomem"] not in ("shmhuge", "mmaphuge"):
         return None
-    free, page = sysinfo.huge_pages()
-    need = case.get("threads", 1) * case.get("iodepth", 1) * case.get("io_size") + page
+    free, page = storage.huge_pages()
+    need = case["threads"] * case["iodepth"] * case["io_size"] + page
     if free * page >= need:
         return None
     pages = -(-need // page) if page else 0
     return (
-        f"iomem={case.get('iomem')} needs {pages} free huge pages ({free} free); reserve them as root: "
+        f"iomem={case['iomem']} needs {pages} free huge pages ({free} free); reserve them as root: "
         f"echo {pages} > /proc/sys/vm/nr_hugepages"
     )
 
 
 def fio_binary(ctx: RunContext) -> str:
     """The fio executable named in the config, else `fio` on PATH."""
-    return str(ctx.options.get("fio") or "fio")
+    return str(ctx.options.get(FIO_PATH.name) or FIO_PATH.default)
 
 
 def engines(binary: str) -> frozenset[str]:
     """The ioengines this fio build lists in `fio --enghelp` (the probe lives in sysinfo; doctor shows it too)."""
-    return sysinfo.fio_engines(binary)
+    return host.fio_engines(binary)
 
 
 def job_name(case: Case, ctx: RunContext) -> str:
@@ -113,12 +119,12 @@ def job_name(case: Case, ctx: RunContext) -> str:
     unlink cases get names of their own: fio deletes their files when the job ends, which must not
     turn the next case's overwrite of the shared file into a new-file write.
     """
-    return f"gdsbench.{ctx.file_size}" + (".new" if case.get("unlink") else "")
+    return f"gdsbench.{ctx.file_size}" + (".new" if case["unlink"] else "")
 
 
 def job_files(case: Case, ctx: RunContext) -> list[Path]:
     """The files fio will use for this case, one per job."""
-    return [ctx.directory / f"{job_name(case, ctx)}.{job}.0" for job in range(case.get("threads", 1))]
+    return [ctx.directory / f"{job_name(case, ctx)}.{job}.0" for job in range(case["threads"])]
 
 
 def fio_argv(case: Case, ctx: RunContext) -> list[str]:
@@ -128,12 +134,12 @@ def fio_argv(case: Case, ctx: RunContext) -> list[str]:
         f"--name={job_name(case, ctx)}",
         f"--directory={fio_path(ctx.directory)}",
         f"--size={ctx.file_size}",
-        f"--bs={case.get('io_size')}",
+        f"--bs={case['io_size']}",
         f"--rw={case.pattern.value}",
-        f"--numjobs={case.get('threads', 1)}",
-        f"--iodepth={case.get('iodepth', 1)}",
+        f"--numjobs={case['threads']}",
+        f"--iodepth={case['iodepth']}",
         f"--direct={0 if case.transfer is Transfer.CPU_CACHED else 1}",
-        f"--iomem={case.get('iomem', 'malloc')}",
+        f"--iomem={case['iomem']}",
         "--output-format=json+",
     ]
     if case.transfer in _CUFILE_MODES:
@@ -141,14 +147,14 @@ def fio_argv(case: Case, ctx: RunContext) -> list[str]:
         argv += [
             "--ioengine=libcufile",
             f"--cuda_io={_CUFILE_MODES[case.transfer]}",
-            f"--gpu_dev_ids={case.get('gpu', '0')}",
+            f"--gpu_dev_ids={case['gpu']}",
             "--thread",
         ]
     else:
-        argv.append(f"--ioengine={case.get('ioengine', 'libaio')}")
-    if case.get("end_fsync") and case.pattern.is_write:
+        argv.append(f"--ioengine={case['ioengine']}")
+    if case["end_fsync"] and case.pattern.is_write:
         argv.append("--end_fsync=1")
-    if case.get("unlink"):
+    if case["unlink"]:
         argv.append("--unlink=1")
     if ctx.runtime:
         argv += ["--time_based", f"--runtime={ctx.runtime:g}"]

@@ -19,12 +19,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from gdsbench import sysinfo
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, non_negative_int, positive_int, size, text
-from gdsbench.runners.base import Measurement, RunContext, run_tool, tool_message
+from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool, tool_message
 from gdsbench.runners.fio import FioRunner
+from gdsbench.sysinfo import gpu as gds
 from gdsbench.units import size_label
 
 #: The GPU index key is fio's (one key, one meaning); gdsio's -d takes a single index.
@@ -96,6 +96,7 @@ class GdsioRunner:
             "a path to the gdsio executable",
             None,
             "which gdsio to run (else $GDSIO, PATH, /usr/local/cuda*/gds/tools/gdsio)",
+            axis=False,
         ),
         GPU_KEY,
         Key("numa_node", non_negative_int, "a NUMA node number", None, "gdsio -n: NUMA node for host buffers"),
@@ -103,17 +104,15 @@ class GdsioRunner:
         Key("batch_size", positive_int, "a positive integer", None, "gdsio -B: batch size for GPU_BATCH"),
         Key("alignment", size, "a size such as 4K", None, "gdsio -a: alignment of random IO offsets"),
     )
-    axes = frozenset(
-        {"pattern", "transfer", "io_size", "threads", "gpu", "numa_node", "verify", "batch_size", "alignment"}
-    )
+    axes = axes_of(("pattern", "transfer", "io_size", "threads"), options)
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why gdsio cannot run this case here: no gdsio, or a GPU list where gdsio takes one index."""
-        path, why = sysinfo.find_gdsio(ctx.options.get("gdsio"))
+        path, why = gds.find_gdsio(ctx.options.get("gdsio"))
         if path is None:
             return why
-        if not str(case.get("gpu", "0")).isdigit():
-            return f"gdsio takes one GPU index (-d), not {case.get('gpu')!r}"
+        if not str(case["gpu"]).isdigit():
+            return f"gdsio takes one GPU index (-d), not {case['gpu']!r}"
         return None
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
@@ -127,9 +126,9 @@ class GdsioRunner:
         notes: list[str | None] = (
             [fill(case, ctx)] if not case.pattern.is_write and not ready(files, ctx.file_size) else []
         )
-        before = sysinfo.nvfs_stats()
+        before = gds.nvfs_stats()
         proc = run_tool(self.command(case, ctx), timeout=ctx.timeout)
-        after = sysinfo.nvfs_stats()
+        after = gds.nvfs_stats()
         result = pick(checked(proc), case.pattern)
         notes.append(path_note(case, before, after))
         raw = proc.stdout + (f"\n--- stderr ---\n{proc.stderr}" if proc.stderr.strip() else "")
@@ -141,31 +140,31 @@ def gdsio_argv(
 ) -> list[str]:
     """Translate a case (or its fill pass, with another pattern/transfer and no time limit) into gdsio's argv."""
     pattern, transfer = pattern or case.pattern, transfer or case.transfer
-    path, _ = sysinfo.find_gdsio(ctx.options.get("gdsio"))
+    path, _ = gds.find_gdsio(ctx.options.get("gdsio"))
     argv = [
         path or "gdsio",
         "-D",
         str(ctx.directory),
         "-d",
-        str(case.get("gpu", "0")),
+        str(case["gpu"]),
         "-w",
-        str(case.get("threads", 1)),
+        str(case["threads"]),
         "-s",
         size_label(ctx.file_size),
         "-i",
-        size_label(case.get("io_size")),
+        size_label(case["io_size"]),
         "-x",
         str(XFER_CODES[transfer]),
         "-I",
         str(IO_CODES[pattern]),
     ]
-    if case.get("numa_node") is not None:
-        argv += ["-n", str(case.get("numa_node"))]
-    if transfer is Transfer.GPU_BATCH and case.get("batch_size"):
-        argv += ["-B", str(case.get("batch_size"))]
-    if case.get("alignment") and pattern in (Pattern.RANDREAD, Pattern.RANDWRITE):
-        argv += ["-a", size_label(case.get("alignment"))]
-    if case.get("verify") and timed:
+    if case["numa_node"] is not None:
+        argv += ["-n", str(case["numa_node"])]
+    if transfer is Transfer.GPU_BATCH and case["batch_size"]:
+        argv += ["-B", str(case["batch_size"])]
+    if case["alignment"] and pattern in (Pattern.RANDREAD, Pattern.RANDWRITE):
+        argv += ["-a", size_label(case["alignment"])]
+    if case["verify"] and timed:
         argv.append("-V")
     if ctx.runtime and timed:
         argv += ["-T", str(math.ceil(ctx.runtime))]  # gdsio takes whole seconds
@@ -174,7 +173,7 @@ def gdsio_argv(
 
 def data_files(case: Case, ctx: RunContext) -> list[Path]:
     """The files gdsio uses with -D: gdsio.0 .. gdsio.<threads-1> in the target directory."""
-    return [ctx.directory / f"gdsio.{n}" for n in range(case.get("threads", 1))]
+    return [ctx.directory / f"gdsio.{n}" for n in range(case["threads"])]
 
 
 def ready(files: list[Path], file_size: int) -> bool:
@@ -253,7 +252,7 @@ def path_note(case: Case, before: dict[str, int] | None, after: dict[str, int] |
     if before is None or after is None:
         return (
             "GDS path or cuFile compat mode could not be told "
-            f"({sysinfo.NVFS_STATS} not readable; gdsio prints GPUD either way)"
+            f"({gds.NVFS_STATS} not readable; gdsio prints GPUD either way)"
         )
     kind = "writes" if case.pattern.is_write else "reads"
     calls = after.get(kind, 0) - before.get(kind, 0)

@@ -34,7 +34,7 @@ from gdsbench import workloads
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import GdsbenchError, ToolError, UsageError
 from gdsbench.keys import Key, non_negative_int, one_of, size
-from gdsbench.runners.base import Measurement, RunContext
+from gdsbench.runners.base import Measurement, RunContext, axes_of
 from gdsbench.runners.checkpoint.conditions import (
     CACHE_STATES,
     MEMORY_STATES,
@@ -117,9 +117,7 @@ class CheckpointRunner(abc.ABC):
     @property
     def axes(self) -> frozenset[str]:
         """Case parameters: pattern, transfer, threads when the engine has I/O threads, and its options."""
-        return frozenset(
-            {"pattern", "transfer", *(("threads",) if self.threaded else ()), *(k.name for k in self.options)}
-        )
+        return axes_of(("pattern", "transfer", *(("threads",) if self.threaded else ())), self.options)
 
     # -- what an engine implements ---------------------------------------------------------------
 

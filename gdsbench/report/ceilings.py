@@ -1,0 +1,140 @@
+"""Checkpoint engines against what the disk can do: each engine's median as a ratio to fio's ceiling of
+the same run (and to torch.save's in the same memory state).
+
+A save is durable (its files and directory are fsynced before it counts), so its ceiling is fio's best
+durable direct-I/O write of the run (`end_fsync=1`): a write that never fsyncs can measure a write-back
+cache instead of the disk (fio wrote 2.5 GB/s without end_fsync and 0.6-0.8 GB/s with it on a virtual
+disk, minutes apart). Non-durable fio writes stay beside it as a labelled reference ("x fio (no fsync)");
+a run without a durable fio write falls back to the non-durable one, labelled as such, with a warning.
+A load's ceiling is fio's best direct read. Page-cache (CPU_CACHED) fio cases measure memory, never a
+ceiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from gdsbench.results import parameters
+
+#: Patterns of checkpoint engines and the fio pattern whose bandwidth is their ceiling.
+CEILINGS = {"save": "write", "load": "read"}
+#: The state a load starts from: torch_save baselines are compared in the same one.
+CONDITIONS = ("cache", "memory")
+NO_FSYNC = "no fsync"
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """fio's limit for one pattern of one run: the bandwidth, what it is, and the non-durable reference."""
+
+    bw: float
+    label: str  # "fio durable write", "fio write (no fsync)", "fio read"
+    durable: bool  # False only for a save compared with a write that never fsynced
+    no_fsync_bw: float = float("nan")  # saves: fio's best write without fsync, shown beside the ceiling
+
+
+def engine_labels(rows: pd.DataFrame) -> pd.Series:
+    """Each checkpoint row's engine, with the parameters that tell apart its cases of the same pattern
+    (e.g. 'fastpersist (load_into=True)'), so variants of one engine are never merged."""
+    labels = rows["engine"].astype(str)
+    params = [c for c in parameters(rows.columns) if c not in ("engine", "pattern")]
+    for _, group in rows.groupby(["engine", "pattern"], sort=False):
+        varying = [c for c in params if group[c].nunique(dropna=False) > 1]
+        if varying:
+            text = group[varying].apply(lambda r: ", ".join(f"{c}={_plain(v)}" for c, v in r.items()), axis=1)
+            labels.loc[group.index] = group["engine"].astype(str) + " (" + text + ")"
+    return labels
+
+
+def _plain(value: object) -> str:
+    """A parameter value as a config writes it: 4, not the 4.0 a column with gaps turns it into."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
+
+
+def _best(fio: pd.DataFrame) -> float:
+    """The best median bandwidth over fio's cases (NaN when there are none)."""
+    return float(fio.groupby("case")["bw_bytes"].median().max()) if not fio.empty else float("nan")
+
+
+def durable(fio: pd.DataFrame) -> pd.Series:
+    """Which fio rows fsynced their files before the job ended (end_fsync=1, as a CSV reads it back)."""
+    if "end_fsync" not in fio:
+        return pd.Series(False, index=fio.index)
+    return fio["end_fsync"].astype(str).str.strip().str.lower().isin(("true", "1", "1.0"))
+
+
+def ceiling(run: pd.DataFrame, pattern: str) -> Ceiling:
+    """fio's ceiling for a checkpoint pattern in one run's ok rows: the durable write for saves (else the
+    non-durable one, labelled), the best direct read for loads; page-cache cases never count."""
+    fio = run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern]) & (run["transfer"] != "CPU_CACHED")]
+    if pattern != "save":
+        return Ceiling(_best(fio), f"fio {CEILINGS[pattern]}", durable=True)
+    synced = durable(fio)
+    best_durable, no_fsync = _best(fio[synced]), _best(fio[~synced])
+    if pd.notna(best_durable):
+        return Ceiling(best_durable, "fio durable write", durable=True, no_fsync_bw=no_fsync)
+    return Ceiling(no_fsync, f"fio write ({NO_FSYNC})", durable=False, no_fsync_bw=no_fsync)
+
+
+def _same_conditions(baseline: pd.DataFrame, group: pd.DataFrame) -> pd.DataFrame:
+    """The baseline rows measured in the group's page-cache and memory state, where the run has them."""
+    for column in CONDITIONS:
+        if column in group and column in baseline and group[column].nunique() == 1:
+            same = baseline[baseline[column] == group[column].iloc[0]]
+            baseline = same if not same.empty else baseline
+    return baseline
+
+
+def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
+    """Each checkpoint engine's median bandwidth as a ratio to fio's ceiling of the same run and pattern
+    (x_fio), to fio's non-durable write (x_fio_no_fsync, saves) and to torch_save (x_torch_save)."""
+    ok = frame[frame["status"] == "ok"]
+    rows = []
+    for (run_id, host), run in ok.groupby(["run_id", "host"], sort=False):
+        ckpt = run[run["pattern"].isin(list(CEILINGS))]
+        if ckpt.empty:
+            continue
+        ckpt = ckpt.assign(label=engine_labels(ckpt))
+        for (label, _engine, pattern), group in ckpt.groupby(["label", "engine", "pattern"], sort=False):
+            limit = ceiling(run, pattern)
+            base = _same_conditions(run[(run["engine"] == "torch_save") & (run["pattern"] == pattern)], group)
+            median = group["bw_bytes"].median()
+            rows.append(
+                {
+                    "host": host,
+                    "run_id": run_id,
+                    "engine": label,
+                    "pattern": pattern,
+                    "n": len(group),
+                    "bw_median": median,
+                    "x_fio": median / limit.bw,
+                    "x_fio_no_fsync": median / limit.no_fsync_bw,
+                    "x_torch_save": median / base["bw_bytes"].median(),
+                    "fio_bw": limit.bw,
+                    "fio_no_fsync_bw": limit.no_fsync_bw,
+                    "ceiling": limit.label,
+                    "durable": limit.durable,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def warnings(ratios: pd.DataFrame) -> list[str]:
+    """Runs whose saves had no durable fio write to be compared with, and what they were compared with."""
+    if ratios.empty:
+        return []
+    saves = ratios[(ratios["pattern"] == "save") & ~ratios["durable"].astype(bool)]
+    notes = []
+    for (run_id, host), run in saves.groupby(["run_id", "host"], sort=False):
+        fallback = (
+            f"fio's write without fsync ({NO_FSYNC}), which can measure a write-back cache, not the disk"
+            if run["fio_bw"].notna().any()
+            else "nothing (no direct-I/O fio write either)"
+        )
+        notes.append(
+            f"run {run_id} on {host} has no durable fio write (end_fsync=1); saves are compared with {fallback}: "
+            "add a fio write case with end_fsync: [true]"
+        )
+    return notes

@@ -1,0 +1,65 @@
+"""The report as one value: its sections, in reading order, as text cells any format can render.
+
+Built once from results (report.summary.build); every format (report/formats/*, the HTML page) renders
+the same value, so the order of the sections and their contents are written in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class Lines:
+    """fio's run-status lines, one per group, each under its group's title (`transfer=CPU_ONLY io_size=1M`)."""
+
+    title: str
+    items: tuple[tuple[str, str], ...]  # (group title, status line)
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of text cells (bandwidths already in fio's units)."""
+
+    title: str
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class Notes:
+    """What a reader must know besides the numbers: failed and skipped cases, rigour warnings."""
+
+    title: str
+    problems: tuple[str, ...]  # "failed: <case>: <error>", "skipped: <case>: <reason>"
+    warnings: tuple[str, ...]  # without the "warning: " prefix
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        """Problems, then warnings marked as such."""
+        return self.problems + tuple(f"warning: {note}" for note in self.warnings)
+
+
+Section = Lines | Table | Notes
+
+
+@dataclass(frozen=True, eq=False)
+class Report:
+    """One report of one or more results files, grouped by `groups`."""
+
+    groups: tuple[str, ...]
+    summary: pd.DataFrame  # median and min-max per group, in base units (the csv format)
+    status: Lines
+    results: Table
+    ceilings: Table | None  # checkpoint engines against fio, when the results have checkpoint rows
+    notes: Notes
+
+    @property
+    def sections(self) -> tuple[Section, ...]:
+        """The sections in reading order (the only place the order is written); empty ones left out."""
+        notes = (self.notes,) if self.notes.lines else ()
+        return (self.status, self.results, *((self.ceilings,) if self.ceilings else ()), *notes)

@@ -1,0 +1,98 @@
+"""From results rows to the report value: group, aggregate repetitions, pick median runs, build the Report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from gdsbench.errors import UsageError
+from gdsbench.report import ceilings, fio_style, tables
+from gdsbench.report.sections import Lines, Notes, Report, Table
+from gdsbench.results import parameters
+
+STATUS_TITLE = "Run status (fio style, median repetition of each group)"
+RESULTS_TITLE = "Results: median and min-max over repetitions"
+CEILINGS_TITLE = "Checkpoint engines against the fio ceiling of the same run"
+NOTES_TITLE = "Notes"
+
+
+def default_groups(frame: pd.DataFrame) -> list[str]:
+    """Group by run (when several are merged) and by every parameter that varies."""
+    runs = [c for c in ("host", "run_id") if c in frame and frame[c].nunique() > 1]
+    varying = [c for c in parameters(frame.columns) if frame[c].nunique(dropna=True) > 1]
+    return runs + (varying or ["engine", "pattern"])
+
+
+def check_columns(frame: pd.DataFrame, groups: list[str]) -> None:
+    """Refuse grouping by a column the results do not have, naming those it has."""
+    unknown = [c for c in groups if c not in frame.columns]
+    if unknown:
+        known = ", ".join(c for c in frame.columns if c != "source")
+        raise UsageError(f"--by: no column {', '.join(unknown)} in these results; columns: {known}")
+
+
+def aggregate(frame: pd.DataFrame, groups: list[str]) -> pd.DataFrame:
+    """Median and min-max of each group's ok rows, plus the number of repetitions."""
+    ok = frame[frame["status"] == "ok"]
+    if ok.empty:
+        return pd.DataFrame(columns=[*groups, "n"])
+    grouped = ok.groupby(groups, dropna=False, sort=False)
+    table = grouped.agg(
+        n=("bw_bytes", "size"),
+        bw_median=("bw_bytes", "median"),
+        bw_min=("bw_bytes", "min"),
+        bw_max=("bw_bytes", "max"),
+        iops_median=("iops", "median"),
+        lat_mean_us=("lat_mean_us", "median"),
+        lat_p99_us=("lat_p99_us", "median"),
+        bytes=("bytes", "median"),
+    ).reset_index()
+    table["spread"] = (table["bw_max"] - table["bw_min"]) / table["bw_median"]
+    return table
+
+
+def median_rows(frame: pd.DataFrame, groups: list[str]) -> list[tuple[tuple, dict[str, Any]]]:
+    """Each group's median repetition (lower middle when even), as (group values, row)."""
+    ok = frame[frame["status"] == "ok"]
+    picked = []
+    for values, group in ok.groupby(groups, dropna=False, sort=False):
+        ordered = group.sort_values("bw_bytes", kind="stable")
+        picked.append(
+            (values if isinstance(values, tuple) else (values,), ordered.iloc[(len(ordered) - 1) // 2].to_dict())
+        )
+    return picked
+
+
+def status_lines(frame: pd.DataFrame, groups: list[str]) -> Lines:
+    """fio's run-status line of each group's median repetition, titled by the group's values."""
+    items = [
+        (" ".join(f"{g}={tables.cell(g, v)}" for g, v in zip(groups, values)), fio_style.status_line(row))
+        for values, row in median_rows(frame, groups)
+    ]
+    return Lines(STATUS_TITLE, tuple(items))
+
+
+def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
+    """A Table section from a header and rows of text cells."""
+    return Table(title, tuple(header), tuple(tuple(row) for row in rows))
+
+
+def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
+    """The report of a results frame: every section, in order, computed once for every format."""
+    groups = groups or default_groups(frame)
+    check_columns(frame, groups)
+    summary = aggregate(frame, groups)
+    ratios = ceilings.ceiling_ratios(frame)
+    return Report(
+        groups=tuple(groups),
+        summary=summary,
+        status=status_lines(frame, groups),
+        results=_table(RESULTS_TITLE, *tables.table_rows(groups, summary)),
+        ceilings=_table(CEILINGS_TITLE, *tables.ratio_rows(ratios)) if not ratios.empty else None,
+        notes=Notes(
+            NOTES_TITLE,
+            tuple(tables.problems(frame)),
+            tuple(tables.warnings(summary) + ceilings.warnings(ratios)),
+        ),
+    )

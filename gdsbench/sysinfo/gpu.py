@@ -1,0 +1,239 @@
+"""GPU and GPUDirect Storage discovery: GPUs with PCIe and NUMA placement, the nvidia-fs driver and its
+counters, cufile.json, kvikio's mode, torch's CUDA, and where NVIDIA's GDS tools (gdsio, gdscheck) are.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from gdsbench.sysinfo.host import read_fact, version
+
+#: Where NVIDIA's GDS tools packages install gdsio and gdscheck (newest CUDA first among the cuda* ones).
+GDS_TOOL_DIRS = ("/usr/local/cuda*/gds/tools", "/usr/libexec/gds/tools")
+GDS_TOOLS_HELP = (
+    "NVIDIA's GDS tools package (gds-tools-<cuda version>, pulled in by nvidia-gds) installs "
+    "gdsio and gdscheck under /usr/local/cuda/gds/tools"
+)
+NVFS_STATS = Path("/proc/driver/nvidia-fs/stats")
+CUFILE_KEYS = (
+    "allow_compat_mode",
+    "use_compat_mode",
+    "force_compat_mode",
+    "use_pci_p2pdma",
+    "max_direct_io_size_kb",
+    "max_device_cache_size_kb",
+    "max_device_pinned_mem_size_kb",
+    "use_poll_mode",
+    "poll_mode_max_size_kb",
+    "max_batch_io_size",
+)
+
+
+def _version_key(path: str) -> tuple[int, ...]:
+    """Sort key for /usr/local/cuda-X.Y/...: the CUDA version the (resolved) folder names."""
+    parts = Path(path).resolve().parts
+    folder = next((p for p in parts if p.startswith("cuda")), "")
+    return tuple(int(n) for n in re.findall(r"\d+", folder))
+
+
+def cuda_tool(name: str) -> str | None:
+    """A GDS tool (gdsio, gdscheck) on PATH, else in GDS_TOOL_DIRS, newest CUDA first."""
+    found = shutil.which(name)
+    if found:
+        return found
+    candidates = [
+        path for folder in GDS_TOOL_DIRS for path in glob.glob(f"{folder}/{name}") if os.access(path, os.X_OK)
+    ]
+    return max(candidates, key=_version_key) if candidates else None
+
+
+def find_gdsio(explicit: str | None = None) -> tuple[str | None, str]:
+    """Where gdsio is: the path given (--gdsio or the config's `gdsio`), $GDSIO, PATH, the GDS tool folders.
+
+    Returns (path, how it was found) or (None, why not and where gdsio comes from).
+    """
+    for given, source in ((explicit, "the gdsio option"), (os.environ.get("GDSIO"), "$GDSIO")):
+        if given:
+            path = shutil.which(given) or (given if os.access(given, os.X_OK) and Path(given).is_file() else None)
+            return (path, source) if path else (None, f"gdsio not found at {given} (from {source})")
+    path = cuda_tool("gdsio")
+    if path:
+        return path, "PATH" if shutil.which("gdsio") else str(Path(path).parent)
+    folders = ", ".join(GDS_TOOL_DIRS)
+    return None, f"gdsio not found (--gdsio, $GDSIO, PATH, {folders}); {GDS_TOOLS_HELP}"
+
+
+def gpus() -> dict[str, Any]:
+    """NVIDIA GPUs with PCIe address and NUMA node: from NVML (pynvml) if installed, else nvidia-smi."""
+    if importlib.util.find_spec("pynvml") is not None:
+        found = _nvml_gpus()
+        if found is not None:
+            return {"source": "nvml", "gpus": found, "reason": None if found else "NVML lists no GPU"}
+    if shutil.which("nvidia-smi") is None:
+        return {
+            "source": None,
+            "gpus": [],
+            "reason": "no NVIDIA GPU visible: pynvml not installed and nvidia-smi not found",
+        }
+    return _smi_gpus()
+
+
+def _text(value: str | bytes) -> str:
+    """NVML strings: str in new pynvml, bytes in old."""
+    return value if isinstance(value, str) else value.decode()
+
+
+def _nvml_gpus() -> list[dict[str, Any]] | None:
+    """GPUs as NVML reports them, or None when NVML cannot start (no driver)."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except Exception:  # pynvml raises NVMLError subclasses for a missing driver or library
+        return None
+    try:
+        found = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            name, bus = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlDeviceGetPciInfo(handle).busId
+            found.append(_gpu(index, _text(name), _text(bus), pynvml.nvmlDeviceGetMemoryInfo(handle).total))
+        return found
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _smi_gpus() -> dict[str, Any]:
+    """GPUs from `nvidia-smi --query-gpu ... --format=csv`."""
+    argv = ["nvidia-smi", "--query-gpu=index,name,pci.bus_id,memory.total", "--format=csv,noheader,nounits"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"source": "nvidia-smi", "gpus": [], "reason": f"nvidia-smi failed: {exc}"}
+    if proc.returncode != 0:
+        why = (proc.stdout + proc.stderr).strip().splitlines()
+        return {"source": "nvidia-smi", "gpus": [], "reason": f"nvidia-smi: {why[0] if why else proc.returncode}"}
+    found = []
+    for line in proc.stdout.strip().splitlines():
+        index, name, bus, mib = [field.strip() for field in line.split(",")[:4]]
+        found.append(_gpu(int(index), name, bus, int(float(mib)) * 2**20))
+    return {"source": "nvidia-smi", "gpus": found, "reason": None if found else "nvidia-smi lists no GPU"}
+
+
+def _gpu(index: int, name: str, bus_id: str, memory_bytes: int) -> dict[str, Any]:
+    """One GPU's facts, with the NUMA node of its PCIe device from sysfs."""
+    bdf = bus_id.lower()
+    bdf = bdf[4:] if len(bdf) > 12 and bdf.startswith("0000") else bdf  # NVML pads the domain to 8 digits
+    numa = read_fact(Path("/sys/bus/pci/devices") / bdf / "numa_node")
+    return {
+        "index": index,
+        "name": name,
+        "pci_bus_id": bdf,
+        "memory_bytes": memory_bytes,
+        "numa_node": int(numa) if numa not in (None, "") else None,
+    }
+
+
+def parse_nvfs_stats(text: str) -> dict[str, int]:
+    """Read/write counters from /proc/driver/nvidia-fs/stats: calls (n) and MiB moved through nvidia-fs."""
+    counters: dict[str, int] = {}
+    for kind, mib in (("Reads", "readMiB"), ("Writes", "writeMiB")):
+        match = re.search(rf"^\s*{kind}\s*:\s*n=(\d+).*?\b{mib}=(\d+)", text, re.MULTILINE)
+        if match:
+            counters[f"{kind.lower()}"] = int(match.group(1))
+            counters[f"{kind.lower()}_mib"] = int(match.group(2))
+    return counters
+
+
+def nvfs_stats() -> dict[str, int] | None:
+    """nvidia-fs read/write counters now, or None when the stats file cannot be read."""
+    try:
+        return parse_nvfs_stats(NVFS_STATS.read_text())
+    except OSError:
+        return None
+
+
+def nvidia_fs() -> dict[str, Any]:
+    """The nvidia-fs kernel module (GDS's driver): loaded or not, its version and counters."""
+    loaded = Path("/sys/module/nvidia_fs").exists() or NVFS_STATS.parent.exists()
+    return {"loaded": loaded, "version": read_fact(Path("/sys/module/nvidia_fs/version")), "stats": nvfs_stats()}
+
+
+def strip_json_comments(text: str) -> str:
+    """cufile.json allows // and /* */ comments; drop them, leaving strings (paths, URLs) alone."""
+    pattern = re.compile(r'("(?:\\.|[^"\\])*")|//[^\n]*|/\*.*?\*/', re.DOTALL)
+    return pattern.sub(lambda m: m.group(1) or "", text)
+
+
+def cufile_config() -> dict[str, Any]:
+    """Where cufile.json is ($CUFILE_ENV_PATH_JSON, else /etc/cufile.json) and the settings that matter."""
+    path = Path(os.environ.get("CUFILE_ENV_PATH_JSON") or "/etc/cufile.json")
+    facts: dict[str, Any] = {"path": str(path), "exists": path.is_file()}
+    if not facts["exists"]:
+        return facts
+    try:
+        document = json.loads(strip_json_comments(path.read_text()))
+    except (OSError, ValueError) as exc:
+        return {**facts, "error": f"cannot read {path}: {exc}"}
+    properties = document.get("properties", {}) if isinstance(document, dict) else {}
+    facts["properties"] = {key: properties[key] for key in CUFILE_KEYS if key in properties}
+    facts["logging_level"] = (document.get("logging") or {}).get("level") if isinstance(document, dict) else None
+    return facts
+
+
+def kvikio_mode(nvfs_loaded: bool) -> dict[str, Any]:
+    """kvikio's version and whether it would run in compat (POSIX) mode here, from KVIKIO_COMPAT_MODE and nvidia-fs."""
+    versions = {name: v for name in ("kvikio-cu13", "kvikio-cu12", "kvikio") if (v := version(name))}
+    setting = os.environ.get("KVIKIO_COMPAT_MODE", "AUTO").strip().upper()
+    if setting in ("ON", "TRUE", "YES", "1"):
+        compat, why = True, "KVIKIO_COMPAT_MODE=ON"
+    elif setting in ("OFF", "FALSE", "NO", "0"):
+        compat, why = False, "KVIKIO_COMPAT_MODE=OFF (cuFile errors out where GDS is unavailable)"
+    elif nvfs_loaded:
+        compat, why = False, "AUTO and the nvidia-fs module is loaded"
+    else:
+        compat, why = True, "AUTO and no nvidia-fs module (unless cuFile's P2PDMA mode applies)"
+    return {"versions": versions, "installed": bool(versions), "compat_mode": compat, "why": why}
+
+
+_TORCH_PROBE = (
+    "import json, torch; c = torch.cuda.is_available(); "
+    "print(json.dumps({'version': torch.__version__, 'cuda_build': torch.version.cuda, "
+    "'cuda_available': c, 'devices': torch.cuda.device_count() if c else 0}))"
+)
+
+
+def torch_cuda() -> dict[str, Any]:
+    """torch's version, the CUDA it was built for and whether it sees a GPU (probed in a child process,
+    so a fio-only sweep never imports torch)."""
+    if importlib.util.find_spec("torch") is None:
+        return {"version": None, "reason": "torch is not installed"}
+    try:
+        proc = subprocess.run([sys.executable, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=120)
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return {"version": version("torch"), "reason": "importing torch failed"}
+
+
+def gpu_gds(options: Mapping[str, Any]) -> dict[str, Any]:
+    """GPUs, GDS driver, cuFile config, GDS tools, kvikio and torch/CUDA: what GPU paths can run here."""
+    nvfs = nvidia_fs()
+    gdsio, gdsio_how = find_gdsio(options.get("gdsio"))
+    return {
+        "gpus": gpus(),
+        "nvidia_fs": nvfs,
+        "cufile": cufile_config(),
+        "gdsio": {"path": gdsio, "how": gdsio_how},
+        "gdscheck": cuda_tool("gdscheck"),
+        "kvikio": kvikio_mode(nvfs["loaded"]),
+        "torch": torch_cuda(),
+    }
