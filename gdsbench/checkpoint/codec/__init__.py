@@ -58,6 +58,8 @@ def from_descriptor(descriptor: str, *, threads: int | None = None) -> Codec:
         raise CodecError(f"unknown codec descriptor {descriptor!r}; known formats: {', '.join(sorted(_PARSERS))}")
     try:
         return parser(descriptor, threads)
+    except CodecUnavailable as exc:
+        raise CodecUnavailable(f"cannot decode descriptor {descriptor!r}: {exc}") from exc
     except CodecError:
         raise
     except ValueError as exc:

@@ -5,14 +5,15 @@ highly compressible while low mantissa bytes are nearly random; grouping byte i 
 zstd's entropy coder see each plane alone. Two presets (measured by benchmarks/codecs.py):
 
 - ``blosc``: SHUFFLE + ZSTD clevel 1, the ratio preset (~31% saved on bf16 weights, ~16% on fp32);
-- ``blosc-fast``: BITSHUFFLE + ZSTD clevel 1, ~2.5x faster to compress and a few points smaller ratio.
+- ``blosc-fast``: BITSHUFFLE + ZSTD clevel 1, ~2x faster to compress bf16 (1.5x fp32), 2-5 points less saved.
 
 Encoded chunk = one or more blosc2 chunks back to back, then an xxh3-64 of them all. blosc2 keeps no checksum of
 its own, so the trailer is what refuses a flipped bit before the C decoder ever reads it. One blosc2 chunk holds
 at most `blosc2.MAX_BUFFERSIZE` (~2 GiB) input bytes: larger inputs are split into pieces of `piece_bytes`
 (1 GiB), each an ordinary blosc2 chunk whose header records its own sizes. Settings never chosen: NEVER_SPLIT
-(measured: with blosc2's small default blocks it falls back to plain-zstd ratios); blosc2's own defaults (they
-differ from its docstring), hence every parameter is passed explicitly.
+(measured: with blosc2's default 32-128 KiB blocks it falls back to plain-zstd ratios; it ties only with large
+blocks, so ALWAYS_SPLIT is passed); blosc2's own defaults (they differ from its docstring), hence every
+parameter is passed explicitly.
 """
 
 from __future__ import annotations
