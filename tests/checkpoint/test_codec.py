@@ -52,7 +52,7 @@ def with_payloads(t: torch.Tensor, seed: int = 1) -> torch.Tensor:
     quarter = bytes_view.numel() // 4
     bytes_view[:quarter] = torch.randint(0, 256, (quarter,), dtype=torch.uint8, generator=g)
     bytes_view[quarter : quarter + 8 * out.element_size()] = 0xFF  # NaN with every payload bit set
-    if out.dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
+    if out.dtype in (torch.bfloat16, torch.float16, torch.float32, torch.float64) and out.numel() >= 3:
         out[-3:] = torch.tensor([float("inf"), float("-inf"), -0.0]).to(out.dtype)
     return out
 
