@@ -16,6 +16,7 @@ docs/api.md describes the calls; docs/format.md the file. Nothing else is public
 
 from typing import Any
 
+from . import codec
 from .api import load, load_into, load_mmap, save
 from .errors import (
     BackendUnavailable,
@@ -64,6 +65,7 @@ __all__ = [
     "TruncatedCheckpoint",
     "WriteStats",
     "Writer",
+    "codec",
     "load",
     "load_into",
     "load_mmap",
