@@ -1,4 +1,4 @@
-"""The gdsbench command line: sweep, report, compare, qualify, doctor, runners.
+"""The gdsbench command line: sweep, report, compare, qualify, doctor, runners, serve.
 
 The one place that prints errors and picks exit codes.
 """
@@ -335,6 +335,20 @@ def qualify(config_file: Path, output: Path, results_files: tuple[Path, ...], ju
         junit.write_text(junit_mod.to_xml(outcomes, config.name, hosts, properties=props))
         err.print(f"junit: {junit}")
     sys.exit(1 if any(o.status == junit_mod.FAIL for o in outcomes) else 0)
+
+
+@cli.command()
+@click.option("--listen", metavar="ADDR", help="host:port, [ipv6]:port or sock:/path (default: a private unix socket).")
+@click.option("--allow-all-interfaces", is_flag=True, help="Allow 0.0.0.0 or :: (anyone reaching it runs any job).")
+@click.option("--daemonize", "pidfile", type=click.Path(dir_okay=False, path_type=Path), help="Run in the background.")
+@click.option("--fio", "fio_binary", default="fio", show_default=True, help="The fio executable.")
+def serve(listen: str | None, allow_all_interfaces: bool, pidfile: Path | None, fio_binary: str) -> None:
+    """Start a fio server (fio --server) for multi-host sweeps, bound to one address, never all by default."""
+    from gdsbench import serve as serve_mod
+
+    sys.exit(
+        serve_mod.serve(listen, allow_all_interfaces, pidfile, fio_binary, lambda line: click.echo(line, err=True))
+    )
 
 
 def main() -> None:

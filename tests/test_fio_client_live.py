@@ -1,0 +1,148 @@
+"""Live fio client/server runs: servers this test starts on unix sockets and loopback ports, real small cases."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.hosts import AGGREGATE, Host, HostKind
+from gdsbench.runners import fio
+from gdsbench.runners.base import RunContext
+from gdsbench.runners.fio_client import ClientRun, fio_aggregate, parse_document, run_clients
+from gdsbench.runners.fio_jobfile import HostJob, argv_options, host_jobs
+from gdsbench.serve import server_argv, wait_listening
+from tests.fio_servers import free_port, stop_session
+
+pytestmark = [pytest.mark.needs_fio, pytest.mark.needs_odirect]
+MiB = 1 << 20
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A folder with a short path for sockets (sun_path holds 107 bytes; pytest's tmp_path can be longer)."""
+    folder = Path(tempfile.mkdtemp(prefix="gdsb-"))
+    yield folder
+    for path in folder.glob("s*.sock"):  # sockets of servers that were killed; fio removes its own on SIGINT
+        path.unlink()
+    folder.rmdir()
+
+
+@pytest.fixture
+def servers(short_dir: Path) -> Iterator[Callable[[str, int], list[tuple[Host, subprocess.Popen]]]]:
+    """Start `count` fio servers (`sock` or `tcp`); the finaliser stops every one of them."""
+    started: list[subprocess.Popen] = []
+
+    def start(kind: str, count: int) -> list[tuple[Host, subprocess.Popen]]:
+        result = []
+        for _ in range(count):
+            n = len(started)
+            host = Host(HostKind.SOCK, str(short_dir / f"s{n}.sock"))
+            if kind == "tcp":
+                host = Host(HostKind.TCP, "127.0.0.1", free_port())
+            proc = subprocess.Popen(
+                server_argv("fio", host), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            started.append(proc)
+            assert wait_listening(host, lambda p=proc: p.poll() is None), f"fio server on {host.label} did not start"
+            result.append((host, proc))
+        return result
+
+    yield start
+    for proc in started:
+        stop_session(proc)
+
+
+def case_jobs(hosts: list[Host], directory: Path, pattern: Pattern, threads: int, runtime: float | None = None):
+    """A real small case (16 MiB per job, 1 MiB blocks, psync) as each host's job, from fio's own argv."""
+    params = (("pattern", pattern), ("transfer", Transfer.CPU_ONLY), ("io_size", MiB), ("threads", threads))
+    case = Case("fio", (*params, ("iodepth", 1), ("ioengine", "psync")))
+    ctx = RunContext(directory=directory, file_size=16 * MiB, runtime=runtime)
+    return host_jobs(hosts, argv_options(fio.fio_argv(case, ctx)))
+
+
+def run(jobs: tuple[HostJob, ...], pattern: Pattern, tmp_path: Path, timeout: float = 60) -> ClientRun:
+    return run_clients("fio", jobs, pattern, tmp_path / "jobs", timeout=timeout)
+
+
+@pytest.mark.parametrize(("kind", "count", "threads"), [("sock", 2, 1), ("sock", 3, 2), ("tcp", 2, 2), ("tcp", 3, 1)])
+def test_every_host_and_the_aggregate_match_fio(servers, tmp_path, kind, count, threads):
+    hosts = [host for host, _ in servers(kind, count)]
+    data = tmp_path / "data"
+    data.mkdir()
+    for pattern in (Pattern.WRITE, Pattern.READ):
+        jobs = case_jobs(hosts, data, pattern, threads)
+        outcome = run(jobs, pattern, tmp_path)
+        document = parse_document(outcome.raw)
+        section = fio.direction(pattern)
+        *per_host, total = outcome.results
+        for job, result in zip(jobs, per_host):
+            entries = [e for e in document["client_stats"] if e["jobname"] == job.name]
+            own = [e[section] for e in entries]
+            assert result.ok, result.error
+            assert len(own) == threads and all(e["hostname"] == job.host.address for e in entries)
+            assert result.measurement.bytes == sum(s["io_bytes"] for s in own) == threads * 16 * MiB
+            assert result.measurement.seconds == max(s["runtime"] for s in own) / 1000
+            if threads == 1:
+                assert result.measurement.bw_bytes == own[0]["bw_bytes"]
+        fios = fio_aggregate(document)[section]
+        assert total.host == AGGREGATE and total.ok
+        assert (total.measurement.bytes, total.measurement.bw_bytes) == (fios["io_bytes"], fios["bw_bytes"])
+        assert total.measurement.seconds == fios["runtime"] / 1000
+    files = sorted(p for job in jobs for p in job.files())
+    assert sorted(data.iterdir()) == files  # every host wrote files of its own in the shared folder
+    assert all(p.stat().st_size == 16 * MiB for p in files)
+
+
+@pytest.mark.parametrize("kind", ["sock", "tcp"])
+def test_a_dead_host_fails_alone(servers, tmp_path, short_dir, kind):
+    live = [host for host, _ in servers(kind, 2)]
+    dead = Host(HostKind.SOCK, str(short_dir / "nobody.sock"))
+    if kind == "tcp":
+        dead = Host(HostKind.TCP, "127.0.0.1", free_port())
+    hosts = [live[0], dead, live[1]]
+    (tmp_path / "data").mkdir()
+    outcome = run(case_jobs(hosts, tmp_path / "data", Pattern.WRITE, 1), Pattern.WRITE, tmp_path)
+    assert [r.host for r in outcome.results] == [h.label for h in hosts] + [AGGREGATE]
+    assert [r.ok for r in outcome.results] == [True, False, True, False]
+    reason = "No such file or directory" if kind == "sock" else f"failed to connect to 127.0.0.1:{dead.port}"
+    assert outcome.results[1].error.startswith(f"no results from {dead.label}: ")
+    assert reason in outcome.results[1].error
+    assert outcome.results[3].error == f"aggregate incomplete: 1 of 3 hosts failed ({dead.label})"
+
+
+@pytest.mark.parametrize("kind", ["sock", "tcp"])
+def test_a_server_killed_mid_run_is_a_failed_host_not_a_crash(servers, tmp_path, kind):
+    started = servers(kind, 2)
+    hosts = [host for host, _ in started]
+    (tmp_path / "data").mkdir()
+    jobs = case_jobs(hosts, tmp_path / "data", Pattern.READ, 1, runtime=3)
+    killer = threading.Timer(1.0, os.killpg, (started[1][1].pid, signal.SIGKILL))
+    killer.start()
+    try:
+        outcome = run(jobs, Pattern.READ, tmp_path)
+    finally:
+        killer.cancel()
+    first, second, total = outcome.results
+    assert first.ok and first.measurement.seconds == pytest.approx(3.0, abs=0.2)
+    assert not second.ok and "disconnected" in second.error and not total.ok
+
+
+def test_a_timeout_fails_every_host(servers, tmp_path):
+    hosts = [host for host, _ in servers("sock", 2)]
+    (tmp_path / "data").mkdir()
+    outcome = run(case_jobs(hosts, tmp_path / "data", Pattern.READ, 1, runtime=30), Pattern.READ, tmp_path, timeout=1)
+    assert [r.error for r in outcome.results] == ["fio timed out after 1s"] * 3
+
+
+def test_fio_missing(tmp_path):
+    jobs = host_jobs([Host(HostKind.SOCK, "/nonexistent.sock")], [("name", "x"), ("rw", "read")])
+    outcome = run_clients(str(tmp_path / "no-fio"), jobs, Pattern.READ, tmp_path / "jobs", timeout=10)
+    assert [r.error for r in outcome.results] == [f"cannot start {tmp_path / 'no-fio'}: not found"] * 2
