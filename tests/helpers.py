@@ -45,3 +45,17 @@ def data_rows(csv_path: Path) -> list[dict[str, str]]:
 
     with csv_path.open(newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def fio_case(**params: Any) -> Any:
+    """A fio Case holding every parameter the config fills in (defaults), overridden by `params`."""
+    from gdsbench.cases import Case
+    from gdsbench.config import AXIS_KEYS
+    from gdsbench.runners import get
+
+    runner = get("fio")
+    values = {name: key.default for name, key in AXIS_KEYS.items()}
+    values.update({key.name: key.default for key in runner.options if key.axis})
+    values.update(params)
+    order = [name for name in (*AXIS_KEYS, *(key.name for key in runner.options)) if name in runner.axes]
+    return Case("fio", tuple((name, values[name]) for name in order))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.cases import Pattern, Transfer
 from gdsbench.hosts import AGGREGATE, Host, HostKind
 from gdsbench.runners import fio
 from gdsbench.runners.base import RunContext
@@ -20,6 +20,7 @@ from gdsbench.runners.fio_client import ClientRun, fio_aggregate, parse_document
 from gdsbench.runners.fio_jobfile import HostJob, argv_options, host_jobs
 from gdsbench.serve import server_argv, wait_listening
 from tests.fio_servers import free_port, stop_session
+from tests.helpers import fio_case
 
 pytestmark = [pytest.mark.needs_fio, pytest.mark.needs_odirect]
 MiB = 1 << 20
@@ -62,8 +63,9 @@ def servers(short_dir: Path) -> Iterator[Callable[[str, int], list[tuple[Host, s
 
 def case_jobs(hosts: list[Host], directory: Path, pattern: Pattern, threads: int, runtime: float | None = None):
     """A real small case (16 MiB per job, 1 MiB blocks, psync) as each host's job, from fio's own argv."""
-    params = (("pattern", pattern), ("transfer", Transfer.CPU_ONLY), ("io_size", MiB), ("threads", threads))
-    case = Case("fio", (*params, ("iodepth", 1), ("ioengine", "psync")))
+    case = fio_case(
+        pattern=pattern, transfer=Transfer.CPU_ONLY, io_size=MiB, threads=threads, iodepth=1, ioengine="psync"
+    )
     ctx = RunContext(directory=directory, file_size=16 * MiB, runtime=runtime)
     return host_jobs(hosts, argv_options(fio.fio_argv(case, ctx)))
 

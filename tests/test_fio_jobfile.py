@@ -11,20 +11,12 @@ from gdsbench.hosts import parse_hosts
 from gdsbench.runners import fio
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.fio_jobfile import argv_options, host_jobs, render_args, render_section, write_job_files
+from tests.helpers import fio_case
 
 
 def standalone(**params: object) -> tuple[Case, RunContext]:
-    case = Case(
-        "fio",
-        (
-            ("pattern", Pattern.WRITE),
-            ("transfer", Transfer.CPU_ONLY),
-            ("io_size", 1 << 20),
-            ("threads", 2),
-            ("iodepth", 4),
-            *params.items(),
-        ),
-    )
+    defaults = {"pattern": Pattern.WRITE, "transfer": Transfer.CPU_ONLY, "io_size": 1 << 20, "threads": 2, "iodepth": 4}
+    case = fio_case(**{**defaults, **params})
     return case, RunContext(directory=Path("/data/a:b"), file_size=16 << 20, runtime=2.0)
 
 
