@@ -112,6 +112,16 @@ def save_program(rank: int, world_size: int, path: str, compression: str, seed: 
     _report(path, f"save-r{rank}", {"stored": writer.stats.stored_bytes, "ranks": writer.stats.rank_bytes})
 
 
+def async_program(rank: int, world_size: int, path: str, seed: int) -> None:
+    """Two async saves through one Writer (the second staged once the first is written), then the same
+    state saved the plain way elsewhere: both directories load identically."""
+    writer = Writer(path, options=SMALL)
+    state = distributed(full_state(seed), world_size)
+    dcp.async_save(distributed(full_state(seed + 100), world_size), storage_writer=writer).result()
+    dcp.async_save(state, storage_writer=writer).result()
+    writer.close()
+
+
 def load_program(rank: int, world_size: int, path: str, seed: int, broadcast: bool) -> None:
     """Load at this world size (resharding from whatever was saved) and check it against the full state."""
     expected = full_state(seed)

@@ -36,10 +36,10 @@ def test_save_at_four_reshard_to_two_and_one_and_back(tmp_path: Path, compressio
 
 
 def test_broadcast_load_reads_shared_items_once(tmp_path: Path) -> None:
-    """With broadcast, an item every rank needs is read from storage by one rank: the ranks together read
-    less than when every rank reads it, and the result is the same."""
+    """A checkpoint written by 2 ranks' async saves loads at 4 ranks; with broadcast, an item every rank
+    needs is read from storage by one rank: the ranks together read less, and the result is the same."""
     path = tmp_path / "ckpt"
-    dcp_ranks.run(dcp_ranks.save_program, 2, str(path), "none", 4)
+    dcp_ranks.run(dcp_ranks.async_program, 2, str(path), 4)  # written by async saves, in the background
     dcp_ranks.run(dcp_ranks.load_program, 4, str(path), 4, False)
     each = sum(facts(path, f"load-r{r}")["read"] for r in range(4))
     dcp_ranks.run(dcp_ranks.load_program, 4, str(path), 4, True)

@@ -103,10 +103,14 @@ class Reader(StorageReader):
                 raise InvalidCheckpoint(self.path / name, "a data file the metadata names is missing") from None
 
     def close(self) -> None:
-        """Release the data files held open."""
+        """Release the data files held open (a load does when it ends)."""
         for fd in self._files.values():
             os.close(fd)
         self._files = {}
+
+    def __del__(self) -> None:
+        """A load that failed before reading still lets its files go."""
+        self.close()
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         """Keep the records of every saved item and this rank's number."""
@@ -133,9 +137,12 @@ class Reader(StorageReader):
         schedule: list[Broadcast] = plan.storage_data if self.broadcast and plan.storage_data else []
         shared = {b.index for b in schedule}
         own = [ri for ri in plan.items if ri.storage_index not in shared]
-        with StagingCache() as cache:
-            self._read_items(own, planner, cache)
-            self._broadcast(schedule, plan.items, planner, cache)
+        try:
+            with StagingCache() as cache:
+                self._read_items(own, planner, cache)
+                self._broadcast(schedule, plan.items, planner, cache)
+        finally:
+            self.close()  # the pinned data files: DCP never closes a storage reader
         future.set_result(None)
         return future
 

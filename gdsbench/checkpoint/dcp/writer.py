@@ -36,6 +36,7 @@ from .. import integrity
 from ..durable import fsync_dir
 from ..memory import StagingCache
 from ..options import IOOptions, resolve
+from ..tree import named_tensors
 from .encode import prepare, staging_bytes, write_items
 from .records import data_file, remove_unreferenced, write_metadata
 
@@ -224,10 +225,11 @@ class Writer(StorageWriter, AsyncStager):
 
         in_flight = self._state("in_flight", _InFlight)
         in_flight.wait()
+        layout = _layout(state_dict)
         cached = self._local.get("staged")
-        if cached is None:
+        if cached is None or self._local.get("layout") != layout:  # a new structure: new buffers
             cached = _create_cpu_state_dict(state_dict, pin_memory=torch.cuda.is_available())
-            self._local["staged"] = cached
+            self._local.update(staged=cached, layout=layout)
         staged = _Staged(_copy_state_dict(state_dict, cached))
         in_flight.start(staged)
         return staged
@@ -243,6 +245,11 @@ class Writer(StorageWriter, AsyncStager):
         cache = self._local.pop("staging", None)
         if cache is not None:
             cache.close()
+
+
+def _layout(state_dict: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...], torch.dtype], ...]:
+    """What staged buffers depend on: every tensor's key path, shape and dtype."""
+    return tuple((name, tuple(t.shape), t.dtype) for name, t in named_tensors(state_dict))
 
 
 def _rank() -> int:
