@@ -49,6 +49,8 @@ COLUMNS = (
     "seconds_min",
     "peak_rss_bytes",
     "bytes_on_disk",
+    "blocking_seconds",
+    "compression_ratio",
     "cache",
     "started_at",
     "error",
@@ -78,6 +80,8 @@ NUMERIC = (
     "seconds_min",
     "peak_rss_bytes",
     "bytes_on_disk",
+    "blocking_seconds",
+    "compression_ratio",
 )
 
 

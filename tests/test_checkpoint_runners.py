@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import mmap
 import os
+import re
 import time
 from pathlib import Path
 
@@ -20,7 +21,8 @@ from gdsbench.runners.checkpoint.conditions import PeakRss
 
 pytestmark = pytest.mark.needs_torch
 SIZE = "16M"
-CPU_ENGINES = {"torch_save": "CPU_CACHED", "fastpersist": "CPU_ONLY", "safetensors": "CPU_CACHED", "dcp": "CPU_CACHED"}
+CPU_ENGINES = {"torch_save": "CPU_CACHED", "fastpersist": "CPU_ONLY", "safetensors": "CPU_CACHED"}
+DISTRIBUTED = {"dcp": "CPU_CACHED", "dcp_fast": "CPU_ONLY"}
 ROOT = Path(__file__).parent.parent
 
 
@@ -65,7 +67,25 @@ def test_save_then_load_measures_the_workload(engine, ctx):
     on_disk = runner.files(runner.path(save_case, ctx))
     assert on_disk and sum(p.stat().st_size for p in on_disk) == saved.bytes_on_disk
     ctx.cleanup()
-    assert list(ctx.directory.iterdir()) == []  # everything it made is gone, the directory of dcp too
+    assert list(ctx.directory.iterdir()) == []  # everything it made is gone
+
+
+@pytest.mark.parametrize("engine", list(DISTRIBUTED))
+def test_distributed_engines_save_and_load_on_two_ranks(engine, ctx):
+    """Two torchrun ranks save their shards and load them back verified; the rows say what each rank
+    wrote, what the caller waited, the disk use; every file, the shared workload included, is cleaned up."""
+    runner = runners.get(engine)
+    save_case, load_case = cases(engine, DISTRIBUTED[engine], world_size=2).values()
+    assert runner.unavailable(save_case, ctx) is None
+    saved, loaded = runner.run(save_case, ctx), runner.run(load_case, ctx)
+    assert saved.bytes == loaded.bytes == workload_bytes()
+    assert 0 < saved.blocking_seconds <= saved.seconds and loaded.blocking_seconds is None
+    assert saved.bytes_on_disk >= saved.bytes and 0.9 < saved.compression_ratio <= 1.0
+    shares = re.search(r"written per rank: ([\d.]+)KiB, ([\d.]+)KiB", saved.note)
+    assert shares and abs(float(shares[1]) - float(shares[2])) < 64  # each rank wrote its half
+    assert "verified on every rank" in loaded.note and loaded.cache == "cold"
+    ctx.cleanup()
+    assert list(ctx.directory.iterdir()) == [] and not list(Path("/dev/shm").glob(f"gdsbench-workload.{os.getpid()}.*"))
 
 
 def test_torch_mmap_loads_what_torch_save_wrote_and_only_loads(ctx):

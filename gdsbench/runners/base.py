@@ -37,6 +37,8 @@ class Measurement:
     bw_max_bytes: float | None = None  # fastest job's bandwidth
     peak_rss_bytes: int | None = None
     bytes_on_disk: int | None = None
+    blocking_seconds: float | None = None  # what the caller waited (an async save's staging), beside `seconds`
+    compression_ratio: float | None = None  # bytes / bytes_on_disk, for engines that can compress
     cache: str | None = None  # cold | warm, where the runner controls it
     note: str | None = None  # how the measurement was taken, when it matters (cache method, fallback)
     raw: str | None = field(default=None, repr=False, compare=False)  # the tool's output, kept beside the CSV

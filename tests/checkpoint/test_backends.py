@@ -116,7 +116,7 @@ def _ramfs(parent: pathlib.Path) -> Iterator[pathlib.Path]:
     try:
         yield point
     finally:
-        subprocess.run(["umount", str(point)], check=True)
+        subprocess.run(["umount", "--lazy", str(point)], check=True)
 
 
 @pytest.mark.needs_root

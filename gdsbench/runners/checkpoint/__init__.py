@@ -3,11 +3,20 @@
 Adding an engine is adding a module that defines `ENGINE` and one line here.
 """
 
-from gdsbench.runners.checkpoint import dcp, deepspeed, fastpersist, kvikio, safetensors, torch_mmap, torch_save
+from gdsbench.runners.checkpoint import (
+    dcp,
+    dcp_fast,
+    deepspeed,
+    fastpersist,
+    kvikio,
+    safetensors,
+    torch_mmap,
+    torch_save,
+)
 from gdsbench.runners.checkpoint.base import OPTIONS, CheckpointRunner
 
 ENGINES: tuple[CheckpointRunner, ...] = tuple(
-    module.ENGINE for module in (torch_save, torch_mmap, fastpersist, safetensors, dcp, kvikio, deepspeed)
+    module.ENGINE for module in (torch_save, torch_mmap, fastpersist, safetensors, dcp, dcp_fast, kvikio, deepspeed)
 )
 
 __all__ = ["ENGINES", "OPTIONS", "CheckpointRunner"]

@@ -1,60 +1,52 @@
-"""dcp: torch.distributed.checkpoint in one process (no_dist=True): FileSystemWriter with `threads`
-writer threads and sync_files=True (it fsyncs each file), a directory of .distcp files and .metadata
-(written last); loads read in place into destination tensors allocated before the measured call, as a
-model's parameters would be."""
+"""dcp: torch.distributed.checkpoint with its own storage layer, the baseline of distributed checkpoints.
+
+FileSystemWriter(thread_count=threads, sync_files=True) (each item a torch.save archive through buffered
+writes, every file fsynced; compression "zstd" is DCP's ZStandard stream extension) and
+FileSystemReader, on `world_size` ranks launched by torchrun (distributed.py). Through the page cache.
+"""
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Mapping
+import re
 from pathlib import Path
-from typing import Any
 
-from gdsbench import workloads
 from gdsbench.cases import Case, Pattern
 from gdsbench.runners.base import RunContext
-from gdsbench.runners.checkpoint.base import CheckpointRunner
-from gdsbench.runners.checkpoint.conditions import initialised_like
+from gdsbench.runners.checkpoint.distributed import DistributedRunner
 
 
-class Dcp(CheckpointRunner):
-    """torch.distributed.checkpoint in a single process."""
+class Dcp(DistributedRunner):
+    """DCP's FileSystemWriter / FileSystemReader."""
 
     name = "dcp"
-    description = "torch.distributed.checkpoint (one process): FileSystemWriter(thread_count=threads) / load in place"
+    description = (
+        "torch.distributed.checkpoint: FileSystemWriter(thread_count=threads) / FileSystemReader, torchrun ranks"
+    )
     calls = {
         Pattern.SAVE: "torch.distributed.checkpoint.save(FileSystemWriter)",
         Pattern.LOAD: "torch.distributed.checkpoint.load(FileSystemReader)",
     }
-    modules = ("torch", "torch.distributed.checkpoint")
-    threaded = True
-    suffix = ".dcp"
-    marker = ".metadata"
 
-    def prepare(self, case: Case, workload: workloads.Workload, path: Path, ctx: RunContext) -> Any:
-        """Loads fill destination tensors, initialised as a model's are."""
-        if case.pattern is Pattern.LOAD:
-            return initialised_like(workload.tensors)
-        return super().prepare(case, workload, path, ctx)
-
-    def save(self, staged: Any, path: Path, case: Case) -> str | None:
-        """dcp.save with FileSystemWriter(sync_files=True) and `threads` writer threads."""
-        import torch.distributed.checkpoint as dcp
-
-        writer = dcp.FileSystemWriter(str(path), thread_count=case.get("threads"), sync_files=True)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "assuming the intent is to save in a single process"
-            dcp.save(dict(staged), storage_writer=writer, no_dist=True)
+    def available(self, case: Case, ctx: RunContext) -> str | None:
+        """DCP compresses whole item streams (zstd); the float codecs need the bytes' dtype: dcp_fast's."""
+        if case.get("compression") not in ("none", "zstd"):
+            return f"dcp compresses with its zstd stream extension only; {case.get('compression')} is dcp_fast's"
         return None
 
-    def load(self, path: Path, case: Case, staged: Any) -> Mapping[str, Any]:
-        """dcp.load into the prepared destination tensors."""
-        import torch.distributed.checkpoint as dcp
+    def rank_files(self, path: Path) -> list[int]:
+        """Bytes per rank from FileSystemWriter's file names, __<rank>_<n>.distcp."""
+        sizes: dict[int, int] = {}
+        for p in self.files(path):
+            match = re.fullmatch(r"__(\d+)_\d+\.distcp", p.name)
+            if match:
+                sizes[int(match[1])] = sizes.get(int(match[1]), 0) + p.stat().st_size
+        return [sizes.get(rank, 0) for rank in range(max(sizes) + 1)] if sizes else []
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            dcp.load(staged, storage_reader=dcp.FileSystemReader(str(path)), no_dist=True)
-        return staged
+    def call(self, case: Case) -> str:
+        """The DCP call, async with its executor where the case says so."""
+        if case.pattern is Pattern.SAVE and case.get("async"):
+            return f"torch.distributed.checkpoint.async_save(FileSystemWriter, {case.get('executor')} executor)"
+        return super().call(case)
 
 
 ENGINE = Dcp()

@@ -1,0 +1,48 @@
+"""dcp_fast: torch.distributed.checkpoint with gdsbench.checkpoint's storage layer (Writer / Reader).
+
+DCP's planners, dedup and resharding as they are; each rank writes its share into one new file with
+parallel O_DIRECT writes, every chunk checksummed (and compressed per chunk when asked), committed
+atomically; loads read only the rows each shard spans, in parallel, verified; `broadcast` reads an item
+several ranks need once and sends it over the process group. Ranks launched by torchrun (distributed.py).
+"""
+
+from __future__ import annotations
+
+from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.keys import Key, boolean
+from gdsbench.runners.base import RunContext
+from gdsbench.runners.checkpoint.distributed import DistributedRunner
+
+
+class DcpFast(DistributedRunner):
+    """gdsbench.checkpoint.Writer / Reader under DCP."""
+
+    name = "dcp_fast"
+    description = "torch.distributed.checkpoint with gdsbench.checkpoint.Writer/Reader (O_DIRECT, checksummed, codecs)"
+    calls = {
+        Pattern.SAVE: "torch.distributed.checkpoint.save(gdsbench.checkpoint.Writer)",
+        Pattern.LOAD: "torch.distributed.checkpoint.load(gdsbench.checkpoint.Reader)",
+    }
+    transfers = frozenset({Transfer.CPU_ONLY})
+    engine_options = (
+        Key("broadcast", boolean, "true or false", False,
+            "loads: an item several ranks need is read by one rank and broadcast to the others"),
+    )  # fmt: skip
+
+    def available(self, case: Case, ctx: RunContext) -> str | None:
+        """The codec's library must be installed."""
+        from gdsbench.checkpoint import codec
+
+        if case.get("compression") not in codec.names():
+            return f"codec {case.get('compression')!r} needs its library: pip install blosc2 zstandard"
+        return None
+
+    def call(self, case: Case) -> str:
+        """The DCP call with our writer or reader and its options."""
+        if case.pattern is Pattern.LOAD:
+            return f"torch.distributed.checkpoint.load(Reader(broadcast={bool(case.get('broadcast'))}))"
+        verb = f"async_save({case.get('executor')} executor" if case.get("async") else "save("
+        return f"torch.distributed.checkpoint.{verb}Writer(compression={case.get('compression')!r}))"
+
+
+ENGINE = DcpFast()

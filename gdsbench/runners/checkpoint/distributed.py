@@ -1,0 +1,186 @@
+"""The template of distributed checkpoint engines (dcp, dcp_fast): ranks launched by torch's own launcher.
+
+Every run of a case starts `world_size` ranks with torchrun (rendezvous on 127.0.0.1, a free port) running
+`gdsbench.runners.checkpoint.rank`, which saves or loads its share of the sweep's workload between two
+barriers and reports its figures. The workload is written once per sweep to /dev/shm (a torch.save file
+the ranks map: no copy per rank, no generation per rank) and removed with the sweep's other files.
+The conditions are the same as for single-process engines: this sweep's previous checkpoint removed
+before a save, the page cache made cold or warm before a load, free memory levelled before both.
+A save runs `warmup` unmeasured saves first in the same processes (staging buffers and DCP's plan cache
+then hold, as from a training run's second checkpoint on). Rows add blocking_seconds (what the training
+loop waited: the async_save call, or the whole save) beside seconds (until durable on every rank),
+bytes_on_disk and compression_ratio (workload bytes / bytes on disk).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from gdsbench import workloads
+from gdsbench.cases import Case, Pattern
+from gdsbench.errors import ToolError
+from gdsbench.keys import Key, boolean, one_of, positive_int
+from gdsbench.runners.base import Measurement, RunContext, run_tool
+from gdsbench.runners.checkpoint.base import CheckpointRunner, disk_bytes, workload_spec
+from gdsbench.runners.checkpoint.conditions import level_memory, set_cache
+from gdsbench.runners.checkpoint.rank import EXECUTORS, LAYOUTS
+from gdsbench.units import num2str, size_label
+
+SHM = Path("/dev/shm")
+WARMUP_SAVES = 1
+CODECS = ("none", "zstd", "blosc", "blosc-fast")
+
+#: Options every distributed engine takes, beside the shared checkpoint options.
+DISTRIBUTED_OPTIONS: tuple[Key, ...] = (
+    Key("world_size", positive_int, "a positive integer", 1, "ranks, launched by torchrun on this host"),
+    Key("async", boolean, "true or false", False,
+        "save with dcp.async_save: the caller waits for staging only (blocking_seconds), persisting runs behind"),
+    Key("executor", one_of(*EXECUTORS), "thread or process", "thread",
+        "where an async save persists: DCP's thread executor or its process executor"),
+    Key("compression", one_of(*CODECS), "one of " + ", ".join(CODECS), "none",
+        "lossless compression of the checkpoint (dcp: zstd only, DCP's stream extension)"),
+    Key("layout", one_of(*LAYOUTS), "sharded or replicated", "sharded",
+        "how ranks hold the model: sharded (every tensor Shard(0), as FSDP) or replicated (as DDP)"),
+)  # fmt: skip
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now (torchrun's rendezvous binds it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class DistributedRunner(CheckpointRunner):
+    """A checkpoint engine whose saves and loads run in torchrun-launched ranks."""
+
+    threaded = True
+    suffix = ".dcp"
+    marker = ".metadata"
+    modules = ()  # torch is imported by the ranks, not by the sweep process
+    engine_options: tuple[Key, ...] = ()
+
+    @property
+    def extra_options(self) -> tuple[Key, ...]:  # type: ignore[override]
+        """The distributed options and the engine's own."""
+        return (*DISTRIBUTED_OPTIONS, *self.engine_options)
+
+    def path(self, case: Case, ctx: RunContext) -> Path:
+        """One checkpoint directory per engine, workload, world size, layout and compression."""
+        base = super().path(case, ctx)
+        tail = f".ws{case.get('world_size')}.{case.get('layout')}.{case.get('compression')}"
+        return base.with_name(base.stem + tail + base.suffix)
+
+    def save(self, staged: Any, path: Path, case: Case) -> str | None:
+        """Saves run in the ranks (see run)."""
+        raise NotImplementedError("distributed engines save in their ranks")
+
+    def load(self, path: Path, case: Case, staged: Any) -> Any:
+        """Loads run in the ranks (see run)."""
+        raise NotImplementedError("distributed engines load in their ranks")
+
+    def command(self, case: Case, ctx: RunContext) -> list[str]:
+        """The launcher's command, then the case's API call and conditions."""
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
+                    f"--nproc-per-node={case.get('world_size')}", "--rdzv-backend=c10d",
+                    "--rdzv-endpoint=127.0.0.1:<free port>", "-m", "gdsbench.runners.checkpoint.rank", "<job.json>"]  # fmt: skip
+        return [*launcher, "#", *super().command(case, ctx)[1:]]
+
+    def run(self, case: Case, ctx: RunContext) -> Measurement:
+        """Save or load the case's workload once, on `world_size` ranks, and measure it."""
+        workload = workloads.get(workload_spec(case, ctx))
+        shared = self._workload_file(workload, ctx)
+        path = self.path(case, ctx)
+        if case.pattern is Pattern.SAVE:
+            self.remove_previous(path, ctx)
+            self._track(path, ctx, written=False)
+            os.sync()
+            notes = [level_memory(case.get("memory"), workload.nbytes)]
+            figures = self._launch(case, ctx, "save", path, shared)
+            self._track(path, ctx, written=True)
+        else:
+            if not self.complete(path):
+                self._track(path, ctx, written=False)
+                self._launch(case, ctx, "save", path, shared)
+                self._track(path, ctx, written=True)
+            notes = [set_cache(self.files(path), case.get("cache")), level_memory(case.get("memory"), workload.nbytes)]
+            figures = self._launch(case, ctx, "load", path, shared)
+            notes.append("verified on every rank")
+        return self._measurement(case, workload, path, figures, notes)
+
+    def _workload_file(self, workload: workloads.Workload, ctx: RunContext) -> Path:
+        """The workload as a torch.save file in shared memory, written once per sweep (ours: removed at cleanup)."""
+        spec = workload.spec
+        name = f"gdsbench-workload.{os.getpid()}.{Path(spec.source).stem}.{size_label(spec.size)}.{spec.dtype}.s{spec.seed}.pt"
+        path = (SHM if SHM.is_dir() else ctx.directory) / name
+        if path not in ctx.created or not path.exists():
+            import torch
+
+            ctx.track_new([path])
+            torch.save(dict(workload.tensors), path)
+        return path
+
+    def _launch(self, case: Case, ctx: RunContext, pattern: str, path: Path, shared: Path) -> list[dict[str, Any]]:
+        """Run the ranks through torchrun; return every rank's figures, or raise the first rank's error."""
+        with tempfile.TemporaryDirectory(prefix="gdsbench-ranks-") as out:
+            job = self._job(case, pattern, path, shared, Path(out))
+            (Path(out) / "job.json").write_text(json.dumps(job))
+            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
+                    f"--nproc-per-node={case.get('world_size')}", "--rdzv-backend=c10d",
+                    f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-id={uuid.uuid4().hex[:12]}",
+                    "-m", "gdsbench.runners.checkpoint.rank", str(Path(out) / "job.json")]  # fmt: skip
+            proc = run_tool(argv, timeout=ctx.timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            ranks = [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank-*.json"))]
+        errors = [r["error"] for r in ranks if "error" in r]
+        if errors or proc.returncode != 0 or len(ranks) != case.get("world_size"):
+            why = errors[0] if errors else (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+            raise ToolError(f"{self.name}: {why}")
+        return ranks
+
+    def _job(self, case: Case, pattern: str, path: Path, shared: Path, out: Path) -> dict[str, Any]:
+        """What every rank needs to know."""
+        return {
+            "engine": self.name, "pattern": pattern, "path": str(path), "workload": str(shared), "out": str(out),
+            "threads": case.get("threads"), "compression": case.get("compression"), "async": case.get("async"),
+            "executor": case.get("executor"), "layout": case.get("layout"), "broadcast": bool(case.get("broadcast")),
+            "warmup": WARMUP_SAVES if pattern == "save" else 0,
+        }  # fmt: skip
+
+    def _measurement(self, case: Case, workload: workloads.Workload, path: Path, ranks: list[dict[str, Any]],
+                     notes: list[str]) -> Measurement:  # fmt: skip
+        """The row: the longest barrier-to-barrier time and blocking of any rank, disk use, per-rank shares."""
+        on_disk = disk_bytes(self.files(path))
+        seconds = max(r["seconds"] for r in ranks)  # barrier to barrier on each rank: the slowest is the save
+        blocking = max(r.get("blocking_seconds", seconds) for r in ranks)
+        notes.append(f"{case.get('world_size')} ranks ({case.get('layout')}), {workload.description}")
+        notes += [self._shares(ranks, path)]
+        copies = [r["host_copy_seconds"] for r in ranks if "host_copy_seconds" in r]
+        if copies:
+            notes.append(f"host copy {max(copies):.3f} s (blocking / copy = {blocking / max(copies):.2f})")
+        return Measurement(
+            bytes=workload.nbytes, seconds=seconds, bw_bytes=workload.nbytes / seconds, bytes_on_disk=on_disk,
+            blocking_seconds=blocking if case.pattern is Pattern.SAVE else None,
+            compression_ratio=workload.nbytes / on_disk if on_disk else None,
+            cache=case.get("cache") if case.pattern is Pattern.LOAD else None, note="; ".join(filter(None, notes)),
+        )  # fmt: skip
+
+    def rank_files(self, path: Path) -> list[int]:
+        """Bytes each rank's data files take, where the engine's file names say the rank (none here)."""
+        return []
+
+    def _shares(self, ranks: list[dict[str, Any]], path: Path) -> str:
+        """Bytes each rank wrote (saves) or read (loads), for the row's note."""
+        written = next((r["rank_bytes"] for r in ranks if r.get("rank_bytes")), None) or self.rank_files(path)
+        if written and "blocking_seconds" in ranks[0]:
+            return "written per rank: " + ", ".join(num2str(b, unit="B") for b in written)
+        read = [r.get("read_bytes") for r in ranks]
+        if all(isinstance(b, int) for b in read):
+            return "read per rank: " + ", ".join(num2str(b, unit="B") for b in read)  # type: ignore[arg-type]
+        return ""

@@ -1,0 +1,177 @@
+"""One rank of a distributed checkpoint case: what torchrun starts on every rank (`python -m ...rank JOB`).
+
+The job file (JSON, written by distributed.py) names the engine (`dcp`: DCP's FileSystemWriter/Reader;
+`dcp_fast`: gdsbench.checkpoint.Writer/Reader), the pattern, the checkpoint directory and the workload
+file (a torch.save file on /dev/shm, mapped, so every rank shares the sweep's tensors without a copy).
+Each rank takes its share (`layout`: sharded = every tensor Shard(0) as FSDP keeps it; replicated = the
+whole model on every rank as DDP keeps it), then saves or loads it between two barriers and writes its
+figures to `<out>/rank-<rank>.json`. A load is checked against the workload before it counts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import DefaultSavePlanner
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+LAYOUTS = ("sharded", "replicated")
+EXECUTORS = ("thread", "process")
+
+
+def shares(full: dict[str, torch.Tensor], layout: str, mesh: DeviceMesh) -> dict[str, Any]:
+    """This rank's state: Shard(0) DTensors (0-d tensors replicated), or the plain tensors themselves."""
+    if layout == "replicated":
+        return dict(full)
+    return {name: distribute_tensor(t, mesh, [Shard(0)] if t.dim() else [Replicate()]) for name, t in full.items()}
+
+
+def destination(state: dict[str, Any]) -> dict[str, Any]:
+    """Zero-filled tensors shaped and placed like `state`, as a model's are before a restart."""
+    out: dict[str, Any] = {}
+    for name, t in state.items():
+        if isinstance(t, DTensor):
+            local = torch.zeros_like(t.to_local())
+            out[name] = DTensor.from_local(local, t.device_mesh, t.placements, shape=t.shape, stride=t.stride())
+        else:
+            out[name] = torch.zeros_like(t)
+    return out
+
+
+def same(loaded: dict[str, Any], state: dict[str, Any]) -> str | None:
+    """None when every local tensor of `loaded` equals the workload's, else the first that differs."""
+    for name, want in state.items():
+        got = loaded[name]
+        a, b = (got.to_local(), want.to_local()) if isinstance(want, DTensor) else (got, want)
+        if a.shape != b.shape or not torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)):
+            return name
+    return None
+
+
+def writer(job: dict[str, Any]) -> Any:
+    """The engine's storage writer for the job."""
+    if job["engine"] == "dcp":
+        extensions = [_zstd()] if job["compression"] == "zstd" else None
+        return dcp.FileSystemWriter(job["path"], thread_count=job["threads"], sync_files=True, _extensions=extensions)
+    from gdsbench.checkpoint import IOOptions, Writer
+
+    return Writer(job["path"], options=IOOptions(threads=job["threads"]), compression=job["compression"])
+
+
+def reader(job: dict[str, Any]) -> Any:
+    """The engine's storage reader for the job."""
+    if job["engine"] == "dcp":
+        return dcp.FileSystemReader(job["path"])
+    from gdsbench.checkpoint import IOOptions, Reader
+
+    return Reader(job["path"], options=IOOptions(threads=job["threads"]), broadcast=job["broadcast"])
+
+
+def _zstd() -> Any:
+    """DCP's own zstd stream extension."""
+    from torch.distributed.checkpoint._extension import ZStandard
+
+    return ZStandard()
+
+
+def save_once(job: dict[str, Any], state: dict[str, Any], storage: Any, planner: Any) -> tuple[float, float]:
+    """One save between barriers: (seconds the caller was blocked, seconds until it was durable)."""
+    dist.barrier()
+    started = time.perf_counter()
+    if job["async"]:
+        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+        kind = AsyncCheckpointerType.PROCESS if job["executor"] == "process" else AsyncCheckpointerType.THREAD
+        future = dcp.async_save(state, storage_writer=storage, planner=planner, async_checkpointer_type=kind)
+        blocked = time.perf_counter() - started
+        future.result()  # type: ignore[union-attr]  # a plain Future: both writers stage synchronously
+    else:
+        dcp.save(state, storage_writer=storage, planner=planner)
+        blocked = time.perf_counter() - started
+    dist.barrier()
+    return blocked, time.perf_counter() - started
+
+
+def host_copy_seconds(state: dict[str, Any]) -> float:
+    """The reference for async blocking: copying this rank's tensors into existing host memory."""
+    local = {n: t.to_local() if isinstance(t, DTensor) else t for n, t in state.items()}
+    buffers = {n: torch.empty_like(t, device="cpu") for n, t in local.items()}
+    for name, t in local.items():  # touched once, as reused staging buffers are
+        buffers[name].copy_(t)
+    started = time.perf_counter()
+    for name, t in local.items():
+        buffers[name].copy_(t)
+    return time.perf_counter() - started
+
+
+def run(job: dict[str, Any]) -> dict[str, Any]:
+    """Save (after `warmup` unmeasured saves) or load this rank's share; return its figures."""
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    full = torch.load(job["workload"], map_location="cpu", weights_only=True, mmap=True)
+    state = shares(full, job["layout"], mesh)
+    if job["pattern"] == "load":
+        dest = destination(state)
+        storage = reader(job)
+        dist.barrier()
+        started = time.perf_counter()
+        dcp.load(dest, storage_reader=storage)
+        dist.barrier()
+        seconds = time.perf_counter() - started
+        wrong = same(dest, state)
+        if wrong:
+            raise RuntimeError(f"rank {dist.get_rank()}: loaded tensor {wrong!r} differs from the saved one")
+        return {"seconds": seconds, "read_bytes": getattr(storage, "read_bytes", None)}
+    storage, planner = writer(job), DefaultSavePlanner(enable_plan_caching=True)
+    for _ in range(job["warmup"]):
+        save_once(job, state, storage, planner)
+    blocked, seconds = save_once(job, state, storage, planner)
+    figures = {"seconds": seconds, "blocking_seconds": blocked}
+    if job["async"]:
+        figures["host_copy_seconds"] = host_copy_seconds(state)
+    stats = getattr(storage, "stats", None)
+    if stats is not None:
+        figures.update(stored_bytes=stats.stored_bytes, raw_bytes=stats.raw_bytes, rank_bytes=stats.rank_bytes,
+                       cached_plans=stats.cached_plans)  # fmt: skip
+    return figures
+
+
+def failure(exc: BaseException) -> str:
+    """One line saying why a rank failed (DCP wraps every rank's error in a CheckpointException)."""
+    failures = getattr(exc, "failures", None)
+    if failures:
+        exc = next(iter(failures.values()))[0]
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
+
+
+def main(argv: list[str]) -> int:
+    """Join the process group torchrun set up (gloo on CPU, NCCL beside it on CUDA), run the job, write
+    this rank's figures (or its error) for the launcher."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    job = json.loads(Path(argv[0]).read_text())
+    warnings.simplefilter("ignore")
+    dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    rank = dist.get_rank()
+    try:
+        figures = {"rank": rank, "world_size": dist.get_world_size(), **run(job)}
+    except (Exception, CheckpointException) as exc:
+        figures = {"rank": rank, "error": failure(exc)}
+    (Path(job["out"]) / f"rank-{rank}.json").write_text(json.dumps(figures))
+    dist.destroy_process_group()
+    return 1 if "error" in figures else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sys.exit(main(sys.argv[1:]))
