@@ -58,6 +58,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def launcher(ranks: int, port: int, nodes: int = 1, endpoint: str = "127.0.0.1") -> list[str]:
+    """torchrun's arguments (python -m torch.distributed.run) for `ranks` ranks per node on `nodes` nodes,
+    meeting at a c10d rendezvous on `endpoint:port` (loopback for one host), then the rank program."""
+    return ["-m", "torch.distributed.run", f"--nnodes={nodes}", f"--nproc-per-node={ranks}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={endpoint}:{port}", f"--rdzv-id=gdsbench-{uuid.uuid4().hex[:12]}",
+            "-m", "gdsbench.runners.checkpoint.rank"]  # fmt: skip
+
+
 class DistributedRunner(CheckpointRunner):
     """A checkpoint engine whose saves and loads run in torchrun-launched ranks."""
 
@@ -87,11 +95,9 @@ class DistributedRunner(CheckpointRunner):
         raise NotImplementedError("distributed engines load in their ranks")
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
-        """The launcher's command, then the case's API call and conditions."""
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
-                    f"--nproc-per-node={case.get('world_size')}", "--rdzv-backend=c10d",
-                    "--rdzv-endpoint=127.0.0.1:<free port>", "-m", "gdsbench.runners.checkpoint.rank", "<job.json>"]  # fmt: skip
-        return [*launcher, "#", *super().command(case, ctx)[1:]]
+        """The launcher's command with the rank program's arguments, then the case's conditions."""
+        job = self._job(case, case.pattern.value, self.path(case, ctx), SHM / "<workload>.pt", "<out>")
+        return [sys.executable, *launcher(case.get("world_size"), 0), *job, "#", *super().command(case, ctx)[3:]]
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Save or load the case's workload once, on `world_size` ranks, and measure it."""
@@ -130,28 +136,27 @@ class DistributedRunner(CheckpointRunner):
     def _launch(self, case: Case, ctx: RunContext, pattern: str, path: Path, shared: Path) -> list[dict[str, Any]]:
         """Run the ranks through torchrun; return every rank's figures, or raise the first rank's error."""
         with tempfile.TemporaryDirectory(prefix="gdsbench-ranks-") as out:
-            job = self._job(case, pattern, path, shared, Path(out))
-            (Path(out) / "job.json").write_text(json.dumps(job))
-            argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
-                    f"--nproc-per-node={case.get('world_size')}", "--rdzv-backend=c10d",
-                    f"--rdzv-endpoint=127.0.0.1:{free_port()}", f"--rdzv-id={uuid.uuid4().hex[:12]}",
-                    "-m", "gdsbench.runners.checkpoint.rank", str(Path(out) / "job.json")]  # fmt: skip
+            argv = [
+                sys.executable,
+                *launcher(case.get("world_size"), free_port()),
+                *self._job(case, pattern, path, shared, out),
+            ]
             proc = run_tool(argv, timeout=ctx.timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
-            ranks = [json.loads(p.read_text()) for p in sorted(Path(out).glob("rank-*.json"))]
+            gathered = Path(out) / "ranks.json"
+            ranks = json.loads(gathered.read_text()) if gathered.is_file() else []
         errors = [r["error"] for r in ranks if "error" in r]
         if errors or proc.returncode != 0 or len(ranks) != case.get("world_size"):
             why = errors[0] if errors else (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
             raise ToolError(f"{self.name}: {why}")
         return ranks
 
-    def _job(self, case: Case, pattern: str, path: Path, shared: Path, out: Path) -> dict[str, Any]:
-        """What every rank needs to know."""
-        return {
-            "engine": self.name, "pattern": pattern, "path": str(path), "workload": str(shared), "out": str(out),
-            "threads": case.get("threads"), "compression": case.get("compression"), "async": case.get("async"),
-            "executor": case.get("executor"), "layout": case.get("layout"), "broadcast": bool(case.get("broadcast")),
-            "warmup": WARMUP_SAVES if pattern == "save" else 0,
-        }  # fmt: skip
+    def _job(self, case: Case, pattern: str, path: Path, shared: Path, out: str) -> list[str]:
+        """The rank program's arguments: what every rank needs to know."""
+        argv = ["--engine", self.name, "--pattern", pattern, "--checkpoint", str(path), "--out", out,
+                "--workload-file", str(shared), "--threads", str(case.get("threads")),
+                "--compression", case.get("compression"), "--executor", case.get("executor"),
+                "--layout", case.get("layout"), "--warmup", str(WARMUP_SAVES if pattern == "save" else 0)]  # fmt: skip
+        return argv + ["--async"] * bool(case.get("async")) + ["--broadcast"] * bool(case.get("broadcast"))
 
     def _measurement(self, case: Case, workload: workloads.Workload, path: Path, ranks: list[dict[str, Any]],
                      notes: list[str]) -> Measurement:  # fmt: skip
