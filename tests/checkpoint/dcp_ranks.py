@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -20,15 +19,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 from gdsbench.checkpoint import IOOptions, Reader, Writer
+from gdsbench.runners.checkpoint.distributed import free_port
 
 SMALL = IOOptions(chunk_bytes=64 << 10, buffer_bytes=256 << 10, threads=2)
-
-
-def free_port() -> int:
-    """A TCP port free on the loopback interface now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run(program: Callable[..., None], world_size: int, *args: Any) -> None:
