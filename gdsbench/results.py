@@ -50,6 +50,7 @@ COLUMNS = (
     "peak_rss_bytes",
     "bytes_on_disk",
     "cache",
+    "path",
     "started_at",
     "error",
     "note",
