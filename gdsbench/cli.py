@@ -152,6 +152,11 @@ def _progress(rows: Iterator[dict[str, Any]], steps: Counter) -> Iterator[dict[s
     with Progress(*columns, console=err, transient=False) as progress:
         task = progress.add_task("sweep", total=sum(steps.values()))
         for row in rows:
+            if row["status"] == "fill":  # the step before the cases: its progress, never a counted run
+                progress.update(task, description=row["note"][:28])
+                progress.console.print(row["note"])
+                yield row
+                continue
             key = row["case"]
             # A skipped case, or one whose warmup failed, stands for all its scheduled runs.
             whole_case = row["status"] == "skipped" or (row["status"] == "failed" and row["repetition"] == 0)
