@@ -23,7 +23,7 @@ from gdsbench.runners import fio, gdsio
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.checkpoint.base import CheckpointRunner, workload_spec
 from gdsbench.sysinfo import storage
-from gdsbench.units import size_label
+from gdsbench.units import num2str, size_label
 
 #: Checkpoint formats add headers, indexes and 4 KiB alignment to the tensors' bytes.
 CHECKPOINT_OVERHEAD = 1.01
@@ -47,6 +47,11 @@ class FileSet:
     def missing_bytes(self) -> int:
         """Bytes still to be allocated: each file's size minus what it already occupies on disk."""
         return sum(max(0, self.each - allocated(p)) for p in self.paths)
+
+
+def human(num_bytes: int) -> str:
+    """Bytes as people read them: 1920GiB, 63.9MiB."""
+    return num2str(num_bytes, unit="B")
 
 
 def allocated(path: Path) -> int:
@@ -118,10 +123,10 @@ def check_space(directory: Path, sets: list[FileSet]) -> None:
         return
     mount = storage.mount_of(directory)
     where = f"{mount.get('fstype')} on {mount.get('device')} mounted at {mount.get('mount_point')}"
-    parts = ", ".join(f"{s.label}: {size_label(s.missing_bytes())}" for s in sets if s.missing_bytes())
+    parts = ", ".join(f"{s.label}: {human(s.missing_bytes())}" for s in sets if s.missing_bytes())
     raise TargetError(
-        f"directory {directory} ({where}) has {size_label(free)} free ({free} bytes), but this sweep's files "
-        f"need {size_label(need)} ({need} bytes) more: {parts}; free space or choose another `directory`"
+        f"directory {directory} ({where}) has {human(free)} free ({free} bytes), but this sweep's files "
+        f"need {human(need)} ({need} bytes) more: {parts}; free space or choose another `directory`"
     )
 
 

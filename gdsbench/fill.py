@@ -83,7 +83,7 @@ def fill(files: FileSet, argv: list[str], ctx: RunContext, configured: float | N
     """Write one file set with its tool, yielding a progress row at the start, every few seconds and at the end."""
     ctx.track_new(list(files.paths))
     total, limit, started = len(files.paths) * files.each, timeout_for(files, configured), time.monotonic()
-    yield _row(files, f"fill {files.label} in {ctx.directory}: {size_label(files.missing_bytes())} to write, "
+    yield _row(files, f"fill {files.label} in {ctx.directory}: {filesets.human(files.missing_bytes())} to write, "
                f"timeout {limit:.0f}s: {' '.join(argv)}")  # fmt: skip
     try:
         for _, done in run_polled(argv, limit, PROGRESS_EVERY_S):
@@ -103,7 +103,8 @@ def _progress(files: FileSet, total: int, elapsed: float) -> str:
     written = sum(min(files.each, filesets.allocated(p)) for p in files.paths)
     rate = written / elapsed if elapsed > 0 else 0.0
     eta = f"{(total - written) / rate:.0f}s" if rate > 0 else "?"
-    return f"fill {files.label}: {size_label(written)}/{size_label(total)} at {size_label(int(rate))}/s, eta {eta}"
+    human = filesets.human
+    return f"fill {files.label}: {human(written)}/{human(total)} at {human(int(rate))}/s, eta {eta}"
 
 
 def _check(files: FileSet, done: Any, ctx: RunContext) -> None:

@@ -50,9 +50,9 @@ def test_an_undersized_file_system_is_refused_with_the_numbers(tmp_path):
         result = CliRunner().invoke(cli, ["sweep", str(tmp_path / "c.yaml"), "-o", str(tmp_path / "out")])
         assert_exits(result, 2)
         free = filesets.free_bytes(mount)
-        assert f"has 64M free ({free} bytes)" in result.output or f"({free} bytes)" in result.output
-        assert "need 128M (134217728 bytes) more: fio 8 x 16M: 128M" in result.output
-        assert "tmpfs on gdsbench-tmpfs mounted at " + str(mount) in result.output
+        assert f"has {filesets.human(free)} free ({free} bytes)" in result.output
+        assert "need 128MiB (134217728 bytes) more: fio 8 x 16M: 128MiB" in result.output
+        assert f"tmpfs on gdsbench-tmpfs mounted at {mount}" in result.output
         assert not list((mount / "gdsbench").glob("gdsbench.*"))  # refused before anything was written
         document["matrix"]["threads"] = [2]  # 32 MiB fits: the same directory is accepted and the sweep runs
         (tmp_path / "c.yaml").write_text(yaml.safe_dump(document))

@@ -238,7 +238,7 @@ def kvikio_probe(timeout: float = 120) -> dict[str, Any]:
     versions = {name: v for name in ("kvikio-cu13", "kvikio-cu12", "kvikio") if (v := version(name))}
     if importlib.util.find_spec("kvikio") is None:
         return {"versions": versions, "installed": False, "reason": "kvikio not installed"}
-    argv = [sys.executable, "-m", "gdsbench.sysinfo.kvikio_probe"]
+    argv = [sys.executable, "-m", "gdsbench.sysinfo.kvikio_api"]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
         probe = json.loads(proc.stdout.strip().splitlines()[-1])

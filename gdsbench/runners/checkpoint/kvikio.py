@@ -4,7 +4,7 @@ Every tensor, already on the GPU (copied there once, unmeasured), is written at 
 offset of `data.bin` with pwrite futures issued together, then `index.json` (the marker, written
 last) records where each lies; loads pread into fresh CUDA tensors. kvikio's own thread pool runs
 each call's 4 MiB tasks and defaults to ONE thread, so the engine sets it to the case's `threads`
-(gdsbench.checkpoint.io.gds.set_threads). Every future's byte count is checked, and temporary
+(gdsbench.sysinfo.kvikio_api.set_threads). Every future's byte count is checked, and temporary
 contiguous copies stay referenced until their write completes. Needs CUDA and an importable kvikio
 (26.x dlopens libcufile at import and can raise anything): the case is skipped with the reason
 otherwise. The row's `path` says how the bytes went: `posix` in kvikio's compat mode, else what
@@ -20,10 +20,10 @@ from typing import Any
 
 from gdsbench import workloads
 from gdsbench.cases import Case, Pattern, Transfer
-from gdsbench.checkpoint.io import gds as gds_io
 from gdsbench.runners import gds_path
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.checkpoint.base import CheckpointRunner
+from gdsbench.sysinfo import kvikio_api as kv
 
 ALIGNMENT = 4096
 DATA = "data.bin"
@@ -36,7 +36,7 @@ def kvikio_reason() -> str | None:
 
     if not torch.cuda.is_available():
         return "needs CUDA: no CUDA device visible to torch"
-    problem = gds_io.import_problem()
+    problem = kv.import_problem()
     return f"{problem}; pip install kvikio-cu12 (or -cu13, matching torch's CUDA)" if problem else None
 
 
@@ -79,12 +79,14 @@ class Kvikio(CheckpointRunner):
 
     def begin(self, case: Case) -> tuple[gds_path.Witness, str]:
         """Size kvikio's pool from the case and start watching nvidia-fs; say how kvikio will do its I/O."""
-        threads = gds_io.set_threads(case.get("threads"))
-        return gds_path.Witness(case).start(), f"kvikio {threads} threads, {gds_io.path_taken()}"
+        threads, compat = kv.set_threads(case.get("threads")), kv.compat_preferred()
+        return gds_path.Witness(
+            case
+        ).start(), f"kvikio {threads} threads, {'compat mode (POSIX)' if compat else 'cuFile'}"
 
     def end(self, witness: gds_path.Witness, how: str) -> str:
         """Record the path the bytes took (posix in kvikio's compat mode) for the row; return the note."""
-        if gds_io.compat_preferred():
+        if kv.compat_preferred():
             self.last_path, why = "posix", "kvikio compat mode: POSIX I/O through host memory"
         else:
             self.last_path, why = witness.verdict()

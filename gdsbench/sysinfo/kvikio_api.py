@@ -1,4 +1,4 @@
-"""`python -m gdsbench.sysinfo.kvikio_probe`: ask kvikio itself how it would do I/O here; print one JSON line.
+"""`python -m gdsbench.sysinfo.kvikio_api`: ask kvikio itself how it would do I/O here; print one JSON line.
 
 Run in a child process by doctor (sysinfo.gpu.kvikio_probe), because importing kvikio 26.x dlopens
 libcufile and may raise anything or crash. kvikio decides compat mode on its own rule (AUTO resolves to
@@ -19,6 +19,34 @@ def _mode_name(mode: Any) -> str:
     return str(getattr(mode, "name", mode))
 
 
+def import_problem() -> str | None:
+    """Why kvikio cannot be imported here (26.x raises anything when its dlopen of libcufile fails), or None."""
+    try:
+        import kvikio  # noqa: F401
+    except Exception as exc:
+        return f"kvikio not importable: {type(exc).__name__}: {exc}"
+    return None
+
+
+def set_threads(threads: int) -> int:
+    """Size kvikio's thread pool (ONE thread by default): 26.x defaults.set, older num_threads_reset;
+    return the size kvikio reports back. (The checkpoint library, a leaf, keeps its own copy in io/gds.py.)"""
+    import kvikio.defaults as kd
+
+    if hasattr(kd, "set"):
+        kd.set("num_threads", threads)
+        return int(kd.get("num_threads"))
+    kd.num_threads_reset(threads)
+    return int(kd.get_num_threads())
+
+
+def compat_preferred() -> bool:
+    """Whether kvikio does its I/O in its own compat mode (POSIX through host memory, no cuFile)."""
+    import kvikio.defaults as kd
+
+    return bool(kd.is_compat_mode_preferred() if hasattr(kd, "is_compat_mode_preferred") else kd.compat_mode())
+
+
 def kvikio_view() -> dict[str, Any]:
     """kvikio's version, compat_mode setting, is_compat_mode_preferred() and num_threads."""
     import kvikio
@@ -30,7 +58,7 @@ def kvikio_view() -> dict[str, Any]:
     return {
         "version": getattr(kvikio, "__version__", None),
         "compat_mode_setting": _mode_name(mode),
-        "compat_preferred": bool(kd.is_compat_mode_preferred()),
+        "compat_preferred": compat_preferred(),
         "num_threads": int(threads),
     }
 
