@@ -40,11 +40,11 @@ def prepare(
     filesets.check_mount(ctx.directory, bool(config.settings.get("allow_root_filesystem")))
     filesets.check_space(ctx.directory, filesets.file_sets(runnable, ctx))
     for engine, argv_of in (("gdsio", _gdsio_argv), ("fio", _fio_argv)):
-        cases = filesets.reads(runnable, engine)
+        cases = [c for c in filesets.reads(runnable, engine) if not c.get("unlink")]  # unlink: fio lays out its own
         threads = filesets.most_threads(cases)
         if not threads:
             continue
-        widest = next(c for c in cases if c["threads"] == threads and not c.get("unlink"))
+        widest = next(c for c in cases if c["threads"] == threads)
         files = FileSet(engine, tuple(_paths(engine, widest, ctx)), ctx.file_size)
         if files.missing_bytes() or not gdsio.ready(list(files.paths), ctx.file_size):
             yield from fill(files, argv_of(widest, ctx), ctx, config.settings.get("fill_timeout"))
@@ -61,15 +61,16 @@ def _gdsio_argv(case: Case, ctx: RunContext) -> list[str]:
 
 
 def _fio_argv(case: Case, ctx: RunContext) -> list[str]:
-    """fio's own layout of the case's job files, and nothing else (--create_only=1)."""
+    """fio's own layout of the case's job files, as a read job does it, and nothing else (--create_only=1)."""
     return [
         fio.fio_binary(ctx),
         f"--name={fio.job_name(case, ctx)}",
         f"--directory={fio.fio_path(ctx.directory)}",
         f"--size={ctx.file_size}",
         f"--numjobs={case['threads']}",
-        "--rw=write",
+        "--rw=read",  # as a read job lays them out: data written (a write job's layout only fallocates)
         f"--bs={min(gdsio.FILL_IO_SIZE, ctx.file_size)}",
+        "--fallocate=none",  # blocks appear as they are written, so progress is real
         "--create_only=1",
     ]
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -140,6 +142,9 @@ def test_fio_fill_lays_out_the_widest_read_case_once(tmp_path):
     files = sorted(p.name for p in ctx.directory.iterdir())
     assert files == [f"gdsbench.{4 << 20}.{j}.0" for j in range(3)]
     assert all((ctx.directory / f).stat().st_size == 4 << 20 for f in files)
+    if shutil.which("filefrag"):  # data written, not fallocated extents a read would get as zeros for free
+        extents = subprocess.run(["filefrag", "-v", str(ctx.directory / files[0])], capture_output=True, text=True)
+        assert "unwritten" not in extents.stdout and "eof" in extents.stdout
     assert list(fill.prepare(loaded, ctx, sweep.skip_reason)) == []  # ready: nothing written twice
     ctx.cleanup()
     assert not list(ctx.directory.iterdir())  # the fill's files are this sweep's: removed at the end
@@ -149,3 +154,11 @@ def test_default_fill_timeout_scales_with_the_bytes():
     files = filesets.FileSet("gdsio", (Path("/nonexistent/gdsio.0"),), 30 << 30)
     assert fill.timeout_for(files, None) == (30 << 30) / (50 << 20) + 600
     assert fill.timeout_for(files, 7200.0) == 7200.0
+
+
+def test_reads_that_unlink_their_files_need_no_fill(tmp_path):
+    """fio unlink cases lay out and delete their own files each run: nothing to fill, and no crash."""
+    document = {"directory": str(tmp_path), "file_size": "1M", "allow_root_filesystem": True,
+                "matrix": {"engine": ["fio"], "pattern": ["read"], "threads": [2], "unlink": [True]}}  # fmt: skip
+    loaded = config.from_dict(document, "t.yaml")
+    assert list(fill.prepare(loaded, sweep.context(loaded, None), lambda case, ctx: None)) == []
