@@ -44,9 +44,18 @@ def test_libcufile_argv_has_no_iomem_and_iodepth_1(tmp_path, transfer):
     assert fio.cufile_note(fio_case(transfer=transfer)).startswith(
         "libcufile is synchronous: iodepth forced to 1 (asked 16)"
     )
-    assert fio.FioRunner().unavailable(fio_case(transfer=transfer, iomem="shmhuge"), ctx) in (None,) or "libcufile" in (
-        fio.FioRunner().unavailable(fio_case(transfer=transfer, iomem="shmhuge"), ctx) or ""
-    )  # never the huge-page check: libcufile's buffers are its own
+
+
+@pytest.mark.parametrize("transfer", [Transfer.GDS, Transfer.CPU_GPU])
+def test_libcufile_cases_skip_the_huge_page_check(tmp_path, monkeypatch, transfer):
+    """A fio built with libcufile and no reserved huge pages: CPU shmhuge cases wait for pages, libcufile never."""
+    from gdsbench.sysinfo import storage
+
+    monkeypatch.setattr(fio, "engines", lambda binary: frozenset({"libaio", "libcufile"}))
+    monkeypatch.setattr(storage, "huge_pages", lambda: (0, 2 << 20))
+    ctx = RunContext(directory=tmp_path, file_size=1 << 30)
+    assert fio.FioRunner().unavailable(fio_case(transfer=transfer, iomem="shmhuge"), ctx) is None
+    assert "huge pages" in fio.FioRunner().unavailable(fio_case(transfer=Transfer.CPU_ONLY, iomem="shmhuge"), ctx)
 
 
 def test_cpu_argv_keeps_iomem_and_iodepth(tmp_path):
