@@ -8,11 +8,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CONFIG ?= configs/local.yaml
 RESULTS ?= results
 
-.PHONY: run test lint torch-floor system-deps install clean-venv
+.PHONY: run test lint torch-floor system-deps install clean-venv gpu-smoke
 
-system-deps:  ## fio (with its libaio and liburing) from the OS packages
-	@command -v fio >/dev/null 2>&1 || { $(SUDO) apt-get update && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y fio; }
+system-deps:  ## fio (with its libaio and liburing) and python3-venv from the OS packages
+	@command -v fio >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || { $(SUDO) apt-get update && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y fio python3-venv; }
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -52,3 +52,14 @@ torch-floor:  ## the checkpoint tests against the floor release of torch, in a v
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The first run on a GPU server, one command (docs/gds-server.md, "The first GPU run"): machine facts, doctor,
+# the needs_cuda tests, kvikio vs fastpersist at 1 and 8 kvikio threads, the gds load with a flipped byte and
+# configs/gds-smoke.yaml, all written to SMOKE_OUT. On a GPU host it pip-installs PyPI's CUDA torch wheel
+# (when the venv's is a CPU build) and kvikio-cu<torch's CUDA major>; without one, GPU steps say
+# "skipped: no CUDA device" and the rest runs in a minute or two. SMOKE_DIR must be on a real disk.
+SMOKE_OUT ?= results/gpu-smoke-$(shell hostname)-$(shell date +%Y%m%d-%H%M%S)
+SMOKE_DIR ?= /var/tmp/gdsbench-smoke
+
+gpu-smoke: install  ## the first GPU run: everything (CSVs, reports, logs) in SMOKE_OUT, 00-summary.txt first
+	$(VENV)/bin/gdsbench smoke --gpu --install -o $(SMOKE_OUT) -d $(SMOKE_DIR)

@@ -9,7 +9,7 @@ import dataclasses
 import shlex
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +152,11 @@ def _progress(rows: Iterator[dict[str, Any]], steps: Counter) -> Iterator[dict[s
     with Progress(*columns, console=err, transient=False) as progress:
         task = progress.add_task("sweep", total=sum(steps.values()))
         for row in rows:
+            if row["status"] == "fill":  # the step before the cases: its progress, never a counted run
+                progress.update(task, description=row["note"][:28])
+                progress.console.print(row["note"])
+                yield row
+                continue
             key = row["case"]
             # A skipped case, or one whose warmup failed, stands for all its scheduled runs.
             whole_case = row["status"] == "skipped" or (row["status"] == "failed" and row["repetition"] == 0)
@@ -268,6 +273,25 @@ def doctor(directory: Path, gdsio_path: str | None, as_json: bool) -> None:
         click.echo(doctor_mod.to_json(facts))
     else:
         doctor_mod.render(facts, Console())
+
+
+def _folder(name: str, short: str, default: str, text: str) -> Callable[[Any], Any]:
+    """A click option naming a folder, with its default shown."""
+    kind = click.Path(file_okay=False, path_type=Path)
+    return click.option(name, short, type=kind, default=Path(default), show_default=True, help=text)
+
+
+@cli.command()
+@_folder("--output", "-o", "results/gpu-smoke", "The folder every file of the run goes to (00-summary.txt first).")
+@_folder("--directory", "-d", "/var/tmp/gdsbench-smoke", "Where test files go: a real disk; ~12 GiB on a GPU host.")
+@click.option("--gpu/--no-gpu", default=True, show_default=True, help="Run the GPU steps where a CUDA device is.")
+@click.option("--install", is_flag=True, help="On a GPU host: pip-install PyPI's CUDA torch wheel and kvikio first.")
+@click.option("--quick", is_flag=True, help="Tiny sizes: checks the run end to end in well under a minute or two.")
+def smoke(output: Path, directory: Path, gpu: bool, install: bool, quick: bool) -> None:
+    """The first run on a GPU server in one command: facts, doctor, GPU tests, sweeps, to one folder."""
+    from gdsbench import smoke as smoke_mod
+
+    sys.exit(smoke_mod.run(output, directory, gpu=gpu, install=install, quick=quick))
 
 
 @cli.command()

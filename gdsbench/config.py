@@ -53,6 +53,20 @@ SWEEP_KEYS: dict[str, Key] = {
         Key("interleave", boolean, "true or false", False, "run repetition-major so drift falls on all cases alike"),
         Key("keep_files", boolean, "true or false", False, "keep the test files gdsbench created"),
         Key("timeout", duration, "a duration such as 10m", None, "limit for one run of one case"),
+        Key(
+            "fill_timeout",
+            duration,
+            "a duration such as 2h",
+            None,
+            "limit for writing the files reads need, once before the cases (default: their size at 50 MiB/s + 10 min)",
+        ),
+        Key(
+            "allow_root_filesystem",
+            boolean,
+            "true or false",
+            False,
+            "allow `directory` on the root file system (else refused: an unmounted /mnt/nvme lands there)",
+        ),
     )
 }
 

@@ -67,20 +67,40 @@ def _gdsio(f: Facts) -> Verdict:
 
 
 def _gds_path(f: Facts) -> Verdict:
-    """True GDS (not cuFile's compat mode) needs the nvidia-fs module (or P2PDMA on CUDA 12.8+)."""
+    """True GDS (not cuFile's compat mode) needs nvidia-fs (or P2PDMA); telling them apart per run needs
+    nvidia-fs's read/write counters, which count only with rw_stats_enabled=1."""
     nvfs = f["gpu_gds"]["nvidia_fs"]
+    p2pdma = sysinfo.cufile_setting(f["gpu_gds"]["cufile"], "use_pci_p2pdma")
     if not nvfs["loaded"]:
-        return False, "nvidia-fs module not loaded: cuFile would run in compat (POSIX) mode unless P2PDMA applies"
-    return True, f"nvidia-fs {nvfs['version'] or '(version unknown)'} loaded"
+        mode = (
+            "P2PDMA mode (use_pci_p2pdma): no kernel counters, rows say path=unknown"
+            if p2pdma
+            else ("cuFile would run in compat (POSIX) mode unless P2PDMA applies (CUDA 12.8+)")
+        )
+        return False, f"nvidia-fs module not loaded: {mode}"
+    counting = nvfs.get("rw_stats_enabled")
+    stats = f"rw_stats_enabled={counting}" + (
+        "" if counting == "1" else f": rows say path=unknown; enable the counters: {sysinfo.RW_STATS_REMEDY}"
+    )
+    return True, f"nvidia-fs {nvfs['version'] or '(version unknown)'} loaded; {stats}"
 
 
 def _kvikio(f: Facts) -> Verdict:
-    """kvikio for the gds checkpoint backend, and whether it would use compat mode."""
-    kvikio = f["gpu_gds"]["kvikio"]
-    if not kvikio["installed"]:
-        return False, "kvikio not installed (pip install kvikio-cu12 or kvikio-cu13)"
-    mode = "compat (POSIX) mode" if kvikio["compat_mode"] else "GDS mode"
-    return not kvikio["compat_mode"], f"{kvikio['versions']}; would run in {mode}: {kvikio['why']}"
+    """kvikio for the kvikio engine and the gds checkpoint backend: kvikio's own view (asked of kvikio) and
+    cuFile's view (nvidia-fs through cuFile's driver properties), reported apart."""
+    probe = f["gpu_gds"]["kvikio"]
+    if not probe["installed"]:
+        return False, "kvikio not installed (pip install kvikio-cu12 or kvikio-cu13, matching torch's CUDA)"
+    if not probe.get("importable"):
+        return False, f"{probe['versions']}: {probe.get('reason')}"
+    view, cufile = probe["kvikio"], probe["cufile"]
+    mode = "compat mode (POSIX, no cuFile)" if view["compat_preferred"] else "cuFile"
+    gds = {True: "nvidia-fs available (GDS)", False: "no nvidia-fs (cuFile compat or P2PDMA)"}.get(
+        cufile["is_gds_available"], f"unknown ({cufile.get('cufile_reason')})"
+    )
+    why = (f"kvikio {view['version']}: compat_mode={view['compat_mode_setting']} -> {mode}, "
+           f"{view['num_threads']} thread(s) by default; cuFile: {gds}")  # fmt: skip
+    return not view["compat_preferred"], why
 
 
 def _torch(f: Facts) -> Verdict:
@@ -139,12 +159,15 @@ def _details(f: Facts) -> Table:
     rows = {
         "fio ioengines": ", ".join(f["tools"]["fio_engines"]) or "-",
         "gdscheck": gds["gdscheck"] or "not found",
+        "gds_stats": gds.get("gds_stats") or "not found",
         "cufile.json": (
             f"{cufile['path']}: {cufile.get('properties') or cufile.get('error') or '{}'}"
             if cufile["exists"]
             else f"{cufile['path']} not found (CUFILE_ENV_PATH_JSON unset or missing)"
         ),
+        "CUFILE_* overrides": ", ".join(f"{k}={v}" for k, v in cufile.get("env", {}).items()) or "none set",
         "nvidia-fs stats": str(gds["nvidia_fs"]["stats"]) if gds["nvidia_fs"]["stats"] is not None else "not readable",
+        "nvidia-fs rw_stats_enabled": gds["nvidia_fs"].get("rw_stats_enabled") or "-",
         "target": f"{f['target']['directory']}: {f['target'].get('fstype')} on {f['target'].get('device')}",
         "block device": f"{device.get('name', '-')} model {device.get('model') or '-'}"
         + (f"; members {members}" if members else ""),

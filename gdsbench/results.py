@@ -52,6 +52,7 @@ COLUMNS = (
     "blocking_seconds",
     "compression_ratio",
     "cache",
+    "path",
     "started_at",
     "error",
     "note",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gdsbench import results, runners, sysinfo
+from gdsbench import fill, results, runners, sysinfo
 from gdsbench.cases import Case
 from gdsbench.config import SweepConfig
 from gdsbench.errors import GdsbenchError, TargetError
@@ -110,6 +110,7 @@ def run(
     skipped: dict[str, str | None] = {}
     failed_warmup: set[str] = set()
     try:
+        yield from fill.prepare(config, ctx, skip_reason)  # space and mount checks, then the reads' files, once
         for step in schedule(config, done):
             key = step.case.key
             if key not in skipped:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 
@@ -13,6 +17,7 @@ def write_config(folder: Path, **overrides: Any) -> Path:
     document = {
         "name": "tiny",
         "directory": str(folder / "target"),
+        "allow_root_filesystem": True,  # tmp_path is on this VM's root file system
         "file_size": "16M",
         "repetitions": 2,
         "matrix": {"engine": ["fio"], "pattern": ["write", "read"], "io_size": ["1M"], "iodepth": [4]},
@@ -59,3 +64,18 @@ def fio_case(**params: Any) -> Any:
     values.update(params)
     order = [name for name in (*AXIS_KEYS, *(key.name for key in runner.options)) if name in runner.axes]
     return Case("fio", tuple((name, values[name]) for name in order))
+
+
+@contextlib.contextmanager
+def mounted(point: Path, fstype: str, *options: str) -> Iterator[Path]:
+    """A real file system of `fstype` mounted at `point` for one test (root only: skipped where mount fails)."""
+    point.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", fstype, *options, f"gdsbench-{fstype}", str(point)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount {fstype} here: {done.stderr.strip()}")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "--lazy", str(point)], check=True)  # lazy: a leaked descriptor cannot wedge it

@@ -235,6 +235,7 @@ def test_sweep_and_report_show_each_engine_against_fio(tmp_path):
     document = {
         "name": "ckpt",
         "directory": str(tmp_path / "target"),
+        "allow_root_filesystem": True,
         "file_size": SIZE,
         "checkpoint_size": SIZE,
         "repetitions": 1,

@@ -77,16 +77,31 @@ def test_broken_cufile_json_is_reported_not_raised(tmp_path, monkeypatch):
     assert "cannot read" in sysinfo.cufile_config()["error"]
 
 
-def test_kvikio_compat_mode_follows_env_and_nvidia_fs(monkeypatch):
-    monkeypatch.delenv("KVIKIO_COMPAT_MODE", raising=False)
-    assert sysinfo.kvikio_mode(nvfs_loaded=False)["compat_mode"] is True
-    assert sysinfo.kvikio_mode(nvfs_loaded=True)["compat_mode"] is False
-    monkeypatch.setenv("KVIKIO_COMPAT_MODE", "ON")
-    assert sysinfo.kvikio_mode(nvfs_loaded=True) | {"versions": {}, "installed": False} == {
-        "versions": {},
-        "installed": False,
-        "compat_mode": True,
-        "why": "KVIKIO_COMPAT_MODE=ON",
-    }
-    monkeypatch.setenv("KVIKIO_COMPAT_MODE", "off")
-    assert sysinfo.kvikio_mode(nvfs_loaded=False)["compat_mode"] is False
+def test_cufile_json_keys_are_its_own_and_env_overrides_are_reported(tmp_path, monkeypatch):
+    path = tmp_path / "cufile.json"
+    path.write_text(
+        '{"properties": {"allow_compat_mode": false, "io_batchsize": 128, "use_compat_mode": true,'
+        ' "max_batch_io_size": 64, "use_pci_p2pdma": false}, "profile": {"cufile_stats": 3}}'
+    )
+    monkeypatch.setenv("CUFILE_ENV_PATH_JSON", str(path))
+    monkeypatch.setenv("CUFILE_USE_PCIP2PDMA", "true")
+    facts = sysinfo.cufile_config()
+    # gdscheck's display names (use_compat_mode, max_batch_io_size) are not cufile.json keys
+    assert facts["properties"] == {"allow_compat_mode": False, "io_batchsize": 128, "use_pci_p2pdma": False}
+    assert facts["cufile_stats"] == 3
+    assert facts["env"] == {"CUFILE_ENV_PATH_JSON": str(path), "CUFILE_USE_PCIP2PDMA": "true"}
+    assert sysinfo.cufile_setting(facts, "use_pci_p2pdma") is True  # the environment wins
+    assert sysinfo.cufile_setting(facts, "allow_compat_mode") is False
+
+
+def test_gds_path_verdict_shows_rw_stats_enabled_and_its_remedy():
+    from gdsbench import doctor
+
+    def facts(rw: str | None, loaded: bool = True) -> dict:
+        nvfs = {"loaded": loaded, "version": "2.25.7", "rw_stats_enabled": rw, "stats": None}
+        return {"gpu_gds": {"nvidia_fs": nvfs, "cufile": {"env": {}}}}
+
+    ok, why = doctor._gds_path(facts("0"))
+    assert ok and "rw_stats_enabled=0" in why and "echo 1 > /sys/module/nvidia_fs/parameters/rw_stats_enabled" in why
+    assert doctor._gds_path(facts("1")) == (True, "nvidia-fs 2.25.7 loaded; rw_stats_enabled=1")
+    assert not doctor._gds_path(facts(None, loaded=False))[0]

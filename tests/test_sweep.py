@@ -20,12 +20,12 @@ pytestmark = [pytest.mark.needs_fio, pytest.mark.needs_odirect]  # CPU_ONLY case
 
 
 def run_sweep(config_path: Path, csv_path: Path, done=frozenset()):
-    """Run a sweep the way the CLI does; return the rows it yielded."""
+    """Run a sweep the way the CLI does; return the rows it yielded (not the fill step's progress rows)."""
     loaded = config.load(config_path)
     ctx = sweep.context(loaded, csv_path)
     writer = results.ResultWriter(csv_path, sweep.columns(loaded))
     try:
-        return list(sweep.run(loaded, writer, ctx, "test-run", done))
+        return [row for row in sweep.run(loaded, writer, ctx, "test-run", done) if row["status"] != "fill"]
     finally:
         writer.close()
 

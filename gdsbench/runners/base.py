@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,6 +40,7 @@ class Measurement:
     blocking_seconds: float | None = None  # what the caller waited (an async save's staging), beside `seconds`
     compression_ratio: float | None = None  # bytes / bytes_on_disk, for engines that can compress
     cache: str | None = None  # cold | warm, where the runner controls it
+    path: str | None = None  # GPU rows: gds | compat | posix | unknown (gdsbench.runners.gds_path)
     note: str | None = None  # how the measurement was taken, when it matters (cache method, fallback)
     raw: str | None = field(default=None, repr=False, compare=False)  # the tool's output, kept beside the CSV
 
@@ -64,6 +65,7 @@ class RunContext:
     options: Mapping[str, Any] = field(default_factory=dict)  # top-level runner options from the config
     created: list[Path] = field(default_factory=list)  # files this sweep created, removed at the end
     closers: list[Callable[[], None]] = field(default_factory=list)  # runners' resources kept across cases
+    fill_failures: dict[str, str] = field(default_factory=dict)  # engine -> why the sweep's fill step failed
 
     def track_new(self, paths: list[Path]) -> None:
         """Remember which of `paths` do not exist yet, so cleanup removes only files we created."""
@@ -147,6 +149,16 @@ def run_tool(argv: list[str], timeout: float, env: Mapping[str, str] | None = No
     The child leads its own session and process group, so a timeout or Ctrl-C stops it with every
     process it started (fio's job processes, gdsio's helpers), not only the process we started.
     """
+    *_, (_, done) = run_polled(argv, timeout, timeout, env)  # ticks only on timeout, which raises
+    assert done is not None
+    return done
+
+
+def run_polled(
+    argv: list[str], timeout: float, interval: float, env: Mapping[str, str] | None = None
+) -> Iterator[tuple[int, subprocess.CompletedProcess | None]]:
+    """run_tool that yields (pid, None) every `interval` seconds while the tool runs, then (pid, its result),
+    so a caller can watch it (file sizes for progress, gds_stats -p PID) without a thread."""
     try:
         proc = subprocess.Popen(
             argv,
@@ -158,15 +170,21 @@ def run_tool(argv: list[str], timeout: float, env: Mapping[str, str] | None = No
         )
     except OSError as exc:
         raise ToolError(f"cannot start {argv[0]}: {exc.strerror}") from None
+    deadline = time.monotonic() + timeout
     try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        stop_group(proc)
-        raise ToolError(f"{Path(argv[0]).name} timed out after {timeout:.0f}s") from None
-    except KeyboardInterrupt:
+        while True:
+            try:
+                stdout, stderr = proc.communicate(timeout=max(0.0, min(interval, deadline - time.monotonic())))
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    stop_group(proc)
+                    raise ToolError(f"{Path(argv[0]).name} timed out after {timeout:.0f}s") from None
+                yield proc.pid, None
+    except (KeyboardInterrupt, GeneratorExit):
         stop_group(proc)  # in its own session the tool never saw the terminal's SIGINT
         raise
-    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+    yield proc.pid, subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
 def stop_group(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:

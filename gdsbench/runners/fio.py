@@ -20,7 +20,8 @@ from typing import Any
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, gpu_ids, one_of, text
-from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool, tool_message
+from gdsbench.runners import gds_path
+from gdsbench.runners.base import Measurement, RunContext, axes_of, tool_message
 from gdsbench.sysinfo import host, storage
 
 IOENGINES = ("libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio", "mmap")
@@ -74,7 +75,7 @@ class FioRunner:
             return f"fio not found ({binary}); install it with your OS packages (apt-get install fio)"
         if case.transfer in _CUFILE_MODES and "libcufile" not in engines(binary):
             return f"this fio has no libcufile engine for {case.transfer.value}; build fio with --enable-libcufile"
-        return huge_pages_missing(case)
+        return None if case.transfer in _CUFILE_MODES else huge_pages_missing(case)
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
         """The fio argument list for one case."""
@@ -83,9 +84,9 @@ class FioRunner:
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Run fio once and measure the case."""
         ctx.track_new(job_files(case, ctx))
-        proc = run_tool(self.command(case, ctx), timeout=ctx.timeout)
+        proc, path, path_note = gds_path.run_witnessed(self.command(case, ctx), ctx.timeout, case)
         document = parse_json(proc)
-        return measure(document, case.pattern, raw=proc.stdout)
+        return gds_path.with_path(measure(document, case.pattern, raw=proc.stdout), path, cufile_note(case), path_note)
 
 
 def huge_pages_missing(case: Case) -> str | None:
@@ -101,6 +102,20 @@ def huge_pages_missing(case: Case) -> str | None:
         f"iomem={case['iomem']} needs {pages} free huge pages ({free} free); reserve them as root: "
         f"echo {pages} > /proc/sys/vm/nr_hugepages"
     )
+
+
+def iodepth(case: Case) -> int:
+    """The iodepth fio gets: 1 for libcufile, a synchronous engine (fio caps it at 1 but still allocates and
+    cuFile-registers io_size x iodepth of GPU memory per job), else the case's."""
+    return 1 if case.transfer in _CUFILE_MODES else case["iodepth"]
+
+
+def cufile_note(case: Case) -> str | None:
+    """What the row must say about a libcufile case: its iodepth was forced to 1, its buffers are the engine's."""
+    if case.transfer not in _CUFILE_MODES:
+        return None
+    forced = f"iodepth forced to 1 (asked {case['iodepth']})" if case["iodepth"] != 1 else "iodepth 1"
+    return f"libcufile is synchronous: {forced}; buffers are libcufile's own GPU memory (no --iomem)"
 
 
 def fio_binary(ctx: RunContext) -> str:
@@ -137,9 +152,8 @@ def fio_argv(case: Case, ctx: RunContext) -> list[str]:
         f"--bs={case['io_size']}",
         f"--rw={case.pattern.value}",
         f"--numjobs={case['threads']}",
-        f"--iodepth={case['iodepth']}",
+        f"--iodepth={iodepth(case)}",
         f"--direct={0 if case.transfer is Transfer.CPU_CACHED else 1}",
-        f"--iomem={case['iomem']}",
         "--output-format=json+",
     ]
     if case.transfer in _CUFILE_MODES:
@@ -150,8 +164,8 @@ def fio_argv(case: Case, ctx: RunContext) -> list[str]:
             f"--gpu_dev_ids={case['gpu']}",
             "--thread",
         ]
-    else:
-        argv.append(f"--ioengine={case['ioengine']}")
+    else:  # libcufile allocates its own buffers: fio refuses an explicit mem/iomem beside it
+        argv += [f"--ioengine={case['ioengine']}", f"--iomem={case['iomem']}"]
     if case["end_fsync"] and case.pattern.is_write:
         argv.append("--end_fsync=1")
     if case["unlink"]:

@@ -3,27 +3,42 @@
 Mechanism: `gdsio -D <directory> -w <threads>` runs one file per thread (gdsio names them
 `gdsio.<n>`), each `file_size` bytes, with the transfer type chosen by `-x` (GDS = cuFile straight into
 GPU memory, CPU_ONLY = host memory, CPU_GPU = host bounce buffer then cudaMemcpy, ...). gdsio reads
-need their files, so a read case first writes them with a gdsio write pass unless they already exist
-at full size. Limits, from gdsio's output format: throughput is GiB/s and latency a mean only (no
-percentiles); with `-T` the "done" figure of DataSetSize may exceed the requested one; `XferType: GPUD`
-is printed even when cuFile fell back to its POSIX compat path, so the note says what nvidia-fs's
-counters showed, when they can be read. In GPU_BATCH mode gdsio treats `-w` as the batch depth
-(it prints `Threads: 1 IoDepth: <w>`).
+need their files: the sweep writes them once, before the first case and outside the cases' timeouts
+(gdsbench.fill), for the largest thread count of the sweep's read cases. Limits, from gdsio's output
+format: throughput is GiB/s and latency a mean only (no percentiles); with `-T` the "done" figure of
+DataSetSize may exceed the requested one; `XferType: GPUD` is printed even when cuFile fell back to its
+POSIX compat path, so the row's `path` column says what nvidia-fs's counters (and gds_stats) showed. In
+GPU_BATCH mode gdsio treats `-w` as the batch depth (it prints `Threads: 1 IoDepth: <w>`). gdsio verifies
+a read (-V) only against files written with -V and the same seed, threads, offset and size, so `verify`
+applies to write cases only. CPU_CACHED_GPU goes through the page cache: each case starts with dirty
+pages written back and, for reads, the files' cached pages dropped, as fio's invalidate=1 does.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-import re
+import os
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, non_negative_int, positive_int, size, text
-from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool, tool_message
+from gdsbench.runners import cache, gds_path
+from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool
 from gdsbench.runners.fio import FioRunner
+from gdsbench.runners.gdsio_output import (
+    XFER_TOKENS,
+    GdsioResult,
+    checked,
+    failures,
+    measurement,
+    parse,
+    pick,
+    usage_options,
+    usage_version,
+)
 from gdsbench.sysinfo import gpu as gds
 from gdsbench.units import size_label
 
@@ -41,45 +56,11 @@ XFER_CODES = {
 }
 #: gdsio's -I codes, by pattern.
 IO_CODES = {Pattern.READ: 0, Pattern.WRITE: 1, Pattern.RANDREAD: 2, Pattern.RANDWRITE: 3}
-#: XferType tokens seen in gdsio output; others are accepted and kept as printed.
-XFER_TOKENS = {
-    "GPUD": Transfer.GDS,
-    "CPUONLY": Transfer.CPU_ONLY,
-    "CPU_GPU": Transfer.CPU_GPU,
-    "GPUD_ASYNC": Transfer.GPU_ASYNC,
-    "GPU_BATCH": Transfer.GPU_BATCH,
-}
-#: Transfers that go through cuFile, where nvidia-fs counters tell GDS from compat mode.
-CUFILE_TRANSFERS = frozenset({Transfer.GDS, Transfer.GPU_ASYNC, Transfer.GPU_BATCH})
+CUFILE_TRANSFERS = gds_path.CUFILE_TRANSFERS
+#: The IO size of the one write pass that lays out the files reads need (large: few, long I/Os).
+FILL_IO_SIZE = 16 << 20
 
-RESULT = re.compile(
-    r"IoType:\s*(?P<io_type>\w+)\s+XferType:\s*(?P<xfer>\S+)\s+Threads:\s*(?P<threads>\d+)"
-    r"(?:\s+IoDepth:\s*(?P<iodepth>\d+))?\s+DataSetSize:\s*(?P<done>\d+)/(?P<requested>\d+)\(KiB\)"
-    r"\s+IOSize:\s*(?P<io_size>[\d:-]+)\(KiB\)\s+Throughput:\s*(?P<gib>[\d.]+)\s*GiB/sec,"
-    r"\s+Avg_Latency:\s*(?P<lat>[\d.]+)\s*usecs\s+ops:\s*(?P<ops>\d+)\s+total_time\s+(?P<secs>[\d.]+)\s*secs"
-)
-
-
-@dataclass(frozen=True)
-class GdsioResult:
-    """One gdsio result line, in gdsio's own units (KiB, GiB/s, microseconds, seconds)."""
-
-    io_type: str
-    xfer_type: str
-    threads: int
-    iodepth: int | None
-    done_kib: int
-    requested_kib: int
-    io_size_kib: str  # one size, or min-max-step for a range
-    throughput_gib: float
-    latency_us: float
-    ops: int
-    seconds: float
-
-    @property
-    def transfer(self) -> Transfer | None:
-        """The transfer type the XferType token names, when it is a known one."""
-        return XFER_TOKENS.get(self.xfer_type)
+__all__ = ["XFER_TOKENS", "GdsioResult", "checked", "failures", "measurement", "parse", "pick"]
 
 
 class GdsioRunner:
@@ -95,24 +76,31 @@ class GdsioRunner:
             text,
             "a path to the gdsio executable",
             None,
-            "which gdsio to run (else $GDSIO, PATH, /usr/local/cuda*/gds/tools/gdsio)",
+            "which gdsio to run (else $GDSIO, PATH, /usr/local/cuda*/gds/tools, /usr/libexec/gds/tools)",
             axis=False,
         ),
         GPU_KEY,
         Key("numa_node", non_negative_int, "a NUMA node number", None, "gdsio -n: NUMA node for host buffers"),
-        Key("verify", boolean, "true or false", False, "gdsio -V: verify data (writes are read back)"),
+        Key("verify", boolean, "true or false", False, "gdsio -V on write cases: every write is read back and checked"),
         Key("batch_size", positive_int, "a positive integer", None, "gdsio -B: batch size for GPU_BATCH"),
-        Key("alignment", size, "a size such as 4K", None, "gdsio -a: alignment of random IO offsets"),
+        Key("alignment", size, "a size such as 4K", None, "gdsio -a (gdsio 1.12+): alignment of random IO offsets"),
     )
     axes = axes_of(("pattern", "transfer", "io_size", "threads"), options)
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
-        """Why gdsio cannot run this case here: no gdsio, or a GPU list where gdsio takes one index."""
+        """Why gdsio cannot run this case here: no gdsio, a GPU list, verify on a read, -a on an old gdsio."""
         path, why = gds.find_gdsio(ctx.options.get("gdsio"))
         if path is None:
             return why
         if not str(case["gpu"]).isdigit():
             return f"gdsio takes one GPU index (-d), not {case['gpu']!r}"
+        if case["verify"] and not case.pattern.is_write:
+            return (
+                "verify applies to write cases only: gdsio checks a read (-V) only against files written with -V "
+                "and the same seed (-k), threads, offset and size; a -V write reads its data back itself"
+            )
+        if case["alignment"] and case.pattern in (Pattern.RANDREAD, Pattern.RANDWRITE):
+            return alignment_unsupported(path)
         return None
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
@@ -120,19 +108,16 @@ class GdsioRunner:
         return gdsio_argv(case, ctx)
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
-        """Create the files a read needs, run gdsio once and measure the case."""
+        """Settle the page cache, run gdsio once (its files already written for reads) and measure the case."""
         files = data_files(case, ctx)
         ctx.track_new(files)
-        notes: list[str | None] = (
-            [fill(case, ctx)] if not case.pattern.is_write and not ready(files, ctx.file_size) else []
-        )
-        before = gds.nvfs_stats()
-        proc = run_tool(self.command(case, ctx), timeout=ctx.timeout)
-        after = gds.nvfs_stats()
-        result = pick(checked(proc), case.pattern)
-        notes.append(path_note(case, before, after))
+        notes = [] if case.pattern.is_write else [ensure_files(case, ctx, files)]
+        notes.append(settle_cache(case, files))
+        proc, path, path_note = gds_path.run_witnessed(self.command(case, ctx), ctx.timeout, case)
+        result = pick(checked(proc, case.transfer), case.pattern)
         raw = proc.stdout + (f"\n--- stderr ---\n{proc.stderr}" if proc.stderr.strip() else "")
-        return measurement(result, note="; ".join(n for n in notes if n) or None, raw=raw)
+        note = "; ".join(n for n in [*notes, path_note] if n) or None
+        return gds_path.with_path(measurement(result, note=note, raw=raw), path)
 
 
 def gdsio_argv(
@@ -164,16 +149,34 @@ def gdsio_argv(
         argv += ["-B", str(case["batch_size"])]
     if case["alignment"] and pattern in (Pattern.RANDREAD, Pattern.RANDWRITE):
         argv += ["-a", size_label(case["alignment"])]
-    if case["verify"] and timed:
+    if case["verify"] and timed and pattern.is_write:
         argv.append("-V")
     if ctx.runtime and timed:
         argv += ["-T", str(math.ceil(ctx.runtime))]  # gdsio takes whole seconds
     return argv
 
 
-def data_files(case: Case, ctx: RunContext) -> list[Path]:
+@functools.lru_cache(maxsize=8)
+def usage(path: str) -> str:
+    """gdsio's usage text (`gdsio -h`), which lists the options this gdsio version has."""
+    try:
+        proc = subprocess.run([path, "-h"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout + proc.stderr
+
+
+def alignment_unsupported(path: str) -> str | None:
+    """Why `alignment` (-a) cannot be passed to this gdsio: its usage text has no -a (older than 1.12)."""
+    text = usage(path)
+    if not text or "a" in usage_options(text):
+        return None
+    return f"this gdsio (version {usage_version(text) or 'unknown'}) has no -a option (gdsio 1.12+); drop `alignment`"
+
+
+def data_files(case: Case, ctx: RunContext, threads: int | None = None) -> list[Path]:
     """The files gdsio uses with -D: gdsio.0 .. gdsio.<threads-1> in the target directory."""
-    return [ctx.directory / f"gdsio.{n}" for n in range(case["threads"])]
+    return [ctx.directory / f"gdsio.{n}" for n in range(threads or case["threads"])]
 
 
 def ready(files: list[Path], file_size: int) -> bool:
@@ -181,82 +184,38 @@ def ready(files: list[Path], file_size: int) -> bool:
     return all(f.is_file() and f.stat().st_size >= file_size for f in files)
 
 
-def fill(case: Case, ctx: RunContext) -> str:
-    """Write a read case's files with a size-bound CPU_ONLY gdsio write pass; return a note saying so."""
+def fill_argv(case: Case, ctx: RunContext, threads: int) -> list[str]:
+    """The one size-bound CPU_ONLY gdsio write pass that lays out gdsio.0..threads-1 for every read case."""
     argv = gdsio_argv(case, ctx, pattern=Pattern.WRITE, transfer=Transfer.CPU_ONLY, timed=False)
-    proc = run_tool(argv, timeout=ctx.timeout)
+    argv[argv.index("-w") + 1], argv[argv.index("-i") + 1] = str(threads), size_label(min(FILL_IO_SIZE, ctx.file_size))
+    return argv
+
+
+def ensure_files(case: Case, ctx: RunContext, files: list[Path]) -> str | None:
+    """A read's files: written by the sweep's fill step; a failed fill fails the case at once (no retry inside
+    every later case's timeout); outside a sweep (no fill step ran) they are written here, once."""
+    failed = ctx.fill_failures.get("gdsio")
+    if failed:  # whatever it left is not the files a read needs
+        raise ToolError(f"the files to read are missing: the fill step before the cases failed: {failed}")
+    if ready(files, ctx.file_size):
+        return None
+    proc = run_tool(fill_argv(case, ctx, case["threads"]), timeout=ctx.timeout)
     try:
-        pick(checked(proc), Pattern.WRITE)
+        pick(checked(proc, Transfer.CPU_ONLY), Pattern.WRITE)
     except ToolError as exc:
         raise ToolError(f"gdsio could not write the files to read: {exc}") from None
     return "read files written first by a gdsio CPU_ONLY write pass"
 
 
-def parse(text: str) -> list[GdsioResult]:
-    """Every result line in gdsio's output (a -V write prints its write and its verifying read)."""
-    return [
-        GdsioResult(
-            io_type=m["io_type"].upper(),
-            xfer_type=m["xfer"],
-            threads=int(m["threads"]),
-            iodepth=int(m["iodepth"]) if m["iodepth"] else None,
-            done_kib=int(m["done"]),
-            requested_kib=int(m["requested"]),
-            io_size_kib=m["io_size"],
-            throughput_gib=float(m["gib"]),
-            latency_us=float(m["lat"]),
-            ops=int(m["ops"]),
-            seconds=float(m["secs"]),
-        )
-        for m in RESULT.finditer(text)
-    ]
-
-
-def checked(proc: subprocess.CompletedProcess) -> list[GdsioResult]:
-    """The results of a gdsio run; ToolError with gdsio's own message when it failed or printed none."""
-    results = parse(proc.stdout or "")
-    if proc.returncode != 0 or not results:
-        text = (proc.stdout or "") + (proc.stderr or "")
-        if "Usage [using cmd line options]" in text:  # gdsio prints the problem, then its usage text
-            raise ToolError(f"gdsio refused its arguments: {text.strip().splitlines()[0]}")
-        raise ToolError(f"gdsio failed: {tool_message(proc)}")
-    return results
-
-
-def pick(results: list[GdsioResult], pattern: Pattern) -> GdsioResult:
-    """The result line of the case's own IoType (a -V write also prints its verifying read)."""
-    wanted = pattern.value.upper()
-    for result in results:
-        if result.io_type == wanted:
-            return result
-    raise ToolError(f"gdsio printed no {wanted} result (got {', '.join(r.io_type for r in results)})")
-
-
-def measurement(result: GdsioResult, note: str | None = None, raw: str | None = None) -> Measurement:
-    """A gdsio result in base units: bytes = done KiB * 1024, bandwidth = GiB/s * 2**30, latency in us."""
-    return Measurement(
-        bytes=result.done_kib * 1024,
-        seconds=result.seconds,
-        bw_bytes=result.throughput_gib * 2**30,
-        iops=result.ops / result.seconds if result.seconds > 0 else None,
-        lat_mean_us=result.latency_us,
-        note=note,
-        raw=raw,
-    )
-
-
-def path_note(case: Case, before: dict[str, int] | None, after: dict[str, int] | None) -> str | None:
-    """For cuFile transfers: whether nvidia-fs counted the I/O (GDS) or not (cuFile's compat path)."""
-    if case.transfer not in CUFILE_TRANSFERS:
+def settle_cache(case: Case, files: list[Path]) -> str | None:
+    """Write back dirty pages (a CPU_CACHED_GPU write leaves them for the next case to pay) and, before a
+    CPU_CACHED_GPU read, drop its files' cached pages as fio's invalidate=1 does; say so for the note."""
+    os.sync()
+    if case.transfer is not Transfer.CPU_CACHED_GPU:
         return None
-    if before is None or after is None:
-        return (
-            "GDS path or cuFile compat mode could not be told "
-            f"({gds.NVFS_STATS} not readable; gdsio prints GPUD either way)"
-        )
-    kind = "writes" if case.pattern.is_write else "reads"
-    calls = after.get(kind, 0) - before.get(kind, 0)
-    mib = after.get(f"{kind}_mib", 0) - before.get(f"{kind}_mib", 0)
-    if calls > 0:
-        return f"GDS path: nvidia-fs counted {calls} {kind} ({mib} MiB) during the run"
-    return f"cuFile compat mode: nvidia-fs counted no {kind} during the run (bytes went through POSIX I/O)"
+    if case.pattern.is_write:
+        return "page cache: dirty pages written back before the run"
+    dropped = [f for f in files if f.is_file()]
+    for path in dropped:
+        cache.evict(path)
+    return f"page cache: dirty pages written back, {len(dropped)} files' cached pages dropped (fadvise DONTNEED) before the run"

@@ -13,12 +13,14 @@ from typing import Any
 
 from gdsbench.sysinfo.gpu import (
     NVFS_STATS,
+    RW_STATS_REMEDY,
     cuda_tool,
     cufile_config,
+    cufile_setting,
     find_gdsio,
     gpu_gds,
     gpus,
-    kvikio_mode,
+    kvikio_probe,
     nvfs_stats,
     parse_nvfs_stats,
     strip_json_comments,
@@ -43,9 +45,11 @@ def collect(directory: Path, options: Mapping[str, Any] | None = None) -> dict[s
 
 __all__ = [
     "NVFS_STATS",
+    "RW_STATS_REMEDY",
     "collect",
     "cuda_tool",
     "cufile_config",
+    "cufile_setting",
     "find_gdsio",
     "fio_engines",
     "git_commit",
@@ -53,7 +57,7 @@ __all__ = [
     "gpus",
     "host_name",
     "huge_pages",
-    "kvikio_mode",
+    "kvikio_probe",
     "machine",
     "mount_of",
     "nvfs_stats",

@@ -22,12 +22,16 @@ from gdsbench.sysinfo.host import read_fact, version
 GDS_TOOL_DIRS = ("/usr/local/cuda*/gds/tools", "/usr/libexec/gds/tools")
 GDS_TOOLS_HELP = (
     "NVIDIA's GDS tools package (gds-tools-<cuda version>, pulled in by nvidia-gds) installs "
-    "gdsio and gdscheck under /usr/local/cuda/gds/tools"
+    "gdsio, gdscheck and gds_stats under /usr/local/cuda/gds/tools (some distributions: /usr/libexec/gds/tools)"
 )
 NVFS_STATS = Path("/proc/driver/nvidia-fs/stats")
+#: nvidia-fs counts reads and writes only while this module parameter is 1 (its default is 0).
+RW_STATS_PARAM = Path("/sys/module/nvidia_fs/parameters/rw_stats_enabled")
+RW_STATS_REMEDY = f"echo 1 > {RW_STATS_PARAM}"
+#: cufile.json's own key names under "properties" (gdscheck prints some under other names:
+#: use_compat_mode for allow_compat_mode, max_batch_io_size for io_batchsize).
 CUFILE_KEYS = (
     "allow_compat_mode",
-    "use_compat_mode",
     "force_compat_mode",
     "use_pci_p2pdma",
     "max_direct_io_size_kb",
@@ -35,7 +39,8 @@ CUFILE_KEYS = (
     "max_device_pinned_mem_size_kb",
     "use_poll_mode",
     "poll_mode_max_size_kb",
-    "max_batch_io_size",
+    "io_batchsize",
+    "gds_rdma_write_support",
 )
 
 
@@ -143,9 +148,14 @@ def _gpu(index: int, name: str, bus_id: str, memory_bytes: int) -> dict[str, Any
     }
 
 
-def parse_nvfs_stats(text: str) -> dict[str, int]:
-    """Read/write counters from /proc/driver/nvidia-fs/stats: calls (n) and MiB moved through nvidia-fs."""
-    counters: dict[str, int] = {}
+def parse_nvfs_stats(text: str) -> dict[str, Any]:
+    """/proc/driver/nvidia-fs/stats: `io_stats` (True/False from the `IO stats: Enabled|Disabled` header, None
+    when absent) and, only while enabled, the read/write calls (n) and MiB moved through nvidia-fs.
+
+    With `rw_stats_enabled` 0 (the default) the lines read `Reads : err=0 io_state_err=0`: no counts at all,
+    which must never be read as "no GDS I/O happened"."""
+    header = re.search(r"^\s*IO stats\s*:\s*(Enabled|Disabled)", text, re.MULTILINE | re.IGNORECASE)
+    counters: dict[str, Any] = {"io_stats": header.group(1).lower() == "enabled" if header else None}
     for kind, mib in (("Reads", "readMiB"), ("Writes", "writeMiB")):
         match = re.search(rf"^\s*{kind}\s*:\s*n=(\d+).*?\b{mib}=(\d+)", text, re.MULTILINE)
         if match:
@@ -154,8 +164,8 @@ def parse_nvfs_stats(text: str) -> dict[str, int]:
     return counters
 
 
-def nvfs_stats() -> dict[str, int] | None:
-    """nvidia-fs read/write counters now, or None when the stats file cannot be read."""
+def nvfs_stats() -> dict[str, Any] | None:
+    """nvidia-fs's stats header and read/write counters now, or None when the stats file cannot be read."""
     try:
         return parse_nvfs_stats(NVFS_STATS.read_text())
     except OSError:
@@ -163,9 +173,14 @@ def nvfs_stats() -> dict[str, int] | None:
 
 
 def nvidia_fs() -> dict[str, Any]:
-    """The nvidia-fs kernel module (GDS's driver): loaded or not, its version and counters."""
+    """The nvidia-fs kernel module (GDS's driver): loaded or not, its version, rw_stats_enabled and counters."""
     loaded = Path("/sys/module/nvidia_fs").exists() or NVFS_STATS.parent.exists()
-    return {"loaded": loaded, "version": read_fact(Path("/sys/module/nvidia_fs/version")), "stats": nvfs_stats()}
+    return {
+        "loaded": loaded,
+        "version": read_fact(Path("/sys/module/nvidia_fs/version")),
+        "rw_stats_enabled": read_fact(RW_STATS_PARAM),
+        "stats": nvfs_stats(),
+    }
 
 
 def strip_json_comments(text: str) -> str:
@@ -174,35 +189,62 @@ def strip_json_comments(text: str) -> str:
     return pattern.sub(lambda m: m.group(1) or "", text)
 
 
+def cufile_env() -> dict[str, str]:
+    """The CUFILE_* environment variables set here: they override cufile.json (CUFILE_ALLOW_COMPAT_MODE,
+    CUFILE_FORCE_COMPAT_MODE, CUFILE_USE_PCIP2PDMA, CUFILE_ENV_PATH_JSON, CUFILE_LOGGING_LEVEL, ...)."""
+    return {name: value for name, value in sorted(os.environ.items()) if name.startswith("CUFILE_")}
+
+
 def cufile_config() -> dict[str, Any]:
-    """Where cufile.json is ($CUFILE_ENV_PATH_JSON, else /etc/cufile.json) and the settings that matter."""
+    """Where cufile.json is ($CUFILE_ENV_PATH_JSON, else /etc/cufile.json), the settings that matter, its
+    profile.cufile_stats level (gds_stats needs >= 1) and the CUFILE_* environment overrides."""
     path = Path(os.environ.get("CUFILE_ENV_PATH_JSON") or "/etc/cufile.json")
-    facts: dict[str, Any] = {"path": str(path), "exists": path.is_file()}
+    facts: dict[str, Any] = {"path": str(path), "exists": path.is_file(), "env": cufile_env()}
     if not facts["exists"]:
         return facts
     try:
         document = json.loads(strip_json_comments(path.read_text()))
     except (OSError, ValueError) as exc:
         return {**facts, "error": f"cannot read {path}: {exc}"}
-    properties = document.get("properties", {}) if isinstance(document, dict) else {}
+    document = document if isinstance(document, dict) else {}
+    properties = document.get("properties") or {}
     facts["properties"] = {key: properties[key] for key in CUFILE_KEYS if key in properties}
-    facts["logging_level"] = (document.get("logging") or {}).get("level") if isinstance(document, dict) else None
+    facts["cufile_stats"] = (document.get("profile") or {}).get("cufile_stats")
+    facts["logging_level"] = (document.get("logging") or {}).get("level")
     return facts
 
 
-def kvikio_mode(nvfs_loaded: bool) -> dict[str, Any]:
-    """kvikio's version and whether it would run in compat (POSIX) mode here, from KVIKIO_COMPAT_MODE and nvidia-fs."""
+#: cuFile's environment override of each boolean property (the names differ from cufile.json's).
+CUFILE_ENV_KEYS = {
+    "allow_compat_mode": "CUFILE_ALLOW_COMPAT_MODE",
+    "force_compat_mode": "CUFILE_FORCE_COMPAT_MODE",
+    "use_pci_p2pdma": "CUFILE_USE_PCIP2PDMA",
+}
+
+
+def cufile_setting(facts: Mapping[str, Any], key: str) -> bool | None:
+    """A boolean cuFile property as cuFile resolves it: its CUFILE_* variable wins over cufile.json."""
+    env = facts.get("env", {}).get(CUFILE_ENV_KEYS.get(key, ""))
+    if env is not None:
+        return env.strip().lower() in ("1", "true", "yes", "on")
+    value = (facts.get("properties") or {}).get(key)
+    return value if isinstance(value, bool) else None
+
+
+def kvikio_probe(timeout: float = 120) -> dict[str, Any]:
+    """kvikio's own view, asked of kvikio in a child process (importing it dlopens libcufile): its version,
+    compat_mode setting, whether it prefers compat mode here, its thread count, and what cuFile's driver
+    properties say about nvidia-fs (is_gds_available). Never raises: a failed probe says why."""
     versions = {name: v for name in ("kvikio-cu13", "kvikio-cu12", "kvikio") if (v := version(name))}
-    setting = os.environ.get("KVIKIO_COMPAT_MODE", "AUTO").strip().upper()
-    if setting in ("ON", "TRUE", "YES", "1"):
-        compat, why = True, "KVIKIO_COMPAT_MODE=ON"
-    elif setting in ("OFF", "FALSE", "NO", "0"):
-        compat, why = False, "KVIKIO_COMPAT_MODE=OFF (cuFile errors out where GDS is unavailable)"
-    elif nvfs_loaded:
-        compat, why = False, "AUTO and the nvidia-fs module is loaded"
-    else:
-        compat, why = True, "AUTO and no nvidia-fs module (unless cuFile's P2PDMA mode applies)"
-    return {"versions": versions, "installed": bool(versions), "compat_mode": compat, "why": why}
+    if importlib.util.find_spec("kvikio") is None:
+        return {"versions": versions, "installed": False, "reason": "kvikio not installed"}
+    argv = [sys.executable, "-m", "gdsbench.sysinfo.kvikio_api"]
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        probe = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+        return {"versions": versions, "installed": True, "reason": f"kvikio probe failed: {exc}"}
+    return {"versions": versions, "installed": True, **probe}
 
 
 _TORCH_PROBE = (
@@ -234,6 +276,7 @@ def gpu_gds(options: Mapping[str, Any]) -> dict[str, Any]:
         "cufile": cufile_config(),
         "gdsio": {"path": gdsio, "how": gdsio_how},
         "gdscheck": cuda_tool("gdscheck"),
-        "kvikio": kvikio_mode(nvfs["loaded"]),
+        "gds_stats": cuda_tool("gds_stats"),
+        "kvikio": kvikio_probe(),
         "torch": torch_cuda(),
     }

@@ -6,15 +6,14 @@ import contextlib
 import errno
 import os
 import pathlib
-import subprocess
 import tempfile
-from collections.abc import Iterator
 
 import pytest
 import torch
 
 from gdsbench.checkpoint import BackendUnavailable, DirectIOFallbackWarning, IOOptions, OptionError, load, save
 from gdsbench.checkpoint.io import gds, posix
+from tests.helpers import mounted
 
 from .conftest import assert_same, random_tensor
 
@@ -105,18 +104,9 @@ def test_fallback_to_buffered_warns_fake_einval(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]
 
 
-@contextlib.contextmanager
-def _ramfs(parent: pathlib.Path) -> Iterator[pathlib.Path]:
+def _ramfs(parent: pathlib.Path) -> contextlib.AbstractContextManager[pathlib.Path]:
     """A ramfs mounted for the test (ramfs has no direct I/O: open(O_DIRECT) gives EINVAL)."""
-    point = parent / "ramfs"
-    point.mkdir()
-    done = subprocess.run(["mount", "-t", "ramfs", "ramfs", str(point)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount ramfs here: {done.stderr.strip()}")
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", "--lazy", str(point)], check=True)
+    return mounted(parent / "ramfs", "ramfs")
 
 
 @pytest.mark.needs_root

@@ -27,6 +27,7 @@ from gdsbench.checkpoint import (
     Writer,
 )
 from gdsbench.checkpoint.dcp.records import read_metadata
+from tests.helpers import mounted
 
 from .conftest import random_tensor
 
@@ -260,11 +261,7 @@ def test_async_saves_keep_one_in_flight_and_reuse_their_buffers(tmp_path: Path) 
 def test_a_failed_async_save_surfaces_on_its_future_and_on_the_next_save(tmp_path: Path) -> None:
     """A background save that runs out of space (a real 1 MiB tmpfs) fails its future; the next save
     says so instead of silently going on; the one after works again."""
-    small = tmp_path / "small"
-    small.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)]).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
+    with mounted(tmp_path / "small", "tmpfs", "-o", "size=1m") as small:
         writer = Writer(small / "ckpt", options=SMALL)
         big = {"w": torch.zeros(1 << 20)}  # 4 MiB: more than the file system holds
         future = dcp.async_save(big, storage_writer=writer, no_dist=True)
@@ -276,8 +273,6 @@ def test_a_failed_async_save_surfaces_on_its_future_and_on_the_next_save(tmp_pat
         out = {"w": torch.zeros(4)}
         dcp.load(out, storage_reader=Reader(small / "ckpt"), no_dist=True)
         assert torch.equal(out["w"], torch.ones(4))
-    finally:
-        subprocess.run(["umount", "--lazy", str(small)], check=True)
 
 
 def test_writer_is_picklable_for_the_process_executor(tmp_path: Path) -> None:

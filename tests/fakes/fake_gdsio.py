@@ -2,11 +2,15 @@
 """FAKE gdsio, for tests only: checks its arguments as gdsio does and prints REAL recorded gdsio output.
 
 This machine has no GPU and no GDS tools, so the tests run gdsbench's gdsio runner against this stand-in.
-It parses gdsio's options, refuses what gdsio refuses (unknown -x/-I value, no -s, -D with -f) by printing
-gdsio's own usage text (tests/data/gdsio/usage-1.1.txt), creates the per-thread files gdsio.<n> of a -D
-write as gdsio does, and prints the recorded output file chosen by $FAKE_GDSIO_OUTPUT (a name in
-tests/data/gdsio/) or, by default, one recorded with the same -I/-x. A file named error-* is printed as
-gdsio's error and the fake exits 1. Every call is appended to $FAKE_GDSIO_LOG when set.
+It is as strict as the real gdsio where that is known: it takes the options of the gdsio version in
+$FAKE_GDSIO_VERSION (1.12 by default: -a, -M, -P, -J exist, -p and -b take no argument; 1.1 has none of
+those four) and refuses anything else (unknown option, unknown -x/-I value, no -s, -D with -f) by printing
+that version's own usage text (tests/data/gdsio/usage-<version>.txt), as `-h` does; a read (-I 0/2) of a
+-D directory needs every gdsio.<n> of its -w threads written first at -s bytes ("must first execute write
+loads", NVIDIA's configuration guide); a -D write creates the per-thread files as gdsio does. It prints the
+recorded output file chosen by $FAKE_GDSIO_OUTPUT (a name in tests/data/gdsio/) or, by default, one recorded
+with the same -I/-x. A file named error-* is printed as gdsio's error and the fake exits 1. Every call is
+appended to $FAKE_GDSIO_LOG when set.
 """
 
 import getopt
@@ -15,7 +19,10 @@ import sys
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "gdsio"
-OPTSTRING = "f:D:d:n:m:w:s:o:i:p:bVx:I:T:k:URFB:a:P:J"
+OPTSTRINGS = {
+    "1.12": "f:D:d:n:m:w:s:o:i:pbVx:B:I:T:k:URFa:M:P:Jh",
+    "1.1": "f:D:d:n:m:w:s:o:i:pbVx:B:I:T:k:URFh",
+}
 DEFAULT_OUTPUT = {  # (-I, -x) -> a recording made with the same io type and transfer type
     ("0", "0"): "read-gpud-8threads-timebased.txt",
     ("1", "0"): "write-gpud-4k.txt",
@@ -27,11 +34,17 @@ DEFAULT_OUTPUT = {  # (-I, -x) -> a recording made with the same io type and tra
 SUFFIX = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "": 1}
 
 
-def usage(problem: str) -> None:
-    """Print gdsio's usage text after the problem, as gdsio does, and exit 1."""
-    print(problem)
-    print((DATA / "usage-1.1.txt").read_text(), end="")
-    sys.exit(1)
+def version() -> str:
+    """The gdsio version this fake plays."""
+    return os.environ.get("FAKE_GDSIO_VERSION", "1.12")
+
+
+def usage(problem: str, status: int = 1) -> None:
+    """Print gdsio's usage text after the problem, as gdsio does, and exit."""
+    if problem:
+        print(problem)
+    print((DATA / f"usage-{version()}.txt").read_text(), end="")
+    sys.exit(status)
 
 
 def size(text: str) -> int:
@@ -42,16 +55,10 @@ def size(text: str) -> int:
     return int(number) * SUFFIX[suffix]
 
 
-def main(argv: list) -> None:
-    """Check the options, make the files of a -D write, print a recording."""
-    if os.environ.get("FAKE_GDSIO_LOG"):
-        with open(os.environ["FAKE_GDSIO_LOG"], "a") as log:
-            log.write(" ".join(argv) + "\n")
-    try:
-        opts, _ = getopt.getopt(argv, OPTSTRING)
-    except getopt.GetoptError as exc:
-        usage(str(exc))
-    args = dict(opts)
+def check(args: dict) -> None:
+    """Refuse what gdsio refuses."""
+    if "-h" in args:
+        usage("", status=0)
     if "-s" not in args:
         usage("file size not specified")
     if ("-D" in args) == ("-f" in args):
@@ -60,13 +67,36 @@ def main(argv: list) -> None:
         usage(f"invalid xfer type {args.get('-x')}")
     if args.get("-I", "0") not in ("0", "1", "2", "3"):
         usage(f"invalid io type {args.get('-I')}")
-    file_size, threads = size(args["-s"]), int(args.get("-w", "1"))
     size(args.get("-i", "4K"))
-    if "-D" in args and args.get("-I", "0") in ("1", "3"):
-        for n in range(threads):
-            with open(Path(args["-D"]) / f"gdsio.{n}", "ab") as f:
+
+
+def files(args: dict) -> list:
+    """The per-thread files of a -D run."""
+    return [Path(args["-D"]) / f"gdsio.{n}" for n in range(int(args.get("-w", "1")))]
+
+
+def main(argv: list) -> None:
+    """Check the options, read or make the files of a -D run, print a recording."""
+    if os.environ.get("FAKE_GDSIO_LOG"):
+        with open(os.environ["FAKE_GDSIO_LOG"], "a") as log:
+            log.write(" ".join(argv) + "\n")
+    try:
+        opts, _ = getopt.getopt(argv, OPTSTRINGS[version()])
+    except getopt.GetoptError as exc:
+        usage(str(exc))
+    args = dict(opts)
+    check(args)
+    file_size, io = size(args["-s"]), args.get("-I", "0")
+    if "-D" in args and io in ("0", "2"):
+        for path in files(args):
+            if not path.is_file() or path.stat().st_size < file_size:
+                print(f"FAKE gdsio: {path} must be written (-I 1) before it is read", file=sys.stderr)
+                sys.exit(1)
+    if "-D" in args and io in ("1", "3"):
+        for path in files(args):
+            with open(path, "ab") as f:
                 f.truncate(max(file_size, f.tell()))
-    name = os.environ.get("FAKE_GDSIO_OUTPUT") or DEFAULT_OUTPUT.get((args.get("-I", "0"), args.get("-x", "0")))
+    name = os.environ.get("FAKE_GDSIO_OUTPUT") or DEFAULT_OUTPUT.get((io, args.get("-x", "0")))
     if name is None:
         usage("fake gdsio: no recording for this -I/-x; set FAKE_GDSIO_OUTPUT")
     text = (DATA / name).read_text()

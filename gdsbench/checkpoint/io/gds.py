@@ -28,31 +28,43 @@ def unavailable() -> str | None:
         return "torch not installed"
     if not torch.cuda.is_available():
         return "no CUDA device"
+    return import_problem()
+
+
+def import_problem() -> str | None:
+    """Why kvikio cannot be imported, or None: 26.x dlopens libcufile at import and may raise anything
+    (an OSError for a missing libcufile), which must become a reason, never a traceback."""
     try:
-        import kvikio  # noqa: F401  (26.x dlopens libcufile at import and may raise anything)
+        import kvikio  # noqa: F401
     except Exception as e:
         return f"kvikio not importable: {type(e).__name__}: {e}"
     return None
 
 
-def set_threads(threads: int) -> None:
-    """Size kvikio's thread pool (26.x: defaults.set; older releases: num_threads_reset)."""
+def set_threads(threads: int) -> int:
+    """Size kvikio's thread pool, which defaults to ONE thread (26.x: defaults.set; older releases:
+    num_threads_reset); return the size kvikio reports back."""
     import kvikio.defaults as kd
 
     setter = getattr(kd, "set", None)
     if setter is not None:
         setter("num_threads", threads)
-    else:
-        kd.num_threads_reset(threads)
+        return int(kd.get("num_threads"))
+    kd.num_threads_reset(threads)
+    return int(kd.get_num_threads())
+
+
+def compat_preferred() -> bool:
+    """Whether kvikio does its I/O in its own compat mode (POSIX through host memory, no cuFile)."""
+    import kvikio.defaults as kd
+
+    return bool(kd.is_compat_mode_preferred() if hasattr(kd, "is_compat_mode_preferred") else kd.compat_mode())
 
 
 def path_taken() -> str:
     """What kvikio says about how its I/O runs here: compat (POSIX) mode or cuFile (GDS or cuFile's own
     fallback, which only nvidia-fs counters can tell apart)."""
-    import kvikio.defaults as kd
-
-    compat = kd.is_compat_mode_preferred() if hasattr(kd, "is_compat_mode_preferred") else kd.compat_mode()
-    return "kvikio compat mode (POSIX)" if compat else "kvikio cuFile"
+    return "kvikio compat mode (POSIX)" if compat_preferred() else "kvikio cuFile"
 
 
 @dataclass(frozen=True)

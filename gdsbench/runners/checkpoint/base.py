@@ -108,6 +108,7 @@ class CheckpointRunner(abc.ABC):
     threaded = False  # whether the `threads` axis is the engine's I/O thread count
     suffix = ".pt"
     marker: str | None = None  # a checkpoint is a directory, complete once this file exists (None: one file)
+    last_path: str | None = None  # GPU engines: the path (gds_path.PATHS) the last save or load's bytes took
 
     @property
     def options(self) -> tuple[Key, ...]:
@@ -224,6 +225,7 @@ class CheckpointRunner(abc.ABC):
 
     def _call(self, fn: Callable[[], Any]) -> tuple[Any, float, PeakRss]:
         """Run fn timed with RSS sampling; an engine failure becomes a ToolError."""
+        self.last_path = None
         try:
             with PeakRss() as rss:
                 started = time.perf_counter()
@@ -270,6 +272,7 @@ class CheckpointRunner(abc.ABC):
             bw_bytes=workload.nbytes / seconds,
             peak_rss_bytes=rss.peak,
             bytes_on_disk=disk_bytes(self.files(path)),
+            path=self.last_path,
             note="; ".join(filter(None, [how, workload.description, f"RSS before {mib(rss.before)}"])),
         )
 
@@ -292,6 +295,7 @@ class CheckpointRunner(abc.ABC):
             bw_bytes=workload.nbytes / seconds,
             peak_rss_bytes=rss.peak,
             bytes_on_disk=disk_bytes(self.files(path)),
+            path=self.last_path,
             cache=case.get("cache"),
             note=f"{cache_note}; {memory_note}; verified; {workload.description}; RSS before {mib(rss.before)}",
         )

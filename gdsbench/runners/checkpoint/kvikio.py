@@ -4,10 +4,11 @@ Every tensor, already on the GPU (copied there once, unmeasured), is written at 
 offset of `data.bin` with pwrite futures issued together, then `index.json` (the marker, written
 last) records where each lies; loads pread into fresh CUDA tensors. kvikio's own thread pool runs
 each call's 4 MiB tasks and defaults to ONE thread, so the engine sets it to the case's `threads`
-(kvikio.defaults.set("num_threads", n) in 26.x, num_threads_reset in older releases). Every future's
-byte count is checked, and temporary contiguous copies stay referenced until their write completes.
-Needs CUDA and an importable kvikio (26.x dlopens libcufile at import and can raise anything): the
-case is skipped with the reason otherwise. The row's note says whether kvikio ran in compat mode.
+(gdsbench.sysinfo.kvikio_api.set_threads). Every future's byte count is checked, and temporary
+contiguous copies stay referenced until their write completes. Needs CUDA and an importable kvikio
+(26.x dlopens libcufile at import and can raise anything): the case is skipped with the reason
+otherwise. The row's `path` says how the bytes went: `posix` in kvikio's compat mode, else what
+nvidia-fs's counters (gdsbench.runners.gds_path) prove: gds, compat or unknown.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ from typing import Any
 
 from gdsbench import workloads
 from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.runners import gds_path
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.checkpoint.base import CheckpointRunner
+from gdsbench.sysinfo import kvikio_api as kv
 
 ALIGNMENT = 4096
 DATA = "data.bin"
@@ -33,22 +36,8 @@ def kvikio_reason() -> str | None:
 
     if not torch.cuda.is_available():
         return "needs CUDA: no CUDA device visible to torch"
-    try:
-        import kvikio  # noqa: F401
-    except Exception as exc:  # ImportError, or a failed dlopen of libcufile inside kvikio's import
-        return f"kvikio not importable ({type(exc).__name__}: {exc}); pip install kvikio-cu12"
-    return None
-
-
-def set_threads(threads: int) -> str:
-    """Size kvikio's thread pool; say how kvikio will do its I/O, for the row's note."""
-    import kvikio.defaults as kd
-
-    setter = getattr(kd, "set", None)
-    setter("num_threads", threads) if setter else kd.num_threads_reset(threads)
-    preferred = getattr(kd, "is_compat_mode_preferred", None)
-    compat = preferred() if preferred else kd.compat_mode()
-    return f"kvikio {threads} threads, {'compat mode (POSIX)' if compat else 'cuFile'}"
+    problem = kv.import_problem()
+    return f"{problem}; pip install kvikio-cu12 (or -cu13, matching torch's CUDA)" if problem else None
 
 
 def checked(futures: list[tuple[Any, int]], path: Path, what: str) -> None:
@@ -88,12 +77,27 @@ class Kvikio(CheckpointRunner):
             self._staged = (id(tensors), {name: t.cuda() for name, t in tensors.items()})
         return self._staged[1]
 
+    def begin(self, case: Case) -> tuple[gds_path.Witness, str]:
+        """Size kvikio's pool from the case and start watching nvidia-fs; say how kvikio will do its I/O."""
+        threads, compat = kv.set_threads(case.get("threads")), kv.compat_preferred()
+        return gds_path.Witness(
+            case
+        ).start(), f"kvikio {threads} threads, {'compat mode (POSIX)' if compat else 'cuFile'}"
+
+    def end(self, witness: gds_path.Witness, how: str) -> str:
+        """Record the path the bytes took (posix in kvikio's compat mode) for the row; return the note."""
+        if kv.compat_preferred():
+            self.last_path, why = "posix", "kvikio compat mode: POSIX I/O through host memory"
+        else:
+            self.last_path, why = witness.verdict()
+        return f"{how}; {why}"
+
     def save(self, staged: Any, path: Path, case: Case) -> str | None:
         """pwrite every tensor at an aligned offset, all in flight together, then the index."""
         import kvikio
         import torch
 
-        how = set_threads(case.get("threads"))
+        witness, how = self.begin(case)
         path.mkdir(exist_ok=True)
         index, offset, keep = {}, 0, []
         with kvikio.CuFile(path / DATA, "w") as f:
@@ -107,19 +111,20 @@ class Kvikio(CheckpointRunner):
                 offset += -(-data.numel() // ALIGNMENT) * ALIGNMENT
             checked(futures, path / DATA, "pwrite")
         (path / INDEX).write_text(json.dumps(index))
-        return how
+        return self.end(witness, how)
 
     def load(self, path: Path, case: Case, staged: Any) -> Mapping[str, Any]:
         """pread every tensor into fresh CUDA memory, all in flight together."""
         import kvikio
         import torch
 
-        set_threads(case.get("threads"))
+        witness, how = self.begin(case)
         index = json.loads((path / INDEX).read_text())
         buffers = {name: torch.empty(e["nbytes"], dtype=torch.uint8, device="cuda") for name, e in index.items()}
         with kvikio.CuFile(path / DATA, "r") as f:
             futures = [(f.pread(buffers[name], e["nbytes"], e["offset"]), e["nbytes"]) for name, e in index.items()]
             checked(futures, path / DATA, "pread")
+        self.end(witness, how)
         return {name: buffers[name].view(getattr(torch, e["dtype"])).reshape(e["shape"]) for name, e in index.items()}
 
 
