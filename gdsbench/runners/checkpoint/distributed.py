@@ -30,10 +30,11 @@ from gdsbench.keys import Key, boolean, one_of, positive_int
 from gdsbench.runners.base import Measurement, RunContext, run_tool
 from gdsbench.runners.checkpoint.base import CheckpointRunner, disk_bytes, workload_spec
 from gdsbench.runners.checkpoint.conditions import level_memory, set_cache
-from gdsbench.runners.checkpoint.rank import EXECUTORS, LAYOUTS
 from gdsbench.units import num2str, size_label
 
 SHM = Path("/dev/shm")
+LAYOUTS = ("sharded", "replicated")
+EXECUTORS = ("thread", "process")
 WARMUP_SAVES = 1
 CODECS = ("none", "zstd", "blosc", "blosc-fast")
 

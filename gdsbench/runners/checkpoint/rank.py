@@ -31,8 +31,7 @@ from torch.distributed.checkpoint import DefaultSavePlanner
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
-LAYOUTS = ("sharded", "replicated")
-EXECUTORS = ("thread", "process")
+from gdsbench.runners.checkpoint.distributed import EXECUTORS, LAYOUTS
 
 
 def shares(full: dict[str, torch.Tensor], layout: str, mesh: DeviceMesh) -> dict[str, Any]:
