@@ -17,7 +17,7 @@ from gdsbench.hosts import AGGREGATE, Host, HostKind
 from gdsbench.runners import fio
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.fio_client import ClientRun, fio_aggregate, parse_document, run_clients
-from gdsbench.runners.fio_jobfile import HostJob, argv_options, host_jobs
+from gdsbench.runners.fio_jobfile import HostJob, host_jobs
 from gdsbench.serve import server_argv, wait_listening
 from tests.fio_servers import free_port, stop_session
 from tests.helpers import fio_case
@@ -67,7 +67,7 @@ def case_jobs(hosts: list[Host], directory: Path, pattern: Pattern, threads: int
         pattern=pattern, transfer=Transfer.CPU_ONLY, io_size=MiB, threads=threads, iodepth=1, ioengine="psync"
     )
     ctx = RunContext(directory=directory, file_size=16 * MiB, runtime=runtime)
-    return host_jobs(hosts, argv_options(fio.fio_argv(case, ctx)))
+    return host_jobs(hosts, fio.job_options(case, ctx))
 
 
 def run(jobs: tuple[HostJob, ...], pattern: Pattern, tmp_path: Path, timeout: float = 60) -> ClientRun:

@@ -14,14 +14,23 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, gpu_ids, one_of, text
+from gdsbench.runners import fio_live, fio_series
 from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool, tool_message
 from gdsbench.sysinfo import host, storage
+
+if TYPE_CHECKING:
+    from gdsbench.runners.fio_client import ClientRun
+
+#: One fio option: (key, value), value None for a flag such as `time_based`.
+Option = tuple[str, "str | None"]
 
 IOENGINES = ("libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio", "mmap")
 PERCENTILES = {"lat_p50_us": 50.0, "lat_p90_us": 90.0, "lat_p99_us": 99.0, "lat_p999_us": 99.9}
@@ -77,15 +86,33 @@ class FioRunner:
         return huge_pages_missing(case)
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
-        """The fio argument list for one case."""
+        """The fio argument list for one case (in a multi-host sweep, the client's, with its job files)."""
+        if ctx.hosts:
+            from gdsbench.runners import fio_client  # see run_hosts
+
+            return fio_client.case_argv(case, ctx, job_options(case, ctx, fio_series.client_prefix(ctx)))
         return fio_argv(case, ctx)
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
-        """Run fio once and measure the case."""
+        """Run fio once and measure the case (live status to ctx.on_status, logs read into the series)."""
         ctx.track_new(job_files(case, ctx))
-        proc = run_tool(self.command(case, ctx), timeout=ctx.timeout)
+        stream = fio_live.StatusStream(ctx.on_status, case.pattern)
+        prefix = fio_series.standalone_prefix(ctx)
+        if prefix:
+            prefix.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            proc = run_tool(self.command(case, ctx), timeout=ctx.timeout, on_stdout=stream.feed)
+        finally:
+            series = fio_series.collect(prefix, case["threads"]) if prefix else ()
+        proc = fio_live.final_only(proc)
         document = parse_json(proc)
-        return measure(document, case.pattern, raw=proc.stdout)
+        return replace(measure(document, case.pattern, raw=proc.stdout), series=series)
+
+    def run_hosts(self, case: Case, ctx: RunContext) -> ClientRun:
+        """Run one case on every host of ctx.hosts at once (fio client/server): a result per host plus `all`."""
+        from gdsbench.runners import fio_client  # fio_client reads fio's figures with this module's measure()
+
+        return fio_client.run_case(case, ctx, job_options(case, ctx, fio_series.client_prefix(ctx)))
 
 
 def huge_pages_missing(case: Case) -> str | None:
@@ -127,40 +154,56 @@ def job_files(case: Case, ctx: RunContext) -> list[Path]:
     return [ctx.directory / f"{job_name(case, ctx)}.{job}.0" for job in range(case["threads"])]
 
 
-def fio_argv(case: Case, ctx: RunContext) -> list[str]:
-    """Translate a case into fio's command line (sizes in bytes, so no suffix is ambiguous)."""
-    argv = [
-        fio_binary(ctx),
-        f"--name={job_name(case, ctx)}",
-        f"--directory={fio_path(ctx.directory)}",
-        f"--size={ctx.file_size}",
-        f"--bs={case['io_size']}",
-        f"--rw={case.pattern.value}",
-        f"--numjobs={case['threads']}",
-        f"--iodepth={case['iodepth']}",
-        f"--direct={0 if case.transfer is Transfer.CPU_CACHED else 1}",
-        f"--iomem={case['iomem']}",
-        "--output-format=json+",
+def render_args(options: Sequence[Option]) -> list[str]:
+    """The options as fio command-line arguments: `--key=value`, or `--key` for a flag."""
+    return [f"--{key}" if value is None else f"--{key}={value}" for key, value in options]
+
+
+def job_options(case: Case, ctx: RunContext, log_prefix: str | None = None) -> list[Option]:
+    """A case's fio job options as (key, value) pairs, sizes in bytes (so no suffix is ambiguous).
+
+    The same pairs render as a standalone command line (`fio_argv`) or as each host's job file in
+    client mode; `log_prefix` adds fio's bandwidth and latency logs (the time series).
+    """
+    options: list[Option] = [
+        ("name", job_name(case, ctx)),
+        ("directory", fio_path(ctx.directory)),
+        ("size", str(ctx.file_size)),
+        ("bs", str(case["io_size"])),
+        ("rw", case.pattern.value),
+        ("numjobs", str(case["threads"])),
+        ("iodepth", str(case["iodepth"])),
+        ("direct", "0" if case.transfer is Transfer.CPU_CACHED else "1"),
+        ("iomem", case["iomem"]),
     ]
     if case.transfer in _CUFILE_MODES:
-        # --thread: fio's libcufile examples run jobs as threads, as cudaMalloc fails when many processes attach.
-        argv += [
-            "--ioengine=libcufile",
-            f"--cuda_io={_CUFILE_MODES[case.transfer]}",
-            f"--gpu_dev_ids={case['gpu']}",
-            "--thread",
+        # thread: fio's libcufile examples run jobs as threads, as cudaMalloc fails when many processes attach.
+        options += [
+            ("ioengine", "libcufile"),
+            ("cuda_io", _CUFILE_MODES[case.transfer]),
+            ("gpu_dev_ids", case["gpu"]),
+            ("thread", None),
         ]
     else:
-        argv.append(f"--ioengine={case['ioengine']}")
+        options.append(("ioengine", case["ioengine"]))
     if case["end_fsync"] and case.pattern.is_write:
-        argv.append("--end_fsync=1")
+        options.append(("end_fsync", "1"))
     if case["unlink"]:
-        argv.append("--unlink=1")
+        options.append(("unlink", "1"))
     if ctx.runtime:
-        argv += ["--time_based", f"--runtime={ctx.runtime:g}"]
+        options += [("time_based", None), ("runtime", f"{ctx.runtime:g}")]
     if ctx.ramp_time:
-        argv.append(f"--ramp_time={ctx.ramp_time:g}")
-    return argv
+        options.append(("ramp_time", f"{ctx.ramp_time:g}"))
+    if log_prefix and ctx.series_ms:
+        options += fio_series.log_options(log_prefix, ctx.series_ms)
+    return options
+
+
+def fio_argv(case: Case, ctx: RunContext) -> list[str]:
+    """fio's command line for one case on this machine: the job options, JSON+ output, periodic status."""
+    prefix = fio_series.standalone_prefix(ctx)
+    options = job_options(case, ctx, str(prefix) if prefix else None)
+    return [fio_binary(ctx), *render_args(options), "--output-format=json+", *fio_live.status_args(ctx)]
 
 
 def fio_path(path: Path) -> str:
@@ -197,6 +240,7 @@ def measure(document: dict[str, Any], pattern: Pattern, raw: str | None = None) 
     total = sum(s["io_bytes"] for s in stats)
     runtimes = [s["runtime"] for s in stats]
     job_bw = [s["io_bytes"] * 1000 // s["runtime"] for s in stats]
+    spread = (max(runtimes) - min(runtimes)) / 1000 if len(runtimes) > 1 else None
     return Measurement(
         bytes=total,
         seconds=max(runtimes) / 1000,
@@ -206,6 +250,8 @@ def measure(document: dict[str, Any], pattern: Pattern, raw: str | None = None) 
         bw_min_bytes=min(job_bw),
         bw_max_bytes=max(job_bw),
         **latency(stats),
+        spread_seconds=spread,
+        straggler=f"job {runtimes.index(max(runtimes)) + 1}" if spread else None,
         raw=raw,
     )
 
