@@ -112,17 +112,21 @@ def _execute(
         results.write_sidecar(csv_path, sweep_mod.metadata(config, run_id))
     steps = Counter(step.case.key for step in sweep_mod.schedule(config, done))
     err.print(f"[bold]{config.name}[/]: {len(config.cases)} cases x {config.repetitions} repetitions -> {csv_path}")
+    if config.hosts:
+        err.print("hosts: " + ", ".join(host.label for host in config.hosts) + " (fio cases)")
     rows: list[dict[str, Any]] = []
     try:
-        for row in _progress(sweep_mod.run(config, writer, ctx, run_id, done), steps):
+        for row in _progress(sweep_mod.run(config, writer, ctx, run_id, done), steps, ctx):
             rows.append(row)
     except KeyboardInterrupt:
         writer.close()
+        sweep_mod.record_told(csv_path, ctx)
         kept = sum(1 for r in rows if r["status"] != "warmup")
         err.print(f"\ninterrupted: kept {kept} finished rows in {csv_path}")
         err.print(f"continue with: gdsbench sweep --resume {shlex.quote(str(csv_path))}")
         sys.exit(130)
     writer.close()
+    sweep_mod.record_told(csv_path, ctx)
     return csv_path, rows
 
 
@@ -138,10 +142,11 @@ def _config_of(resume: Path | None) -> Path:
     return Path(source)
 
 
-def _progress(rows: Iterator[dict[str, Any]], steps: Counter) -> Iterator[dict[str, Any]]:
-    """Wrap the sweep's rows in a rich progress bar with an ETA, counting scheduled runs per case."""
+def _progress(rows: Iterator[dict[str, Any]], steps: Counter, ctx: Any = None) -> Iterator[dict[str, Any]]:
+    """Wrap the sweep's rows in a rich progress bar with an ETA, counting scheduled runs per case; the
+    running case's live figures (fio's periodic status) and each finished host show in its description."""
     columns = (
-        TextColumn("{task.description:<28}"),
+        TextColumn("{task.description:<44}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
@@ -151,15 +156,38 @@ def _progress(rows: Iterator[dict[str, Any]], steps: Counter) -> Iterator[dict[s
     seen: Counter = Counter()
     with Progress(*columns, console=err, transient=False) as progress:
         task = progress.add_task("sweep", total=sum(steps.values()))
+        if ctx is not None:
+            ctx.on_status = lambda status: progress.update(task, description=_live_text(status))
         for row in rows:
+            if not row.get("step_done", True):  # one host of a multi-host run: its `all` row ends the step
+                progress.update(task, description=f"{row['host']} {row['status']} {_bw(row)}")
+                yield row
+                continue
             key = row["case"]
             # A skipped case, or one whose warmup failed, stands for all its scheduled runs.
             whole_case = row["status"] == "skipped" or (row["status"] == "failed" and row["repetition"] == 0)
             advance = steps[key] - seen[key] if whole_case else 1
             seen[key] += advance
-            label = f"{row['engine']} {row.get('pattern')} {row['status']}"
+            label = f"{row['engine']} {row.get('pattern')} {row['status']} {_bw(row)}"
             progress.update(task, advance=advance, description=label)
             yield row
+
+
+def _bw(row: dict[str, Any]) -> str:
+    """A finished row's bandwidth for the progress line ('' when it has none)."""
+    from gdsbench.units import num2str
+
+    bw = row.get("bw_bytes")
+    return num2str(int(bw), unit="B/s") if isinstance(bw, (int, float)) and row["status"] == "ok" else ""
+
+
+def _live_text(status: Any) -> str:
+    """A running case's figures so far: elapsed time, bandwidth and IOPS over the last interval."""
+    from gdsbench.units import num2str
+
+    who = f"{status.host} " if status.host else ""
+    iops = f" {num2str(int(status.iops), pow2=False)} IOPS" if status.iops is not None else ""
+    return f"{who}{status.seconds:.0f}s {num2str(int(status.bw_bytes), unit='B/s')}{iops}"
 
 
 def _summary(rows: list[dict[str, Any]], csv_path: Path) -> int:
