@@ -48,8 +48,9 @@ def number(value: float, digits: int = 1) -> str:
 
 
 def table_rows(groups: list[str], table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Header and text cells of the aggregate table."""
-    header = [*groups, "n", "bw (median)", "min-max", "IOPS", "lat mean us", "lat p99 us"]
+    """Header and text cells of the aggregate table (a `flags` column when any group is flagged)."""
+    flagged = int("flags" in table and bool(table["flags"].fillna("").astype(bool).any()))
+    header = [*groups, "n", "bw (median)", "min-max", "IOPS", "lat mean us", "lat p99 us", *(["flags"] * flagged)]
     rows = []
     for _, row in table.iterrows():
         iops = row["iops_median"]
@@ -62,6 +63,7 @@ def table_rows(groups: list[str], table: pd.DataFrame) -> tuple[list[str], list[
                 "-" if math.isnan(iops) else iops_text(iops),
                 number(row["lat_mean_us"]),
                 number(row["lat_p99_us"]),
+                *([row["flags"] or ""] * flagged),
             ]
         )
     return header, rows
