@@ -234,9 +234,22 @@ def _print_plan(config: Any) -> None:
     "--html",
     "html_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Also write a self-contained report.html (metadata, tables, figures) into this folder.",
+    help="Also write a self-contained report.html (metadata, tables, figures, time series) into this folder.",
 )
-def report(files: tuple[Path, ...], by: str | None, fmt: str, plots_dir: Path | None, html_dir: Path | None) -> None:
+@click.option(
+    "--series",
+    "series_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also draw each case's bandwidth and latency over time (the .series.tsv beside each CSV) into this folder.",
+)
+def report(
+    files: tuple[Path, ...],
+    by: str | None,
+    fmt: str,
+    plots_dir: Path | None,
+    html_dir: Path | None,
+    series_dir: Path | None,
+) -> None:
     """Summarise results CSVs: fio-style run-status lines and a table of medians with min-max."""
     from gdsbench import report as report_mod
     from gdsbench import results
@@ -246,6 +259,8 @@ def report(files: tuple[Path, ...], by: str | None, fmt: str, plots_dir: Path | 
     click.echo(report_mod.render(frame, groups, fmt), nl=False)
     if plots_dir or html_dir:
         _write_figures(frame, groups, plots_dir, html_dir)
+    if series_dir:
+        _write_series(files, frame, series_dir)
 
 
 def _write_figures(frame: Any, groups: list[str] | None, plots_dir: Path | None, html_dir: Path | None) -> None:
@@ -258,6 +273,19 @@ def _write_figures(frame: Any, groups: list[str] | None, plots_dir: Path | None,
         err.print(f"figures: {len(written)} files in {plots_dir}")
     if html_dir:
         err.print(f"html: {html.write(frame, html_dir, groups, figures)}")
+
+
+def _write_series(files: tuple[Path, ...], frame: Any, folder: Path) -> None:
+    """report --series: one figure per case from the time-series tables beside the CSVs."""
+    from gdsbench import results
+    from gdsbench.report import plots, series
+
+    table = results.load_series(files)
+    if table.empty:
+        err.print(f"series: none beside {', '.join(map(str, files))} (fio cases record them; `series: false` did not)")
+        return
+    written = plots.save(series.figures(table, frame), folder, formats=("png",))
+    err.print(f"series: {len(written)} figures in {folder}")
 
 
 @cli.command("runners")
@@ -338,17 +366,17 @@ def compare(base: Path, new: Path, threshold: str, fmt: str) -> None:
 def qualify(config_file: Path, output: Path, results_files: tuple[Path, ...], junit: Path | None) -> None:
     """Run CONFIG_FILE's sweep (or read --results) and judge its `checks:`; exit 1 if any check fails."""
     from gdsbench import config as config_mod
+    from gdsbench import flags, results
     from gdsbench import qualify as qualify_mod
-    from gdsbench import results
     from gdsbench.report import junit as junit_mod
 
     config = config_mod.load(config_file)
-    checks = qualify_mod.parse_checks(str(config_file), list(config.checks))
+    checks = qualify_mod.parse_checks(str(config_file), list(config.checks), config.raw.get("allow_flags"))
     if not results_files:
         csv_path, rows = _execute(config, output)
         _summary(rows, csv_path)
         results_files = (csv_path,)
-    frame = results.load(results_files)
+    frame = flags.annotate(results.load(results_files))
     outcomes = qualify_mod.evaluate_all(checks, frame)
     for line in qualify_mod.summary_lines(outcomes):
         click.echo(line)
