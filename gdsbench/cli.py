@@ -185,7 +185,7 @@ def _live_text(status: Any) -> str:
     """A running case's figures so far: elapsed time, bandwidth and IOPS over the last interval."""
     from gdsbench.units import num2str
 
-    who = f"{status.host} " if status.host else ""
+    who = f"{status.host} " + ("done " if status.done else "") if status.host else ""
     iops = f" {num2str(int(status.iops), pow2=False)} IOPS" if status.iops is not None else ""
     return f"{who}{status.seconds:.0f}s {num2str(int(status.bw_bytes), unit='B/s')}{iops}"
 
@@ -213,6 +213,7 @@ def _print_plan(config: Any) -> None:
     )
     for index, case in enumerate(config.cases, 1):
         click.echo(f"[{index}] {case.key}")
+        ctx.hosts = sweep_mod.fleet(config, case)  # a multi-host case shows the client command and its job files
         reason = sweep_mod.skip_reason(case, ctx)
         if reason:
             click.echo(f"    skipped: {reason}")

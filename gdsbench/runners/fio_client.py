@@ -26,7 +26,7 @@ import re
 import shutil
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,9 +35,10 @@ from gdsbench.cases import Case, Pattern
 from gdsbench.errors import GdsbenchError
 from gdsbench.hosts import AGGREGATE, HostKind
 from gdsbench.runners import fio_series
-from gdsbench.runners.base import Measurement, RunContext, run_tool
+from gdsbench.runners.base import LiveStatus, Measurement, RunContext, run_tool
 from gdsbench.runners.fio import Option, direction, fio_binary, measure
 from gdsbench.runners.fio_jobfile import HostJob, host_jobs, write_job_files
+from gdsbench.runners.fio_live import ClientStream
 
 ALL_CLIENTS = "All clients"
 MESSAGE_LIMIT = 400
@@ -92,8 +93,9 @@ class ClientRun:
 
 
 def client_argv(binary: str, job_files: Sequence[tuple[HostJob, Path]]) -> list[str]:
-    """`fio --output-format=json+ --client=<h1> <job1> --client=<h2> <job2> ...` as an argument list."""
-    argv = [binary, "--output-format=json+"]
+    """`fio --output-format=json+,normal --client=<h1> <job1> --client=<h2> <job2> ...` as an argument list
+    (the normal output, before the JSON, shows each host's results as they arrive: fio_live.ClientStream)."""
+    argv = [binary, "--output-format=json+,normal"]
     for job, path in job_files:
         argv += [f"--client={job.host.spec}", str(path)]
     return argv
@@ -112,6 +114,7 @@ def run_clients(
     timeout: float,
     stem: str = "case",
     cwd: Path | None = None,
+    on_status: Callable[[LiveStatus], None] | None = None,
 ) -> ClientRun:
     """Write each host's job file into `folder`, run fio once for all hosts (in `cwd`), and measure every host.
 
@@ -122,8 +125,9 @@ def run_clients(
     argv = client_argv(binary, list(zip(jobs, job_paths(jobs, folder, stem))))
     if shutil.which(binary) is None:
         return ClientRun(tuple(argv), "", failed_all(jobs, f"cannot start {binary}: not found"))
+    stream = ClientStream(on_status, {job.name: job.host.label for job in jobs})
     try:
-        proc = run_tool(argv, timeout=timeout, keep_sigpipe_ignored=True, cwd=cwd)
+        proc = run_tool(argv, timeout=timeout, keep_sigpipe_ignored=True, cwd=cwd, on_stdout=stream.feed)
     except GdsbenchError as exc:
         return ClientRun(tuple(argv), "", failed_all(jobs, str(exc)))
     return ClientRun(tuple(argv), proc.stdout + proc.stderr, tuple(results_of(proc, jobs, pattern)))
@@ -151,7 +155,9 @@ def run_case(case: Case, ctx: RunContext, options: Sequence[Option]) -> ClientRu
             fio_series.prepare_client(series, f"{ctx.run_stem}.h{jobs.index(job)}", case["threads"], job.host)
     folder = (ctx.raw_dir or Path(".")) / "jobs"
     try:
-        run = run_clients(fio_binary(ctx), jobs, case.pattern, folder, ctx.timeout, ctx.run_stem, cwd=series)
+        run = run_clients(
+            fio_binary(ctx), jobs, case.pattern, folder, ctx.timeout, ctx.run_stem, cwd=series, on_status=ctx.on_status
+        )
     finally:
         found = _series(ctx, series, jobs, case["threads"])
     for label, facts in server_facts(run.raw, jobs).items():

@@ -9,11 +9,15 @@ the parser see what a run without periodic status prints.
 
 fio's client (multi-host) prints no periodic status in JSON mode: the servers' periodic figures reach
 it only when a server itself was started with --status-interval, and then only at the end, as extra
-`client_stats` entries. Multi-host cases report each host when its results arrive (fio_client).
+`client_stats` entries; its ETA line (`--eta=always`) sums the hosts. So a multi-host run also asks
+for fio's normal output (`--output-format=json+,normal`), which the client prints for each host's jobs
+as their results arrive, before the JSON document at the end: `ClientStream` reports each host's
+jobs as they finish (`<name>.h<i>: (groupid=...` then `  write: IOPS=452, BW=...(907MiB/2004msec)`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -23,9 +27,14 @@ from typing import Any, NamedTuple
 
 from gdsbench.cases import Pattern
 from gdsbench.runners.base import LiveStatus, RunContext
+from gdsbench.units import parse_size
 
 #: A top-level JSON document of fio's output: fio indents everything but its outer braces.
 _DOCUMENT = re.compile(r"^\{\n.*?^\}$\n?", re.MULTILINE | re.DOTALL)
+#: fio's normal output: a job's header (`name: (groupid=0, jobs=1): err= 0: ...`) and its figures line.
+_JOB_HEADER = re.compile(r"^(\S+): \(groupid=\d+, jobs=\d+\)")
+_FIGURES = re.compile(r"^\s+(read|write): IOPS=([\d.]+)([kMG]?), BW=.*?\((\d+(?:\.\d+)?[KMGTP]?i?B)/(\d+)msec\)")
+_SCALE = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}
 
 
 def status_args(ctx: RunContext) -> list[str]:
@@ -117,3 +126,36 @@ class StatusStream:
             return
         self.on_status(live_status(now, self.last))
         self.last = now
+
+
+class ClientStream:
+    """Feeds on a multi-host run's stdout (normal output before the JSON); reports each host's jobs as
+    their results arrive, by job name (`<name>.h<index>` is host `index`)."""
+
+    def __init__(self, on_status: Callable[[LiveStatus], None] | None, names: dict[str, str]) -> None:
+        self.on_status, self.names = on_status, names  # job name -> host label
+        self.pending = ""
+        self.host: str | None = None
+
+    def feed(self, text: str) -> None:
+        """Take the next piece of stdout; report every job result it completes."""
+        if self.on_status is None:
+            return
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            self._line(line)
+
+    def _line(self, line: str) -> None:
+        """Remember whose job a header names; report the figures line under it."""
+        header = _JOB_HEADER.match(line)
+        if header:
+            self.host = self.names.get(header.group(1))
+            return
+        figures = _FIGURES.match(line)
+        if figures and self.host is not None and self.on_status is not None:
+            _, iops, scale, moved, msec = figures.groups()
+            with contextlib.suppress(ValueError):
+                seconds, done = int(msec) / 1000, parse_size(moved)
+                rate = done / seconds if seconds else 0.0
+                self.on_status(LiveStatus(seconds, done, rate, float(iops) * _SCALE[scale], self.host, done=True))
+            self.host = None
