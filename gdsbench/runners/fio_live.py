@@ -89,22 +89,34 @@ def live_status(now: Totals, before: Totals | None) -> LiveStatus:
     )
 
 
-class StatusStream:
-    """Feeds on fio's stdout as it arrives; calls `on_status` with each periodic document's figures."""
+class _Lines:
+    """Feeds on a tool's stdout as it arrives and hands each complete line to `_line` (nothing without a
+    listener: the output is parsed only for the live display)."""
 
-    def __init__(self, on_status: Callable[[LiveStatus], None] | None, pattern: Pattern) -> None:
-        self.on_status, self.pattern = on_status, pattern
+    def __init__(self, on_status: Callable[[LiveStatus], None] | None) -> None:
+        self.on_status = on_status
         self.pending = ""
-        self.lines: list[str] | None = None
-        self.last: Totals | None = None
 
     def feed(self, text: str) -> None:
-        """Take the next piece of stdout; report every document it completes."""
+        """Take the next piece of stdout."""
         if self.on_status is None:
             return
         *lines, self.pending = (self.pending + text).split("\n")
         for line in lines:
             self._line(line)
+
+    def _line(self, line: str) -> None:
+        """One complete line."""
+
+
+class StatusStream(_Lines):
+    """Calls `on_status` with each of standalone fio's periodic status documents' figures."""
+
+    def __init__(self, on_status: Callable[[LiveStatus], None] | None, pattern: Pattern) -> None:
+        super().__init__(on_status)
+        self.pattern = pattern
+        self.lines: list[str] | None = None
+        self.last: Totals | None = None
 
     def _line(self, line: str) -> None:
         """Collect a document's lines from `{` to `}` (column 0)."""
@@ -128,22 +140,14 @@ class StatusStream:
         self.last = now
 
 
-class ClientStream:
-    """Feeds on a multi-host run's stdout (normal output before the JSON); reports each host's jobs as
-    their results arrive, by job name (`<name>.h<index>` is host `index`)."""
+class ClientStream(_Lines):
+    """Reports each host's jobs of a multi-host run as their results arrive (fio's normal output before
+    the JSON), by job name (`<name>.h<index>` is host `index`)."""
 
     def __init__(self, on_status: Callable[[LiveStatus], None] | None, names: dict[str, str]) -> None:
-        self.on_status, self.names = on_status, names  # job name -> host label
-        self.pending = ""
+        super().__init__(on_status)
+        self.names = names  # job name -> host label
         self.host: str | None = None
-
-    def feed(self, text: str) -> None:
-        """Take the next piece of stdout; report every job result it completes."""
-        if self.on_status is None:
-            return
-        *lines, self.pending = (self.pending + text).split("\n")
-        for line in lines:
-            self._line(line)
 
     def _line(self, line: str) -> None:
         """Remember whose job a header names; report the figures line under it."""
