@@ -20,7 +20,7 @@ from gdsbench.runners.fio import FioRunner, parse_json
 from tests.helpers import fio_case
 
 DATA = Path(__file__).parent / "data"
-STATUS = DATA / "fio" / "status-interval.txt"
+STATUS = DATA / "fio" / "live" / "status-interval.txt"
 CLIENT = DATA / "fio-client" / "sock2-write-2jobs-normal.txt"
 LOGS = DATA / "fio" / "series"
 

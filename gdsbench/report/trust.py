@@ -45,7 +45,8 @@ def straggler_notes(frame: pd.DataFrame, groups: list[str]) -> list[str]:
     for values, group in ok.groupby(groups, dropna=False, sort=False):
         median = group.sort_values("spread_seconds", kind="stable").iloc[(len(group) - 1) // 2]
         fleet = str(median.get("host")) == AGGREGATE
-        if not fleet and median["spread_seconds"] < STRAGGLER_SHARE * float(median["seconds"]):
+        share = STRAGGLER_SHARE * float(median["seconds"]) if not fleet else 0.0
+        if median["spread_seconds"] <= share:  # finished together: nobody straggled
             continue
         title = " ".join(f"{g}={v}" for g, v in zip(groups, values if isinstance(values, tuple) else (values,)))
         what = "slowest host" if fleet else "slowest job"

@@ -90,7 +90,7 @@ class FioRunner:
         if ctx.hosts:
             from gdsbench.runners import fio_client  # see run_hosts
 
-            return fio_client.case_argv(case, ctx, job_options(case, ctx, fio_series.client_prefix(ctx)))
+            return fio_client.case_argv(ctx, job_options(case, ctx, fio_series.client_prefix(ctx)))
         return fio_argv(case, ctx)
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:

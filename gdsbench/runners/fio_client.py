@@ -133,21 +133,16 @@ def run_clients(
     return ClientRun(tuple(argv), proc.stdout + proc.stderr, tuple(results_of(proc, jobs, pattern)))
 
 
-def case_jobs(case: Case, ctx: RunContext, options: Sequence[Option]) -> tuple[HostJob, ...]:
-    """Each host's job for one case of a multi-host sweep."""
-    return host_jobs(ctx.hosts, options)
-
-
-def case_argv(case: Case, ctx: RunContext, options: Sequence[Option]) -> list[str]:
+def case_argv(ctx: RunContext, options: Sequence[Option]) -> list[str]:
     """The client command one case runs (its job files under `<raw_dir>/jobs`), for --dry-run and the rows."""
-    jobs = case_jobs(case, ctx, options)
+    jobs = host_jobs(ctx.hosts, options)
     folder = (ctx.raw_dir or Path(".")) / "jobs"
     return client_argv(fio_binary(ctx), list(zip(jobs, job_paths(jobs, folder, ctx.run_stem))))
 
 
 def run_case(case: Case, ctx: RunContext, options: Sequence[Option]) -> ClientRun:
     """Run one case on every host: local hosts' files tracked for cleanup, each host's time series read back."""
-    jobs = case_jobs(case, ctx, options)
+    jobs = host_jobs(ctx.hosts, options)
     ctx.track_new([path for job in jobs if job.host.is_local for path in job.files()])
     series = fio_series.client_folder(ctx)
     if series is not None:

@@ -2,7 +2,7 @@
 
 With `--status-interval=N --output-format=json+`, standalone fio prints a whole JSON document every N
 seconds (each job's figures so far: io_bytes, runtime, total_ios) and the final one at the end, each
-from a `{` line to a `}` line at column 0 (fio 3.33, tests/data/fio/status-interval.txt).
+from a `{` line to a `}` line at column 0 (fio 3.33, tests/data/fio/live/status-interval.txt).
 `StatusStream` parses each document as it arrives and reports the rates over the last interval;
 `final_only` keeps the last document (the results) and fio's other lines, so the raw output kept and
 the parser see what a run without periodic status prints.
