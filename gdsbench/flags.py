@@ -81,7 +81,7 @@ RULES: dict[str, Rule] = {
         Rule(
             "too_short",
             f"runtime under {TOO_SHORT_S:g} s: start-up and fio's millisecond clock weigh in the figure",
-            "set a runtime (time-based runs) or a larger file_size",
+            "set a runtime (time-based fio and gdsio runs), or a larger file_size or checkpoint_size",
         ),
     )
 }

@@ -7,6 +7,11 @@ libcufile engine (`cuda_io=cufile` / `posix`), which only fio builds made with `
 Jobs are not group-reported, so the per-job bandwidth spread survives; the group figures are computed
 from the jobs exactly as fio's run-status line computes them, and latency percentiles are merged from
 the jobs' histogram bins (json+) as fio merges them.
+
+A case's options are (key, value) pairs (`job_options`): rendered as this command line, or as each
+host's job file in a multi-host sweep (`run_hosts`, fio_client). fio also writes its bandwidth and
+latency logs (fio_series: the time series) and, every `status_interval`, a status document that
+fio_live turns into live figures.
 """
 
 from __future__ import annotations
