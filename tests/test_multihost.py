@@ -116,9 +116,10 @@ def test_report_compare_and_qualify_group_by_host(two, tmp_path):
     text = report.render(frame, None, "text")
     titles = [line.strip() for line in text.splitlines() if line.strip().startswith("host=")]
     assert titles[:3] == [f"host={h} pattern=write" for h in [*hosts, AGGREGATE]]
-    late = frame[(frame["host"] == AGGREGATE) & (frame["spread_seconds"] > 0)]
-    for pattern in late["pattern"].unique():
-        assert f"straggler host=all pattern={pattern}: slowest host " in text
+    for pattern, fleet in frame[frame["host"] == AGGREGATE].groupby("pattern"):
+        spreads = sorted(fleet["spread_seconds"])
+        named = f"straggler host=all pattern={pattern}: slowest host " in text
+        assert named == (spreads[(len(spreads) - 1) // 2] > 0), "the median repetition's straggler, if any"
     same = compare.compare_files(csv_path, csv_path)
     assert sorted(set(same.table["host"])) == sorted([*hosts, AGGREGATE]) and set(same.table["verdict"]) == {"same"}
     checks = qualify.parse_checks(
