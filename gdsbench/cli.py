@@ -112,17 +112,21 @@ def _execute(
         results.write_sidecar(csv_path, sweep_mod.metadata(config, run_id))
     steps = Counter(step.case.key for step in sweep_mod.schedule(config, done))
     err.print(f"[bold]{config.name}[/]: {len(config.cases)} cases x {config.repetitions} repetitions -> {csv_path}")
+    if config.hosts:
+        err.print("hosts: " + ", ".join(host.label for host in config.hosts) + " (fio cases)")
     rows: list[dict[str, Any]] = []
     try:
-        for row in _progress(sweep_mod.run(config, writer, ctx, run_id, done), steps):
+        for row in _progress(sweep_mod.run(config, writer, ctx, run_id, done), steps, ctx):
             rows.append(row)
     except KeyboardInterrupt:
         writer.close()
+        sweep_mod.record_told(csv_path, ctx)
         kept = sum(1 for r in rows if r["status"] != "warmup")
         err.print(f"\ninterrupted: kept {kept} finished rows in {csv_path}")
         err.print(f"continue with: gdsbench sweep --resume {shlex.quote(str(csv_path))}")
         sys.exit(130)
     writer.close()
+    sweep_mod.record_told(csv_path, ctx)
     return csv_path, rows
 
 
@@ -138,10 +142,11 @@ def _config_of(resume: Path | None) -> Path:
     return Path(source)
 
 
-def _progress(rows: Iterator[dict[str, Any]], steps: Counter) -> Iterator[dict[str, Any]]:
-    """Wrap the sweep's rows in a rich progress bar with an ETA, counting scheduled runs per case."""
+def _progress(rows: Iterator[dict[str, Any]], steps: Counter, ctx: Any = None) -> Iterator[dict[str, Any]]:
+    """Wrap the sweep's rows in a rich progress bar with an ETA, counting scheduled runs per case; the
+    running case's live figures (fio's periodic status) and each finished host show in its description."""
     columns = (
-        TextColumn("{task.description:<28}"),
+        TextColumn("{task.description:<44}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
@@ -151,10 +156,16 @@ def _progress(rows: Iterator[dict[str, Any]], steps: Counter) -> Iterator[dict[s
     seen: Counter = Counter()
     with Progress(*columns, console=err, transient=False) as progress:
         task = progress.add_task("sweep", total=sum(steps.values()))
+        if ctx is not None:
+            ctx.on_status = lambda status: progress.update(task, description=_live_text(status))
         for row in rows:
             if row["status"] == "fill":  # the step before the cases: its progress, never a counted run
                 progress.update(task, description=row["note"][:28])
                 progress.console.print(row["note"])
+                yield row
+                continue
+            if not row.get("step_done", True):  # one host of a multi-host run: its `all` row ends the step
+                progress.update(task, description=f"{row['host']} {row['status']} {_bw(row)}")
                 yield row
                 continue
             key = row["case"]
@@ -162,9 +173,26 @@ def _progress(rows: Iterator[dict[str, Any]], steps: Counter) -> Iterator[dict[s
             whole_case = row["status"] == "skipped" or (row["status"] == "failed" and row["repetition"] == 0)
             advance = steps[key] - seen[key] if whole_case else 1
             seen[key] += advance
-            label = f"{row['engine']} {row.get('pattern')} {row['status']}"
+            label = f"{row['engine']} {row.get('pattern')} {row['status']} {_bw(row)}"
             progress.update(task, advance=advance, description=label)
             yield row
+
+
+def _bw(row: dict[str, Any]) -> str:
+    """A finished row's bandwidth for the progress line ('' when it has none)."""
+    from gdsbench.units import num2str
+
+    bw = row.get("bw_bytes")
+    return num2str(int(bw), unit="B/s") if isinstance(bw, (int, float)) and row["status"] == "ok" else ""
+
+
+def _live_text(status: Any) -> str:
+    """A running case's figures so far: elapsed time, bandwidth and IOPS over the last interval."""
+    from gdsbench.units import num2str
+
+    who = f"{status.host} " + ("done " if status.done else "") if status.host else ""
+    iops = f" {num2str(int(status.iops), pow2=False)} IOPS" if status.iops is not None else ""
+    return f"{who}{status.seconds:.0f}s {num2str(int(status.bw_bytes), unit='B/s')}{iops}"
 
 
 def _summary(rows: list[dict[str, Any]], csv_path: Path) -> int:
@@ -190,6 +218,7 @@ def _print_plan(config: Any) -> None:
     )
     for index, case in enumerate(config.cases, 1):
         click.echo(f"[{index}] {case.key}")
+        ctx.hosts = sweep_mod.fleet(config, case)  # a multi-host case shows the client command and its job files
         reason = sweep_mod.skip_reason(case, ctx)
         if reason:
             click.echo(f"    skipped: {reason}")
@@ -211,9 +240,22 @@ def _print_plan(config: Any) -> None:
     "--html",
     "html_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Also write a self-contained report.html (metadata, tables, figures) into this folder.",
+    help="Also write a self-contained report.html (metadata, tables, figures, time series) into this folder.",
 )
-def report(files: tuple[Path, ...], by: str | None, fmt: str, plots_dir: Path | None, html_dir: Path | None) -> None:
+@click.option(
+    "--series",
+    "series_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also draw each case's bandwidth and latency over time (the .series.tsv beside each CSV) into this folder.",
+)
+def report(
+    files: tuple[Path, ...],
+    by: str | None,
+    fmt: str,
+    plots_dir: Path | None,
+    html_dir: Path | None,
+    series_dir: Path | None,
+) -> None:
     """Summarise results CSVs: fio-style run-status lines and a table of medians with min-max."""
     from gdsbench import report as report_mod
     from gdsbench import results
@@ -223,6 +265,8 @@ def report(files: tuple[Path, ...], by: str | None, fmt: str, plots_dir: Path | 
     click.echo(report_mod.render(frame, groups, fmt), nl=False)
     if plots_dir or html_dir:
         _write_figures(frame, groups, plots_dir, html_dir)
+    if series_dir:
+        _write_series(files, frame, series_dir)
 
 
 def _write_figures(frame: Any, groups: list[str] | None, plots_dir: Path | None, html_dir: Path | None) -> None:
@@ -235,6 +279,19 @@ def _write_figures(frame: Any, groups: list[str] | None, plots_dir: Path | None,
         err.print(f"figures: {len(written)} files in {plots_dir}")
     if html_dir:
         err.print(f"html: {html.write(frame, html_dir, groups, figures)}")
+
+
+def _write_series(files: tuple[Path, ...], frame: Any, folder: Path) -> None:
+    """report --series: one figure per case from the time-series tables beside the CSVs."""
+    from gdsbench import results
+    from gdsbench.report import plots, series
+
+    table = results.load_series(files)
+    if table.empty:
+        err.print(f"series: none beside {', '.join(map(str, files))} (fio cases record them; `series: false` did not)")
+        return
+    written = plots.save(series.figures(table, frame), folder, formats=("png",))
+    err.print(f"series: {len(written)} figures in {folder}")
 
 
 @cli.command("runners")
@@ -334,17 +391,17 @@ def compare(base: Path, new: Path, threshold: str, fmt: str) -> None:
 def qualify(config_file: Path, output: Path, results_files: tuple[Path, ...], junit: Path | None) -> None:
     """Run CONFIG_FILE's sweep (or read --results) and judge its `checks:`; exit 1 if any check fails."""
     from gdsbench import config as config_mod
+    from gdsbench import flags, results
     from gdsbench import qualify as qualify_mod
-    from gdsbench import results
     from gdsbench.report import junit as junit_mod
 
     config = config_mod.load(config_file)
-    checks = qualify_mod.parse_checks(str(config_file), list(config.checks))
+    checks = qualify_mod.parse_checks(str(config_file), list(config.checks), config.raw.get("allow_flags"))
     if not results_files:
         csv_path, rows = _execute(config, output)
         _summary(rows, csv_path)
         results_files = (csv_path,)
-    frame = results.load(results_files)
+    frame = flags.annotate(results.load(results_files))
     outcomes = qualify_mod.evaluate_all(checks, frame)
     for line in qualify_mod.summary_lines(outcomes):
         click.echo(line)

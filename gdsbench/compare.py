@@ -1,7 +1,10 @@
 """Compare two results files case by case: new median bandwidth / base median, with a noise-aware verdict.
 
-Cases match on the `case` column (engine and every parameter); host and run_id are not part of the
-match, so a run compares with an older run of the same sweep on another day or machine.
+Cases match on the `case` column (engine and every parameter) and, in multi-host sweeps, on the host:
+a fio server's label or `all` (a host present in one run only is named). The machine a sweep ran on
+is not part of the match, so a run compares with an older run of the same sweep on another day or
+machine; when the two runs' topology fingerprints differ (sidecars), the differing fields are named.
+Each case shows the guard-rail flags of both sides (flags.annotate).
 
 The verdict rule, per case (ok rows only; `spread` = (max - min) / median over repetitions):
 - `same` when the min-max ranges of BASE and NEW overlap, or when |ratio - 1| is within the combined
@@ -15,13 +18,16 @@ repetition a side the ranges are points, so any difference is faster or slower: 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from gdsbench import results
+from gdsbench import flags, results
 from gdsbench.errors import UsageError
+from gdsbench.hosts import AGGREGATE
 from gdsbench.report import tables
 
 DEFAULT_THRESHOLD = 0.10
@@ -35,6 +41,7 @@ class Comparison:
     only_base: tuple[str, ...]
     only_new: tuple[str, ...]
     threshold: float
+    warnings: tuple[str, ...] = ()  # hosts in one run only, fingerprint fields that differ
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -54,11 +61,22 @@ def parse_threshold(text: str) -> float:
     return value
 
 
-def summarise(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per case: repetitions, median, min and max bandwidth of ok rows, and whether any row failed."""
-    ok = frame[frame["status"] == "ok"].groupby("case", sort=False)["bw_bytes"].agg(["size", "median", "min", "max"])
-    statuses = frame.groupby("case", sort=False)["status"].agg(lambda s: ",".join(sorted(set(s))))
-    table = ok.rename(columns={"size": "n"}).reindex(statuses.index).join(statuses)  # file order
+def host_keys(frame: pd.DataFrame, servers: set[str]) -> pd.Series:
+    """The host part of each row's match: a fio server's label or `all`; '' for the machine a sweep ran on."""
+    return frame["host"].astype(str).where(frame["host"].astype(str).isin(servers | {AGGREGATE}), "")
+
+
+def summarise(frame: pd.DataFrame, servers: set[str] | None = None) -> pd.DataFrame:
+    """Per (case, host): repetitions, median, min and max bandwidth of ok rows, whether any row failed,
+    and the flags of its rows."""
+    frame = frame.assign(host_key=host_keys(frame, servers or set()), flags=frame.get("flags"))
+    keys = ["case", "host_key"]
+    ok = frame[frame["status"] == "ok"].groupby(keys, sort=False)["bw_bytes"].agg(["size", "median", "min", "max"])
+    statuses = frame.groupby(keys, sort=False)["status"].agg(lambda s: ",".join(sorted(set(s))))
+    marks = frame.groupby(keys, sort=False)["flags"].agg(
+        lambda cells: flags.text(n for cell in cells for n in flags.parse(cell))
+    )
+    table = ok.rename(columns={"size": "n"}).reindex(statuses.index).join(statuses).join(marks)  # file order
     table["n"] = table["n"].fillna(0).astype(int)
     return table
 
@@ -78,13 +96,20 @@ def verdict(base: pd.Series, new: pd.Series) -> str:
     return "faster" if ratio > 1 else "slower"
 
 
-def compare(base: pd.DataFrame, new: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
-    """Match cases by their `case` key and compute ratio, verdict and regression for each."""
-    left, right = summarise(base), summarise(new)
-    common = [case for case in left.index if case in right.index]
+def compare(
+    base: pd.DataFrame,
+    new: pd.DataFrame,
+    threshold: float = DEFAULT_THRESHOLD,
+    servers: set[str] | None = None,
+    warnings: tuple[str, ...] = (),
+) -> Comparison:
+    """Match (case, host) pairs and compute ratio, verdict and regression for each; `servers` are the
+    fio server labels of multi-host sweeps (rows of other hosts match whatever machine they ran on)."""
+    left, right = summarise(base, servers), summarise(new, servers)
+    common = [key for key in left.index if key in right.index]
     rows = []
-    for case in common:
-        b, n = left.loc[case], right.loc[case]
+    for key in common:
+        b, n = left.loc[key], right.loc[key]
         ratio = n["median"] / b["median"] if b["n"] and n["n"] else float("nan")
         word = verdict(b, n)
         if b["n"] == 0 and n["n"] == 0:
@@ -92,7 +117,8 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, threshold: float = DEFAULT_TH
         regression = (word == "failed" and b["n"] > 0) or (word == "slower" and ratio < 1 - threshold)
         rows.append(
             {
-                "case": case,
+                "case": key[0],
+                "host": key[1],
                 "base_n": b["n"],
                 "base_bw": b["median"],
                 "new_n": n["n"],
@@ -100,57 +126,121 @@ def compare(base: pd.DataFrame, new: pd.DataFrame, threshold: float = DEFAULT_TH
                 "ratio": ratio,
                 "verdict": word,
                 "regression": bool(regression),
+                "base_flags": b["flags"] or "",
+                "new_flags": n["flags"] or "",
             }
         )
-    table = pd.DataFrame(
-        rows, columns=["case", "base_n", "base_bw", "new_n", "new_bw", "ratio", "verdict", "regression"]
-    )
-    only_base = tuple(c for c in left.index if c not in right.index)
-    only_new = tuple(c for c in right.index if c not in left.index)
-    return Comparison(table, only_base, only_new, threshold)
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    only_base = tuple(_name(k) for k in left.index if k not in right.index)
+    only_new = tuple(_name(k) for k in right.index if k not in left.index)
+    return Comparison(table, only_base, only_new, threshold, (*host_warnings(left, right), *warnings))
 
 
-def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
-    """compare() on two results CSVs."""
-    return compare(results.load([base]), results.load([new]), threshold)
+COLUMNS = [
+    "case",
+    "host",
+    "base_n",
+    "base_bw",
+    "new_n",
+    "new_bw",
+    "ratio",
+    "verdict",
+    "regression",
+    "base_flags",
+    "new_flags",
+]
 
 
-def labels(cases: list[str]) -> tuple[list[str], list[list[str]]]:
-    """The parameters that differ between cases, as columns and cells (4K/16M sizes), instead of long keys."""
-    parsed = [dict(part.split("=", 1) for part in case.split(",") if "=" in part) for case in cases]
-    names = list(dict.fromkeys(name for params in parsed for name in params))
-    varying = [n for n in names if len({p.get(n) for p in parsed}) > 1] or ["engine"]
-    return varying, [
-        [tables.cell(n, _number(p.get(n))) if n in tables.SIZE_COLUMNS else p.get(n, "-") for n in varying]
-        for p in parsed
+def _name(key: tuple[str, str]) -> str:
+    """A (case, host) key as text: the case, with `on <host>` for a multi-host row."""
+    return f"{key[0]} on {key[1]}" if key[1] else key[0]
+
+
+def host_warnings(left: pd.DataFrame, right: pd.DataFrame) -> list[str]:
+    """Hosts that appear in one run only."""
+    base = {h for _, h in left.index if h}
+    new = {h for _, h in right.index if h}
+    return [f"host {h} only in BASE" for h in sorted(base - new)] + [
+        f"host {h} only in NEW" for h in sorted(new - base)
     ]
 
 
-def _number(text: str | None) -> float | None:
-    """A parsed number for size cells, None when missing or not numeric."""
-    try:
-        return float(text) if text is not None else None
-    except ValueError:
-        return None
+def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+    """compare() on two results CSVs, flags judged, hosts matched and fingerprints compared by their sidecars."""
+    metas = results.read_sidecar(base), results.read_sidecar(new)
+    servers = {label for meta in metas for label in (meta.get("settings") or {}).get("hosts") or []}
+    frames = [flags.annotate(results.load([path])) for path in (base, new)]
+    return compare(frames[0], frames[1], threshold, servers, tuple(fingerprint_changes(*metas)))
+
+
+#: Fingerprint fields that say how a fact was gathered, not what the host is.
+_NOT_COMPARED = ("collected",)
+
+
+def fingerprint_changes(base: Mapping[str, Any], new: Mapping[str, Any], most: int = 12) -> list[str]:
+    """'fingerprint of <host> differs: <field>: <base> -> <new>' for each differing fact of hosts in both
+    runs' sidecars (this machine's fingerprints are compared whatever its name)."""
+    left, right = _fingerprints(base), _fingerprints(new)
+    lines = []
+    for host in [h for h in left if h in right]:
+        a, b = _flat(left[host]), _flat(right[host])
+        for field in sorted(set(a) | set(b)):
+            if a.get(field) != b.get(field) and not field.startswith(_NOT_COMPARED):
+                lines.append(
+                    f"fingerprint of {host or 'this machine'} differs: {field}: {a.get(field)!r} -> {b.get(field)!r}"
+                )
+    return lines[:most] + ([f"... and {len(lines) - most} more fingerprint differences"] if len(lines) > most else [])
+
+
+def _fingerprints(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A sidecar's fingerprints by host key: fio server labels as they are, the sweep's machine as ''."""
+    hosts = dict((meta.get("fingerprint") or {}).get("hosts") or {})
+    machine = (meta.get("machine") or {}).get("host")
+    if machine in hosts:
+        hosts[""] = hosts.pop(machine)
+    return hosts
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested facts as {dotted.path: value}, list items numbered."""
+    if isinstance(value, Mapping):
+        items = list(value.items())
+    elif isinstance(value, list):
+        items = [(str(i), v) for i, v in enumerate(value)]
+    else:
+        return {prefix: value}
+    flat: dict[str, Any] = {}
+    for key, item in items:
+        flat.update(_flat(item, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+#: Short case labels (the parameters that differ), shared with the HTML report.
+labels = tables.case_labels
 
 
 def render(comparison: Comparison, fmt: str, base: str = "BASE", new: str = "NEW") -> str:
-    """The comparison as a text or markdown table, then one-sided cases and the regression summary."""
+    """The comparison as a text or markdown table, then one-sided cases, warnings and the regression summary."""
     table = comparison.table
     names, cells = labels(list(table["case"]))
-    header = [*names, "base bw", "new bw", "new/base", "verdict"]
+    hosts = bool(table["host"].astype(bool).any())
+    flagged = bool((table["base_flags"].astype(bool) | table["new_flags"].astype(bool)).any())
+    header = [*names, *(["host"] * hosts), "base bw", "new bw", "new/base", "verdict", *(["flags"] * flagged)]
     rows = [
         [
             *cell,
+            *([r.host] * hosts),
             f"{tables.bw_text(r.base_bw)} n={r.base_n}",
             f"{tables.bw_text(r.new_bw)} n={r.new_n}",
             tables.number(r.ratio, 2),
             r.verdict + (" REGRESSION" if r.regression else ""),
+            *([_flag_change(r.base_flags, r.new_flags)] * flagged),
         ]
         for cell, r in zip(cells, table.itertuples())
     ]
     notes = [f"only in {base}: {case}" for case in comparison.only_base]
     notes += [f"only in {new}: {case}" for case in comparison.only_new]
+    notes += [f"warning: {line.replace('BASE', base).replace('NEW', new)}" for line in comparison.warnings]
     count = len(comparison.regressions)
     notes.append(
         f"{count} regression{'s' if count != 1 else ''} beyond {comparison.threshold:.0%} "
@@ -162,3 +252,8 @@ def render(comparison: Comparison, fmt: str, base: str = "BASE", new: str = "NEW
             + "\n"
         )
     return tables.plain_text(tables.rich_table(f"{new} vs {base}", header, rows), *notes)
+
+
+def _flag_change(base: str, new: str) -> str:
+    """The flags of a case: the new run's, with the base's when they differ."""
+    return new if base == new else f"{base or '-'} -> {new or '-'}"

@@ -15,11 +15,13 @@ import yaml
 from gdsbench import runners
 from gdsbench.cases import CORE_AXES, Case, Pattern, Transfer, cross_product, matches, unique
 from gdsbench.errors import ConfigError
+from gdsbench.hosts import HostError, parse_hosts
 from gdsbench.keys import (
     Key,
     boolean,
     choices_text,
     duration,
+    duration_or_off,
     member_of,
     non_negative_int,
     one_of,
@@ -67,10 +69,24 @@ SWEEP_KEYS: dict[str, Key] = {
             False,
             "allow `directory` on the root file system (else refused: an unmounted /mnt/nvme lands there)",
         ),
+        Key(
+            "series",
+            duration_or_off,
+            "a duration such as 1s, or false",
+            None,
+            "fio's bandwidth/latency logs averaged over this window (default: runtime / 20, 0.1-1 s); false: none",
+        ),
+        Key(
+            "status_interval",
+            duration_or_off,
+            "a duration such as 1s, or false",
+            1.0,
+            "fio's periodic status for live figures while a case runs; false: none",
+        ),
     )
 }
 
-STRUCTURE_KEYS = ("matrix", "exclude", "checks")
+STRUCTURE_KEYS = ("matrix", "exclude", "checks", "hosts", "allow_flags")
 
 
 @dataclass(frozen=True)
@@ -122,6 +138,7 @@ def from_dict(document: Any, source: str, default_name: str = "sweep") -> SweepC
             raise ConfigError(source, str(key), "a known key: " + ", ".join(known))
     settings = {name: _setting(source, name, key, document) for name, key in SWEEP_KEYS.items()}
     settings["name"] = settings["name"] or default_name
+    settings["hosts"] = _hosts(source, document.get("hosts"))
     options = {name: _setting(source, name, key, document) for name, key in option_keys.items() if name in document}
     excludes = _excludes(source, document.get("exclude", []))
     cases = tuple(expand(source, document.get("matrix"), options, excludes))
@@ -131,6 +148,16 @@ def from_dict(document: Any, source: str, default_name: str = "sweep") -> SweepC
     if checks is not None and not isinstance(checks, list):
         raise ConfigError(source, "checks", "a list of checks", checks)
     return SweepConfig(source, settings, options, cases, raw=document, checks=tuple(checks or ()))
+
+
+def _hosts(source: str, value: Any) -> tuple:
+    """The fio servers of a multi-host sweep (host-list files read from the config's folder); () = this machine."""
+    if value is None:
+        return ()
+    try:
+        return parse_hosts(value, base=Path(source).parent)
+    except HostError as exc:
+        raise ConfigError(source, exc.where, exc.expected, exc.got) from None
 
 
 def _setting(source: str, name: str, key: Key, document: Mapping[str, Any]) -> Any:

@@ -120,6 +120,20 @@ def _odirect(f: Facts) -> Verdict:
     return bool(target["odirect"]), f"{target['directory']} on {target.get('fstype')}: {target['odirect_reason']}"
 
 
+def _pcie_links(f: Facts) -> Verdict:
+    """Every PCIe link of the NVMe drives, GPUs and the target device (and the bridges on their way) at its
+    maximum speed and width: a link that trained low caps bandwidth (reseat the card, check the slot)."""
+    topology = f.get("topology") or {}
+    low = topology.get("degraded_links") or []
+    if low:
+        return False, "trained below maximum: " + "; ".join(low)
+    pcie = topology.get("pcie") or {}
+    count = len(pcie.get("nvme", [])) + len(pcie.get("gpus", []))
+    if not count:
+        return True, "no NVMe or NVIDIA GPU on PCIe here (nothing to check)"
+    return True, f"{count} NVMe/GPU device(s), every link at its maximum speed and width"
+
+
 #: What doctor judges, in the order it prints: name -> check over the collected facts.
 CHECKS: dict[str, Callable[[Facts], Verdict]] = {
     "GPU": _gpu_names,
@@ -130,6 +144,7 @@ CHECKS: dict[str, Callable[[Facts], Verdict]] = {
     "kvikio": _kvikio,
     "torch CUDA": _torch,
     "O_DIRECT on target": _odirect,
+    "PCIe links": _pcie_links,
 }
 
 

@@ -41,6 +41,13 @@ def duration(value: Any) -> float:
     return parsed
 
 
+def duration_or_off(value: Any) -> float:
+    """A duration such as 1s or 200ms, or `false` (0.0: turned off)."""
+    if value is False:
+        return 0.0
+    return duration(value)
+
+
 def positive_int(value: Any) -> int:
     """An integer >= 1 (YAML bools are refused: `true` is not a thread count)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

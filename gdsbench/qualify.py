@@ -8,6 +8,11 @@ Each check selects rows with `where:` (parameter values, e.g. {pattern: read, io
 - relative to a stored baseline of the same host: `baseline: path.csv, min_ratio: 0.9` (relative paths are
   from the config file's folder; a baseline from another host fails the check, naming both hosts).
 
+In a multi-host sweep a check judges every host's rows and the aggregate's unless it names `host:` (a
+server's label, or `all` for the aggregate); `per_host: true` makes it one check per host (one JUnit
+case each), the aggregate left out. A check fails on a row flagged by a guard rail (gdsbench.flags)
+unless the config allows that flag: `allow_flags: [page_cache]` at the top level or in the check.
+
 A check whose rows all failed or that matched no rows fails; one whose rows were all skipped is skipped
 (with the runner's reason); skipped rows beside ok ones are ignored. Checks are validated when the config
 is read: a bad entry raises ConfigError naming `checks[i].key`.
@@ -15,6 +20,7 @@ is read: a bad entry raises ConfigError naming `checks[i].key`.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from gdsbench import config, results
+from gdsbench import config, flags, results
 from gdsbench.cases import plain
 from gdsbench.errors import ConfigError
 from gdsbench.report import tables
@@ -78,7 +84,8 @@ LIMITS: dict[str, Limit] = {
     "max_lat_p99": Limit("lat_p99_us", operator.le, "<=", parse_latency_us, lat_text, "a duration such as 2ms"),
 }
 KINDS = (*LIMITS, "ratio", "baseline")
-CHECK_KEYS = ("name", "where", *KINDS, "min_ratio")
+CHECK_KEYS = ("name", "where", *KINDS, "min_ratio", "host", "per_host", "allow_flags")
+AGGREGATE = "all"
 
 
 @dataclass(frozen=True)
@@ -93,17 +100,50 @@ class Check:
     to: tuple[tuple[str, Any], ...] = ()
     bounds: tuple[float | None, float | None] = (None, None)
     baseline: Path | None = field(default=None)
+    host: str | None = None  # only this host's rows (a server's label, or `all`: the aggregate)
+    per_host: bool = False  # one outcome per host (the aggregate left out)
+    allow: frozenset[str] = frozenset()  # guard-rail flags that do not fail this check
 
 
-def parse_checks(source: str, entries: Any) -> tuple[Check, ...]:
-    """Validate a config's `checks:` list; every problem is a ConfigError naming checks[i].key."""
+def parse_checks(source: str, entries: Any, allow_flags: Any = None) -> tuple[Check, ...]:
+    """Validate a config's `checks:` list (and its top-level `allow_flags`); every problem is a
+    ConfigError naming checks[i].key."""
     if not isinstance(entries, (list, tuple)) or not entries:
         raise ConfigError(source, "checks", "a non-empty list of checks (each with where: and a threshold)")
-    return tuple(parse_check(source, f"checks[{index}]", entry) for index, entry in enumerate(entries))
+    allowed = parse_flags(source, "allow_flags", allow_flags) if allow_flags is not None else frozenset()
+    checks = (parse_check(source, f"checks[{index}]", entry) for index, entry in enumerate(entries))
+    return tuple(dataclasses.replace(check, allow=check.allow | allowed) for check in checks)
+
+
+def parse_flags(source: str, key: str, value: Any) -> frozenset[str]:
+    """A list of guard-rail flag names (gdsbench.flags.RULES)."""
+    expected = "a list of flag names: " + ", ".join(flags.RULES)
+    if not isinstance(value, list) or not all(isinstance(v, str) and v in flags.RULES for v in value):
+        raise ConfigError(source, key, expected, value)
+    return frozenset(value)
+
+
+def _scope(source: str, where_key: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A check's host, per_host and allow_flags keys, validated."""
+    host = entry.get("host")
+    if host is not None and (not isinstance(host, str) or not host.strip()):
+        raise ConfigError(source, f"{where_key}.host", "a host label, or all for the aggregate", host)
+    per_host = entry.get("per_host", False)
+    if not isinstance(per_host, bool) or (per_host and host is not None):
+        raise ConfigError(source, f"{where_key}.per_host", "true or false (and no host: beside true)", per_host)
+    allow = entry.get("allow_flags")
+    allowed = parse_flags(source, f"{where_key}.allow_flags", allow) if allow is not None else frozenset()
+    return {"host": host, "per_host": per_host, "allow": allowed}
 
 
 def parse_check(source: str, where_key: str, entry: Any) -> Check:
     """One `checks:` entry -> Check."""
+    check = _parse_kind(source, where_key, entry)
+    return dataclasses.replace(check, **_scope(source, where_key, entry))
+
+
+def _parse_kind(source: str, where_key: str, entry: Any) -> Check:
+    """A `checks:` entry's selection and threshold."""
     if not isinstance(entry, Mapping):
         raise ConfigError(source, where_key, "a mapping with where: and one of " + ", ".join(KINDS), entry)
     for key in entry:
@@ -206,10 +246,15 @@ def select(frame: pd.DataFrame, where: tuple[tuple[str, Any], ...]) -> pd.DataFr
 
 
 def evaluate(check: Check, frame: pd.DataFrame) -> Outcome:
-    """Judge one check against the results."""
+    """Judge one check against the results (flags judged by flags.annotate, as the CLI loads them)."""
     rows = select(frame, check.where)
+    if check.host is not None:
+        rows = rows[rows["host"].astype(str) == check.host]
     if rows.empty:
-        return Outcome(check.name, FAIL, f"no rows match {where_text(check.where)}; check where: against the sweep")
+        scope = f" on host {check.host}" if check.host is not None else ""
+        return Outcome(
+            check.name, FAIL, f"no rows match {where_text(check.where)}{scope}; check where: against the sweep"
+        )
     ok, failed = rows[rows["status"] == "ok"], rows[rows["status"] == "failed"]
     seconds = float(ok["seconds"].fillna(0).sum()) if "seconds" in ok else 0.0
     if not failed.empty:
@@ -224,8 +269,29 @@ def evaluate(check: Check, frame: pd.DataFrame) -> Outcome:
     if ok.empty:
         reason = str(rows.iloc[0]["error"]).removeprefix("skipped: ")
         return Outcome(check.name, SKIP, f"all {rows['case'].nunique()} matching case(s) skipped: {reason}")
+    flagged = _flagged(check, ok)
+    if flagged is not None:
+        return Outcome(check.name, FAIL, flagged[0], flagged[1], seconds)
     status, message, details = JUDGES[check.kind](check, ok)
     return Outcome(check.name, status, message, details, seconds)
+
+
+def _flagged(check: Check, ok: pd.DataFrame) -> tuple[str, str] | None:
+    """(message, details) when rows carry guard-rail flags the check does not allow, else None."""
+    if "flags" not in ok:
+        return None
+    names = ok["flags"].map(lambda cell: [n for n in flags.parse(cell) if n not in check.allow])
+    hit = ok[names.map(bool)]
+    if hit.empty:
+        return None
+    raised = flags.text(n for found in names for n in found)
+    message = f"{len(hit)} row(s) flagged {raised} (allow_flags: [...] accepts them): " + "; ".join(
+        flags.remedies(raised.split(","))
+    )
+    details = "\n".join(
+        f"{r['case']} host={r.get('host')} rep={r['repetition']}: {r['flags']}" for _, r in hit.iterrows()
+    )
+    return message, details
 
 
 def _limit(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
@@ -307,8 +373,16 @@ JUDGES: dict[str, Callable[[Check, pd.DataFrame], tuple[str, str, str]]] = {
 
 
 def evaluate_all(checks: tuple[Check, ...], frame: pd.DataFrame) -> list[Outcome]:
-    """Every check's outcome, in config order."""
-    return [evaluate(check, frame) for check in checks]
+    """Every check's outcome, in config order; a per_host check gives one outcome per host."""
+    return [evaluate(one, frame) for check in checks for one in per_host(check, frame)]
+
+
+def per_host(check: Check, frame: pd.DataFrame) -> list[Check]:
+    """The check itself, or (per_host: true) one check per host of the results, named `<name> [<host>]`."""
+    if not check.per_host:
+        return [check]
+    hosts = [h for h in dict.fromkeys(select(frame, check.where)["host"].astype(str)) if h != AGGREGATE]
+    return [dataclasses.replace(check, name=f"{check.name} [{host}]", host=host, per_host=False) for host in hosts]
 
 
 def summary_lines(outcomes: list[Outcome]) -> list[str]:

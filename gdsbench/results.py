@@ -34,6 +34,7 @@ COLUMNS = (
     "iodepth",
     "repetition",
     "status",
+    "flags",
     "bytes",
     "seconds",
     "bw_bytes",
@@ -47,6 +48,9 @@ COLUMNS = (
     "bw_min_bytes",
     "bw_max_bytes",
     "seconds_min",
+    "spread_seconds",
+    "straggler",
+    "bw_sum_bytes",
     "peak_rss_bytes",
     "bytes_on_disk",
     "blocking_seconds",
@@ -79,11 +83,15 @@ NUMERIC = (
     "bw_min_bytes",
     "bw_max_bytes",
     "seconds_min",
+    "spread_seconds",
+    "bw_sum_bytes",
     "peak_rss_bytes",
     "bytes_on_disk",
     "blocking_seconds",
     "compression_ratio",
 )
+#: The time-series table beside a results CSV: one row per job and log window (fio's bw/lat logs).
+SERIES_COLUMNS = ("run_id", "case", "host", "repetition", "job", "time_s", "bw_bytes", "lat_us")
 
 
 def parameters(columns: Iterable[str]) -> list[str]:
@@ -101,6 +109,12 @@ def sidecar_path(csv_path: Path) -> Path:
 def raw_dir(csv_path: Path) -> Path:
     """The folder beside a results CSV that keeps each run's raw tool output."""
     return csv_path.with_suffix(".raw")
+
+
+def series_path(csv_path: Path) -> Path:
+    """The time-series table beside a results CSV: results/x.csv -> results/x.series.tsv (tab-separated,
+    so `results/*.csv` globs never take it for a results file)."""
+    return csv_path.with_suffix(".series.tsv")
 
 
 @dataclass
@@ -160,13 +174,15 @@ def read_sidecar(csv_path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
-Pair = tuple[str, int]
+#: What --resume tracks per row: (case, repetition, host); a host of "*" stands for any host.
+Key = tuple[str, int, str]
+ANY_HOST = "*"
 
 
-def _pair(row: Mapping[str, str]) -> Pair | None:
-    """A row's (case, repetition), or None for a row without a whole-number repetition."""
+def _key(row: Mapping[str, str]) -> Key | None:
+    """A row's (case, repetition, host), or None for a row without a whole-number repetition."""
     repetition = row.get("repetition") or ""
-    return (row.get("case") or "", int(repetition)) if repetition.isdigit() else None
+    return (row.get("case") or "", int(repetition), row.get("host") or "") if repetition.isdigit() else None
 
 
 def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
@@ -176,29 +192,30 @@ def read_rows(path: Path) -> tuple[list[str], list[dict[str, str]]]:
         return list(reader.fieldnames or []), list(reader)
 
 
-def done_keys(path: Path, skip_failed: bool = False) -> frozenset[Pair]:
-    """(case, repetition) pairs a results file has finished, for --resume: ok and skipped rows, and
-    failed rows too with `skip_failed` (else a failed pair is run again)."""
+def done_keys(path: Path, skip_failed: bool = False) -> frozenset[Key]:
+    """(case, repetition, host) of the rows a results file has finished, for --resume: ok and skipped
+    rows, and failed rows too with `skip_failed` (else a failed one is run again)."""
     finished = ("ok", "skipped", "failed") if skip_failed else ("ok", "skipped")
     _, rows = read_rows(path)
-    return frozenset(p for row in rows if row.get("status") in finished and (p := _pair(row)) is not None)
+    return frozenset(k for row in rows if row.get("status") in finished and (k := _key(row)) is not None)
 
 
-def drop_failed(path: Path, pairs: Iterable[Pair]) -> int:
-    """Remove the failed rows of `pairs` (about to be run again, or finished by another row), keeping
-    every other row as it is, so a file keeps one row per (case, repetition); return how many went."""
-    pairs = set(pairs)
+def drop_failed(path: Path, keys: Iterable[Key]) -> int:
+    """Remove the failed rows of `keys` (about to be run again, or finished by another row), keeping
+    every other row as it is, so a file keeps one row per (case, repetition, host); return how many went."""
+    keys = set(keys)
     with path.open(newline="") as handle:
         header, *rows = list(csv.reader(handle)) or [[]]
-    kept = [row for row in rows if not _failed_of(dict(zip(header, row)), pairs)]
+    kept = [row for row in rows if not _failed_of(dict(zip(header, row)), keys)]
     if len(kept) < len(rows):
         rewrite(path, [header, *kept])
     return len(rows) - len(kept)
 
 
-def _failed_of(row: Mapping[str, str], pairs: set[Pair]) -> bool:
-    """True for a failed row whose (case, repetition) is one of `pairs`."""
-    return row.get("status") == "failed" and _pair(row) in pairs
+def _failed_of(row: Mapping[str, str], keys: set[Key]) -> bool:
+    """True for a failed row whose (case, repetition, host) is one of `keys` (host "*": any host)."""
+    key = _key(row)
+    return row.get("status") == "failed" and key is not None and (key in keys or (*key[:2], ANY_HOST) in keys)
 
 
 def rewrite(path: Path, rows: list[list[str]]) -> None:
@@ -243,7 +260,8 @@ def load(paths: Iterable[str | Path]) -> pandas.DataFrame:
         missing = [c for c in ("case", "engine", "status", "bw_bytes") if c not in header]
         if missing:
             raise UsageError(f"{path}: not a gdsbench results file (missing columns: {', '.join(missing)})")
-        frame = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype={"error": str, "note": str})
+        text = {"error": str, "note": str, "flags": str, "straggler": str}
+        frame = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype=text)
         frame["source"] = str(path)
         frames.append(frame)
     if not frames:
@@ -253,3 +271,43 @@ def load(paths: Iterable[str | Path]) -> pandas.DataFrame:
         if column in frame:
             frame[column] = pd.to_numeric(frame[column], errors="coerce")
     return frame
+
+
+@dataclass
+class SeriesWriter:
+    """Appends time-series rows (SERIES_COLUMNS) to the table beside a results CSV, flushed per run."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        fresh = not self.path.exists() or self.path.stat().st_size == 0
+        self._file = self.path.open("a", newline="")
+        self._csv = csv.writer(self._file, delimiter="\t")
+        if fresh:
+            self._csv.writerow(SERIES_COLUMNS)
+
+    def write(self, identity: Mapping[str, Any], samples: Iterable[Iterable[Any]]) -> None:
+        """One run's samples (job, time_s, bw_bytes, lat_us) under its run_id, case, host and repetition."""
+        ids = [identity.get(c) for c in SERIES_COLUMNS[:4]]
+        self._csv.writerows([*ids, *(_cell(v) for v in sample)] for sample in samples)
+        self._file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        self._file.close()
+
+
+def load_series(paths: Iterable[str | Path]) -> pandas.DataFrame:
+    """The time series of one or more results CSVs (their `.series.tsv` tables), with a `source` column
+    naming the results CSV; an empty frame of SERIES_COLUMNS when none has one."""
+    import pandas as pd
+
+    frames = []
+    for path in map(Path, paths):
+        table = series_path(path)
+        if table.is_file() and table.stat().st_size:
+            text = {"host": str, "case": str, "run_id": str}
+            frames.append(pd.read_csv(table, sep="\t", dtype=text).assign(source=str(path)))
+    if not frames:
+        return pd.DataFrame(columns=[*SERIES_COLUMNS, "source"])
+    return pd.concat(frames, ignore_index=True)

@@ -16,19 +16,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gdsbench import fill, results, runners, sysinfo
+from gdsbench import fill, flags, results, runners, sysinfo
 from gdsbench.cases import Case
 from gdsbench.config import SweepConfig
 from gdsbench.errors import GdsbenchError, TargetError
-from gdsbench.runners.base import RunContext
+from gdsbench.hosts import AGGREGATE, Host
+from gdsbench.runners.base import Measurement, RunContext
+from gdsbench.runners.fio import FioRunner
 
 
 @dataclass(frozen=True)
 class Step:
-    """One scheduled run: a case, its repetition number (0 = warmup, not recorded)."""
+    """One scheduled run: a case, its repetition number (0 = warmup, not recorded) and, for a fio case
+    of a multi-host sweep, the hosts it runs on (those still without an ok row when resuming)."""
 
     case: Case
     repetition: int
+    hosts: tuple[Host, ...] = ()
+    whole: bool = True  # every host of the sweep runs: the `all` row is the fleet's aggregate
+
+    @property
+    def stem(self) -> str:
+        """The run's name for its raw files: engine, a digest of the case, repetition."""
+        digest = hashlib.sha1(self.case.key.encode()).hexdigest()[:10]
+        return f"{self.case.engine}-{digest}-r{self.repetition}"
 
 
 def prepare_target(directory: Path) -> Path:
@@ -57,35 +68,66 @@ def context(config: SweepConfig, csv_path: Path | None) -> RunContext:
         keep_files=config.keep_files,
         options=config.options,
         raw_dir=results.raw_dir(csv_path) if csv_path else None,
+        series_ms=series_window_ms(config),
+        status_interval=config.status_interval or None,
     )
 
 
-def schedule(config: SweepConfig, done: frozenset[tuple[str, int]] = frozenset()) -> list[Step]:
-    """The runs still to do, case-major or (interleave: true) repetition-major, warmups first."""
+def series_window_ms(config: SweepConfig) -> int | None:
+    """fio's log window in ms: the config's `series`, else runtime / 20 within 0.1-1 s (1 s size-bound);
+    None for `series: false`."""
+    if config.series == 0:
+        return None
+    window = config.series or min(max((config.runtime or 20.0) / 20, 0.1), 1.0)
+    return max(1, round(window * 1000))
+
+
+def fleet(config: SweepConfig, case: Case) -> tuple[Host, ...]:
+    """The hosts a case runs on: the sweep's hosts for fio cases; () (this machine) otherwise."""
+    return tuple(config.hosts) if config.hosts and case.engine == "fio" else ()
+
+
+def schedule(config: SweepConfig, done: frozenset[results.Key] = frozenset()) -> list[Step]:
+    """The runs still to do, case-major or (interleave: true) repetition-major, warmups first.
+
+    A run is done when this machine's row (any host name) or, for a multi-host case, every host's
+    row is ok (or skipped); a multi-host run reruns only its hosts without one.
+    """
     reps = range(1, config.repetitions + 1)
-    todo = [c for c in config.cases if (c.key, 0) not in done]
-    if config.interleave:
-        order = [Step(c, r) for r in reps for c in todo if (c.key, r) not in done]
-    else:
-        order = [Step(c, r) for c in todo for r in reps if (c.key, r) not in done]
+    pairs = {(case, rep) for case, rep, _ in done}
+    todo = [c for c in config.cases if (c.key, 0) not in pairs]
+    points = [(c, r) for r in reps for c in todo] if config.interleave else [(c, r) for c in todo for r in reps]
     steps: list[Step] = []
     warmed: set[str] = set()
-    for step in order:
-        if step.case.key not in warmed:
-            warmed.add(step.case.key)
-            steps += [Step(step.case, 0)] * config.warmup
-        steps.append(step)
+    for case, rep in points:
+        hosts = fleet(config, case)
+        left = tuple(h for h in hosts if (case.key, rep, h.label) not in done)
+        if (not hosts and (case.key, rep) in pairs) or (hosts and not left):
+            continue
+        if case.key not in warmed:
+            warmed.add(case.key)
+            steps += [Step(case, 0, left, left == hosts)] * config.warmup
+        steps.append(Step(case, rep, left, left == hosts))
     return steps
 
 
-def resume(config: SweepConfig, csv_path: Path, skip_failed: bool = False) -> frozenset[tuple[str, int]]:
-    """--resume: the (case, repetition) pairs to leave alone. Failed pairs are run again unless
-    `skip_failed`; their failed rows are removed first, so the file keeps one row per pair."""
+def resume(config: SweepConfig, csv_path: Path, skip_failed: bool = False) -> frozenset[results.Key]:
+    """--resume: the (case, repetition, host) rows to leave alone. Failed ones are run again unless
+    `skip_failed`; their failed rows are removed first, so the file keeps one row per key. A multi-host
+    run that reruns only some hosts keeps its failed `all` row (the rerun's aggregate is not the fleet's)."""
     done = results.done_keys(csv_path, skip_failed)
-    redo = {(step.case.key, step.repetition) for step in schedule(config, done)}
-    redo |= {(key, 0) for key, _ in redo}  # a failed warmup's row (repetition 0) goes when its case runs again
-    results.drop_failed(csv_path, redo | results.done_keys(csv_path))  # and failed duplicates of finished pairs
+    redo = {key for step in schedule(config, done) for key in _keys(step)}
+    redo |= {(case, 0, host) for case, _, host in redo}  # a failed warmup's rows go when its case runs again
+    results.drop_failed(csv_path, redo | results.done_keys(csv_path))  # and failed duplicates of finished rows
     return done
+
+
+def _keys(step: Step) -> list[results.Key]:
+    """The row keys a step writes: this machine's (any host name), or each host's and, when whole, `all`."""
+    if not step.hosts:
+        return [(step.case.key, step.repetition, results.ANY_HOST)]
+    labels = [h.label for h in step.hosts] + ([AGGREGATE] if step.whole else [])
+    return [(step.case.key, step.repetition, label) for label in labels]
 
 
 def skip_reason(case: Case, ctx: RunContext) -> str | None:
@@ -103,12 +145,17 @@ def run(
     writer: results.ResultWriter,
     ctx: RunContext,
     run_id: str,
-    done: frozenset[tuple[str, int]] = frozenset(),
+    done: frozenset[results.Key] = frozenset(),
 ) -> Iterator[dict[str, Any]]:
-    """Run every step not in `done`; yield each row (warmups too, with status 'warmup') once written."""
+    """Run every step not in `done`; yield each row (warmups too, with status 'warmup') once written.
+
+    Each yielded row says whether it ends its step (`step_done`): a multi-host run yields a row per
+    host, then its `all` row.
+    """
     prepare_target(ctx.directory)
     skipped: dict[str, str | None] = {}
     failed_warmup: set[str] = set()
+    series = _Series(writer.path)
     try:
         yield from fill.prepare(config, ctx, skip_reason)  # space and mount checks, then the reads' files, once
         for step in schedule(config, done):
@@ -116,45 +163,82 @@ def run(
             if key not in skipped:
                 skipped[key] = skip_reason(step.case, ctx)
                 if skipped[key]:
-                    row = _row(step.case, 0, run_id, status="skipped", error=f"skipped: {skipped[key]}")
+                    host = {"host": AGGREGATE} if step.hosts else {}
+                    row = _row(step.case, 0, run_id, status="skipped", error=f"skipped: {skipped[key]}", **host)
                     writer.write(row)
-                    yield row
+                    yield {**row, "step_done": True}
             if skipped[key] or key in failed_warmup:
                 continue
-            row = _measure(step, ctx, run_id)
-            if step.repetition == 0 and row["status"] == "ok":
-                yield {**row, "status": "warmup"}
-                continue
+            rows = _measure_step(step, ctx, run_id, series)
             if step.repetition == 0:
-                failed_warmup.add(key)
-            writer.write(row)
-            yield row
+                rows = _warmup(rows, bool(step.hosts))
+                if rows[-1]["status"] == "failed":
+                    failed_warmup.add(key)
+            for index, row in enumerate(rows):
+                if row["status"] != "warmup":
+                    writer.write(row)
+                yield {**row, "step_done": index == len(rows) - 1}
     finally:
+        series.close()
         ctx.cleanup()
 
 
-def _measure(step: Step, ctx: RunContext, run_id: str) -> dict[str, Any]:
-    """Run one step and turn its Measurement, or its error, into a row."""
+def _warmup(rows: list[dict[str, Any]], multi: bool) -> list[dict[str, Any]]:
+    """A warmup's rows to record: its failed rows when it failed everywhere (every host), else one
+    unrecorded `warmup` row (a warmup that failed on some hosts only does not stop the case)."""
+    hosts = [r for r in rows if r.get("host") != AGGREGATE] if multi else rows
+    if all(r["status"] == "failed" for r in hosts):
+        return hosts
+    return [{**rows[-1], "status": "warmup"}]
+
+
+def _measure_step(step: Step, ctx: RunContext, run_id: str, series: _Series) -> list[dict[str, Any]]:
+    """Run one step: its rows (one, or a row per host and `all`), row flags set, series stored."""
+    ctx.hosts, ctx.run_stem = step.hosts, step.stem
+    outcomes = _measure_hosts(step, ctx, run_id) if step.hosts else [_measure(step, ctx, run_id)]
+    rows = []
+    for row, measurement in outcomes:
+        samples = measurement.series if measurement else ()
+        row["flags"] = flags.text(flags.row_flags(row, samples))
+        if samples and step.repetition:
+            series.write(row, samples)
+        rows.append(row)
+    return rows
+
+
+def _measure(step: Step, ctx: RunContext, run_id: str) -> tuple[dict[str, Any], Measurement | None]:
+    """Run one step on this machine and turn its Measurement, or its error, into a row."""
     runner = runners.get(step.case.engine)
-    started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    started = _now()
     command = shlex.join(runner.command(step.case, ctx))
     try:
         measurement = runner.run(step.case, ctx)
     except GdsbenchError as exc:
-        return _row(
+        failed = _row(
             step.case, step.repetition, run_id, status="failed", error=str(exc), started_at=started, command=command
         )
+        return failed, None
     raw = _keep_raw(ctx, step, measurement.raw)
-    return _row(
-        step.case,
-        step.repetition,
-        run_id,
-        status="ok",
-        started_at=started,
-        command=command,
-        raw_output=raw,
-        **measurement.row(),
-    )
+    fields = {"status": "ok", "started_at": started, "command": command, "raw_output": raw}
+    return _row(step.case, step.repetition, run_id, **fields, **measurement.row()), measurement
+
+
+def _measure_hosts(step: Step, ctx: RunContext, run_id: str) -> list[tuple[dict[str, Any], Measurement | None]]:
+    """Run one fio case on its hosts at once: a row per host, then `all` (left out when only some hosts ran)."""
+    runner = runners.get(step.case.engine)
+    assert isinstance(runner, FioRunner)  # only fio cases get hosts (fleet)
+    started = _now()
+    command = shlex.join(runner.command(step.case, ctx))
+    outcome = runner.run_hosts(step.case, ctx)
+    raw = _keep_raw(ctx, step, outcome.raw)  # one file for the run, shared by its rows
+    fields = {"started_at": started, "command": command, "raw_output": raw}
+    kept = [r for r in outcome.results if r.host != AGGREGATE or step.whole]
+    return [(_row(step.case, step.repetition, run_id, **fields, **r.row()), r.measurement) for r in kept]
+
+
+def _now() -> str:
+    """The time a run starts, UTC, to the second."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _keep_raw(ctx: RunContext, step: Step, raw: str | None) -> str | None:
@@ -162,10 +246,28 @@ def _keep_raw(ctx: RunContext, step: Step, raw: str | None) -> str | None:
     if not raw or ctx.raw_dir is None or step.repetition == 0:
         return None
     ctx.raw_dir.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha1(step.case.key.encode()).hexdigest()[:10]
-    path = ctx.raw_dir / f"{step.case.engine}-{digest}-r{step.repetition}.txt"
+    path = ctx.raw_dir / f"{step.stem}.txt"
     path.write_text(raw)
     return str(path)
+
+
+class _Series:
+    """The sweep's time-series table, opened when the first samples come."""
+
+    def __init__(self, csv_path: Path) -> None:
+        self.path = results.series_path(csv_path)
+        self.writer: results.SeriesWriter | None = None
+
+    def write(self, row: dict[str, Any], samples: tuple) -> None:
+        """One run's samples under its row's identity."""
+        if self.writer is None:
+            self.writer = results.SeriesWriter(self.path)
+        self.writer.write(row, samples)
+
+    def close(self) -> None:
+        """Close the table if it was opened."""
+        if self.writer is not None:
+            self.writer.close()
 
 
 def _row(case: Case, repetition: int, run_id: str, **fields: Any) -> dict[str, Any]:
@@ -200,12 +302,43 @@ def columns(config: SweepConfig) -> tuple[str, ...]:
 
 
 def metadata(config: SweepConfig, run_id: str) -> dict[str, Any]:
-    """What the sidecar records: the run, the machine and target, tools, and the resolved config."""
+    """What the sidecar records: the run, the machine and target, tools, the resolved config, and the
+    topology fingerprint of every host rows may name (see `fingerprints`)."""
+    facts = sysinfo.collect(Path(config.directory), config.options)
     return {
         "run_id": run_id,
         "config_file": str(Path(config.source).resolve()),
         "config": dict(config.raw),
-        "settings": dict(config.settings.items()),
+        "settings": {**config.settings, "hosts": [host.label for host in config.hosts]},
         "cases": len(config.cases),
-        **sysinfo.collect(Path(config.directory), config.options),
+        **{key: value for key, value in facts.items() if key != "topology"},
+        "fingerprint": {"hosts": fingerprints(config.hosts, facts["topology"])},
     }
+
+
+#: What the sidecar says of a remote host before (or without) what its fio server tells.
+REMOTE = "remote host: only what its fio server reports (its host name and the disks its jobs used)"
+
+
+def fingerprints(hosts: tuple[Host, ...], local: dict[str, Any], told: dict[str, dict] | None = None) -> dict:
+    """The fingerprint of each host label rows carry: this machine's (by its name, and for every local
+    server: a unix socket or a loopback address), and for a remote one what its fio server told (`told`)."""
+    found: dict[str, Any] = {sysinfo.host_name(): local}
+    for host in hosts:
+        if host.is_local:
+            found[host.label] = {**local, "collected": "here (a server on this machine)"}
+        else:
+            found[host.label] = {"collected": REMOTE, **(told or {}).get(host.label, {})}
+    return found
+
+
+def record_told(csv_path: Path, ctx: RunContext) -> None:
+    """Add what remote hosts' fio servers told of themselves (ctx.host_facts) to the sidecar's fingerprint."""
+    meta = results.read_sidecar(csv_path)
+    hosts = (meta.get("fingerprint") or {}).get("hosts")
+    if not ctx.host_facts or not isinstance(hosts, dict):
+        return
+    for label, facts in ctx.host_facts.items():
+        if isinstance(hosts.get(label), dict) and hosts[label].get("collected") == REMOTE:
+            hosts[label].update(facts)
+    results.write_sidecar(csv_path, meta)

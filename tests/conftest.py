@@ -14,6 +14,8 @@ from gdsbench import sysinfo
 from gdsbench.sysinfo import gpu
 
 DATA = Path(__file__).parent / "data"
+#: The fio-server fixtures (servers, short_dir) for every test module.
+pytest_plugins = ["tests.fio_servers"]
 
 
 def _odirect_reason() -> str | None:

@@ -203,4 +203,11 @@ def test_recorded_job_files_are_what_gdsbench_writes():
 def test_client_argv_pairs_each_host_with_its_job_file():
     jobs = host_jobs(parse_hosts(["sock:/s0", "[::1]:9000"]), [("name", "x"), ("rw", "read")])
     argv = client_argv("fio", [(jobs[0], Path("a.fio")), (jobs[1], Path("b.fio"))])
-    assert argv == ["fio", "--output-format=json+", "--client=sock:/s0", "a.fio", "--client=ip6:::1,9000", "b.fio"]
+    assert argv == [
+        "fio",
+        "--output-format=json+,normal",
+        "--client=sock:/s0",
+        "a.fio",
+        "--client=ip6:::1,9000",
+        "b.fio",
+    ]

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import tempfile
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,48 +14,12 @@ from gdsbench.hosts import AGGREGATE, Host, HostKind
 from gdsbench.runners import fio
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.fio_client import ClientRun, fio_aggregate, parse_document, run_clients
-from gdsbench.runners.fio_jobfile import HostJob, argv_options, host_jobs
-from gdsbench.serve import server_argv, wait_listening
-from tests.fio_servers import free_port, stop_session
+from gdsbench.runners.fio_jobfile import HostJob, host_jobs
+from tests.fio_servers import free_port
 from tests.helpers import fio_case
 
 pytestmark = [pytest.mark.needs_fio, pytest.mark.needs_odirect]
 MiB = 1 << 20
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A folder with a short path for sockets (sun_path holds 107 bytes; pytest's tmp_path can be longer)."""
-    folder = Path(tempfile.mkdtemp(prefix="gdsb-"))
-    yield folder
-    for path in folder.glob("s*.sock"):  # sockets of servers that were killed; fio removes its own on SIGINT
-        path.unlink()
-    folder.rmdir()
-
-
-@pytest.fixture
-def servers(short_dir: Path) -> Iterator[Callable[[str, int], list[tuple[Host, subprocess.Popen]]]]:
-    """Start `count` fio servers (`sock` or `tcp`); the finaliser stops every one of them."""
-    started: list[subprocess.Popen] = []
-
-    def start(kind: str, count: int) -> list[tuple[Host, subprocess.Popen]]:
-        result = []
-        for _ in range(count):
-            n = len(started)
-            host = Host(HostKind.SOCK, str(short_dir / f"s{n}.sock"))
-            if kind == "tcp":
-                host = Host(HostKind.TCP, "127.0.0.1", free_port())
-            proc = subprocess.Popen(
-                server_argv("fio", host), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-            )
-            started.append(proc)
-            assert wait_listening(host, lambda p=proc: p.poll() is None), f"fio server on {host.label} did not start"
-            result.append((host, proc))
-        return result
-
-    yield start
-    for proc in started:
-        stop_session(proc)
 
 
 def case_jobs(hosts: list[Host], directory: Path, pattern: Pattern, threads: int, runtime: float | None = None):
@@ -67,7 +28,7 @@ def case_jobs(hosts: list[Host], directory: Path, pattern: Pattern, threads: int
         pattern=pattern, transfer=Transfer.CPU_ONLY, io_size=MiB, threads=threads, iodepth=1, ioengine="psync"
     )
     ctx = RunContext(directory=directory, file_size=16 * MiB, runtime=runtime)
-    return host_jobs(hosts, argv_options(fio.fio_argv(case, ctx)))
+    return host_jobs(hosts, fio.job_options(case, ctx))
 
 
 def run(jobs: tuple[HostJob, ...], pattern: Pattern, tmp_path: Path, timeout: float = 60) -> ClientRun:

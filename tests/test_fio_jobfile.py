@@ -10,7 +10,8 @@ from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.hosts import parse_hosts
 from gdsbench.runners import fio
 from gdsbench.runners.base import RunContext
-from gdsbench.runners.fio_jobfile import argv_options, host_jobs, render_args, render_section, write_job_files
+from gdsbench.runners.fio import job_options, render_args
+from gdsbench.runners.fio_jobfile import host_jobs, render_section, write_job_files
 from tests.helpers import fio_case
 
 
@@ -23,8 +24,8 @@ def standalone(**params: object) -> tuple[Case, RunContext]:
 def test_job_file_holds_the_standalone_options():
     case, ctx = standalone(ioengine="libaio", unlink=True)
     argv = fio.fio_argv(case, ctx)
-    options = argv_options(argv)
-    assert render_args(options) == [arg for arg in argv[1:] if not arg.startswith("--output-format")]
+    options = job_options(case, ctx)
+    assert argv == ["fio", *render_args(options), "--output-format=json+"]
     jobs = host_jobs(parse_hosts(["sock:/s0", "node2:9000"]), options)
     assert [j.name for j in jobs] == ["gdsbench.16777216.new.h0", "gdsbench.16777216.new.h1"]
     text = jobs[1].text()
@@ -53,3 +54,12 @@ def test_each_host_gets_a_job_file_of_its_own(tmp_path):
     paths = write_job_files(jobs, tmp_path / "jobs", "case")
     assert [p.name for p in paths] == ["case.h0.fio", "case.h1.fio"]
     assert paths[1].read_text() == "[x.h1]\nrw=read\nunique_filename=1\n"  # a given unique_filename is kept
+
+
+def test_each_host_logs_under_a_name_of_its_own():
+    case, ctx = standalone()
+    ctx.series_ms, ctx.raw_dir = 100, Path("/r")
+    jobs = host_jobs(parse_hosts(["127.0.0.1:9000", "127.0.0.1:9001"]), job_options(case, ctx, "run-1"))
+    assert [job.get("write_bw_log") for job in jobs] == ["run-1.h0", "run-1.h1"]
+    assert [job.get("write_lat_log") for job in jobs] == ["run-1.h0", "run-1.h1"]
+    assert jobs[0].get("log_avg_msec") == "100"

@@ -44,6 +44,17 @@ FORBIDDEN = {
     # a config is data: it knows the runners' option tables, nothing that runs or renders
     "gdsbench.config": ("gdsbench.sweep", "gdsbench.report", "gdsbench.cli", "gdsbench.qualify", "gdsbench.sysinfo"),
     "gdsbench.sweep": ("gdsbench.report", "gdsbench.cli", "gdsbench.qualify"),
+    # guard rails judge result rows, series and sidecars: they run, probe and render nothing
+    "gdsbench.flags": (
+        "gdsbench.runners",
+        "gdsbench.sweep",
+        "gdsbench.report",
+        "gdsbench.cli",
+        "gdsbench.sysinfo",
+        "gdsbench.config",
+        "gdsbench.qualify",
+        "gdsbench.compare",
+    ),
     # checks judge results with the config's keys; they run nothing themselves
     "gdsbench.qualify": ("gdsbench.sweep", "gdsbench.cli", "gdsbench.runners", "gdsbench.sysinfo"),
 }

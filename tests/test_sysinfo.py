@@ -125,6 +125,7 @@ def test_git_commit_names_this_checkout() -> None:
 
 def test_collect_holds_every_section(tmp_path: Path) -> None:
     facts = sysinfo.collect(tmp_path)
-    assert set(facts) == {"machine", "target", "tools", "gpu_gds", "packages", "gdsbench_commit"}
+    assert set(facts) == {"machine", "target", "tools", "gpu_gds", "packages", "gdsbench_commit", "topology"}
+    assert facts["topology"]["block_device"]["name"] == facts["target"]["block_device"]["name"]
     assert facts["machine"]["cpu_count"] == os.cpu_count() and facts["machine"]["cpu_model"] != ""
     assert facts["target"]["directory"] == str(tmp_path) and facts["target"]["mount_point"]

@@ -1,8 +1,10 @@
-"""One self-contained HTML page of a report: run metadata, the report's sections, figures.
+"""One self-contained HTML page of a report: run metadata, the report's sections, figures, time series.
 
 Figures are embedded as base64 PNG and the CSS is inline, so the page has no external URL and opens
 offline (attach it to a CI job, mail it). The sections are the same Report value every --format renders
 (report.summary.build), in the same order, so the page and the pull-request comment never disagree.
+A table of every result row (host, repetition, flags, straggler and spread) links each row to its
+case's time-series figure on the page (the first report.series.HTML_LIMIT cases).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Any
 
 import pandas as pd
 
-from gdsbench import __version__
-from gdsbench.report import plots, summary
+from gdsbench import __version__, flags
+from gdsbench.report import plots, summary, tables
+from gdsbench.report import series as series_plots
 from gdsbench.report.sections import Lines, Notes, Section, Table
-from gdsbench.results import read_sidecar
+from gdsbench.results import load_series, read_sidecar
 from gdsbench.units import num2str
 
 CSS = """
@@ -49,18 +52,29 @@ FACTS = (
 )
 
 
-def page(frame: pd.DataFrame, groups: list[str] | None = None, figures: Iterable[plots.Plot] | None = None) -> str:
-    """The whole report as one HTML document: the runs' metadata, the report's sections, the figures."""
+def page(
+    frame: pd.DataFrame,
+    groups: list[str] | None = None,
+    figures: Iterable[plots.Plot] | None = None,
+    series: Iterable[plots.Plot] | None = None,
+) -> str:
+    """The whole report as one HTML document: the runs' metadata, the report's sections, the figures,
+    every row linked to its time series."""
     report = summary.build(frame, groups)
     figures = plots.figures(frame) if figures is None else list(figures)
+    if series is None:
+        series = series_plots.figures(load_series(frame["source"].unique()), frame, series_plots.HTML_LIMIT)
+    series = list(series)
     title = f"gdsbench report: {plots.run_title(plots.with_run(frame))}"
     body = [
         f"<h1>{_e(title)}</h1>",
         "<h2>Runs</h2>",
         metadata_section(frame),
         *(section_html(section) for section in report.sections),
+        rows_section(frame, {p.name for p in series}),
         "<h2>Figures</h2>",
         *(figure_html(p) for p in figures),
+        *(["<h2>Time series</h2>", *(figure_html(p) for p in series)] if series else []),
         f"<p><small>gdsbench {__version__}, generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
         "</small></p>",
     ]
@@ -71,12 +85,16 @@ def page(frame: pd.DataFrame, groups: list[str] | None = None, figures: Iterable
 
 
 def write(
-    frame: pd.DataFrame, directory: Path, groups: list[str] | None = None, figures: Iterable[plots.Plot] | None = None
+    frame: pd.DataFrame,
+    directory: Path,
+    groups: list[str] | None = None,
+    figures: Iterable[plots.Plot] | None = None,
+    series: Iterable[plots.Plot] | None = None,
 ) -> Path:
     """Write <directory>/report.html; return its path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "report.html"
-    path.write_text(page(frame, groups, figures), encoding="utf-8")
+    path.write_text(page(frame, groups, figures, series), encoding="utf-8")
     return path
 
 
@@ -85,12 +103,50 @@ def _e(value: Any) -> str:
     return html.escape(str(value))
 
 
-def html_table(header: list[str], rows: list[list[str]]) -> str:
-    """An HTML table, text columns left-aligned."""
+def html_table(header: list[str], rows: list[list[str]], links: list[str | None] | None = None) -> str:
+    """An HTML table, text columns left-aligned; `links` makes each row's last cell a link to that anchor."""
     align = [' class="l"' if name in LEFT else "" for name in header]
     head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip(align, header))
-    body = "".join("<tr>" + "".join(f"<td{a}>{_e(c)}</td>" for a, c in zip(align, row)) + "</tr>" for row in rows)
+    body = ""
+    for index, row in enumerate(rows):
+        cells = [f"<td{a}>{_e(c)}</td>" for a, c in zip(align, row)]
+        anchor = links[index] if links else None
+        if anchor:
+            cells[-1] = f'<td{align[-1]}><a href="#{_e(anchor)}">{_e(row[-1])}</a></td>'
+        body += "<tr>" + "".join(cells) + "</tr>"
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def rows_section(frame: pd.DataFrame, drawn: set[str]) -> str:
+    """Every ok row: its case's varying parameters, host, repetition, bandwidth, flags, straggler and
+    spread, and a link to its case's time series where the page has it."""
+    ok = flags.annotate(frame)[lambda f: f["status"] == "ok"]
+    if ok.empty:
+        return ""
+    names, cells = tables.case_labels(list(ok["case"]))
+    header = [*names, "host", "rep", "bw", "flags", "straggler", "spread s", "series"]
+    rows, links = [], []
+    for cell, (_, row) in zip(cells, ok.iterrows()):
+        figure = series_plots.name(str(row["case"]))
+        rows.append(
+            [
+                *cell,
+                str(row["host"]),
+                str(row["repetition"]),
+                tables.bw_text(row["bw_bytes"]),
+                row.get("flags") or "",
+                _text(row.get("straggler")),
+                tables.number(row.get("spread_seconds", float("nan")), 3),
+                "series" if figure in drawn else "-",
+            ]
+        )
+        links.append(figure if figure in drawn else None)
+    return "<h2>Rows</h2>" + html_table(header, rows, links)
+
+
+def _text(value: Any) -> str:
+    """A text cell: '-' for missing."""
+    return "-" if value is None or (isinstance(value, float) and value != value) else str(value)
 
 
 def run_facts(source: str, frame: pd.DataFrame) -> list[str]:

@@ -6,8 +6,9 @@ from typing import Any
 
 import pandas as pd
 
+from gdsbench import flags
 from gdsbench.errors import UsageError
-from gdsbench.report import ceilings, fio_style, tables
+from gdsbench.report import ceilings, fio_style, tables, trust
 from gdsbench.report.sections import Lines, Notes, Report, Table
 from gdsbench.results import parameters
 
@@ -18,7 +19,8 @@ NOTES_TITLE = "Notes"
 
 
 def default_groups(frame: pd.DataFrame) -> list[str]:
-    """Group by run (when several are merged) and by every parameter that varies."""
+    """Group by host and run (when several are merged, or a multi-host sweep's) and by every parameter
+    that varies."""
     runs = [c for c in ("host", "run_id") if c in frame and frame[c].nunique() > 1]
     varying = [c for c in parameters(frame.columns) if frame[c].nunique(dropna=True) > 1]
     return runs + (varying or ["engine", "pattern"])
@@ -49,6 +51,8 @@ def aggregate(frame: pd.DataFrame, groups: list[str]) -> pd.DataFrame:
         bytes=("bytes", "median"),
     ).reset_index()
     table["spread"] = (table["bw_max"] - table["bw_min"]) / table["bw_median"]
+    if "flags" in ok:
+        table["flags"] = list(grouped["flags"].agg(trust.union_flags))
     return table
 
 
@@ -79,9 +83,15 @@ def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
 
 
 def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
-    """The report of a results frame: every section, in order, computed once for every format."""
+    """The report of a results frame: every section, in order, computed once for every format.
+
+    Every guard rail is judged first (flags.annotate): flags show per group, with their remedies,
+    stragglers and links below their maximum in the notes.
+    """
     groups = groups or default_groups(frame)
     check_columns(frame, groups)
+    metas = trust.sidecars(frame)
+    frame = flags.annotate(frame, metas)
     summary = aggregate(frame, groups)
     ratios = ceilings.ceiling_ratios(frame)
     return Report(
@@ -93,6 +103,12 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
         notes=Notes(
             NOTES_TITLE,
             tuple(tables.problems(frame)),
-            tuple(tables.warnings(summary) + ceilings.warnings(ratios)),
+            tuple(
+                tables.warnings(summary)
+                + ceilings.warnings(ratios)
+                + trust.flag_notes(frame)
+                + trust.straggler_notes(frame, groups)
+                + trust.link_warnings(metas)
+            ),
         ),
     )

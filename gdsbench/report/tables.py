@@ -32,6 +32,24 @@ def cell(column: str, value: Any) -> str:
     return str(value)
 
 
+def case_labels(cases: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The parameters that differ between cases, as columns and cells (4K/16M sizes), instead of long keys."""
+    parsed = [dict(part.split("=", 1) for part in case.split(",") if "=" in part) for case in cases]
+    names = list(dict.fromkeys(name for params in parsed for name in params))
+    varying = [n for n in names if len({p.get(n) for p in parsed}) > 1] or ["engine"]
+    return varying, [
+        [cell(n, _number(p.get(n))) if n in SIZE_COLUMNS else p.get(n, "-") for n in varying] for p in parsed
+    ]
+
+
+def _number(text: str | None) -> float | None:
+    """A parsed number for size cells, None when missing or not numeric."""
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return None
+
+
 def bw_text(value: float) -> str:
     """A bandwidth in fio's units, power of 2 then power of 10."""
     return "-" if value is None or math.isnan(value) else format_bandwidth(value)
@@ -48,8 +66,9 @@ def number(value: float, digits: int = 1) -> str:
 
 
 def table_rows(groups: list[str], table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Header and text cells of the aggregate table."""
-    header = [*groups, "n", "bw (median)", "min-max", "IOPS", "lat mean us", "lat p99 us"]
+    """Header and text cells of the aggregate table (a `flags` column when any group is flagged)."""
+    flagged = int("flags" in table and bool(table["flags"].fillna("").astype(bool).any()))
+    header = [*groups, "n", "bw (median)", "min-max", "IOPS", "lat mean us", "lat p99 us", *(["flags"] * flagged)]
     rows = []
     for _, row in table.iterrows():
         iops = row["iops_median"]
@@ -62,6 +81,7 @@ def table_rows(groups: list[str], table: pd.DataFrame) -> tuple[list[str], list[
                 "-" if math.isnan(iops) else iops_text(iops),
                 number(row["lat_mean_us"]),
                 number(row["lat_p99_us"]),
+                *([row["flags"] or ""] * flagged),
             ]
         )
     return header, rows

@@ -2,20 +2,45 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
+import io
 import os
+import selectors
 import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
+from gdsbench.hosts import Host
 from gdsbench.keys import Key
+
+
+class Sample(NamedTuple):
+    """One point of a run's time series: a job's bandwidth and mean completion latency over one window."""
+
+    job: int  # 1-based, as fio numbers its log files
+    time_s: float  # end of the window, from the job's start
+    bw_bytes: float | None
+    lat_us: float | None
+
+
+@dataclass(frozen=True)
+class LiveStatus:
+    """A running case's progress for the live display: figures so far, per host (None: this machine)."""
+
+    seconds: float
+    bytes: int
+    bw_bytes: float  # over the last status interval
+    iops: float | None = None
+    host: str | None = None
+    done: bool = False  # this host has finished (its final figures)
 
 
 @dataclass(frozen=True)
@@ -42,13 +67,14 @@ class Measurement:
     cache: str | None = None  # cold | warm, where the runner controls it
     path: str | None = None  # GPU rows: gds | compat | posix | unknown (gdsbench.runners.gds_path)
     note: str | None = None  # how the measurement was taken, when it matters (cache method, fallback)
+    spread_seconds: float | None = None  # between the first and the last finished job (several jobs)
+    straggler: str | None = None  # the job that finished last, when jobs finished apart
     raw: str | None = field(default=None, repr=False, compare=False)  # the tool's output, kept beside the CSV
+    series: tuple[Sample, ...] = field(default=(), repr=False, compare=False)  # time series, stored apart
 
     def row(self) -> dict[str, Any]:
-        """The measurement as flat result columns (the raw output is stored apart)."""
-        row = asdict(self)
-        del row["raw"]
-        return row
+        """The measurement as flat result columns (the raw output and the series are stored apart)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("raw", "series")}
 
 
 @dataclass
@@ -63,6 +89,12 @@ class RunContext:
     keep_files: bool = False
     raw_dir: Path | None = None
     options: Mapping[str, Any] = field(default_factory=dict)  # top-level runner options from the config
+    hosts: tuple[Host, ...] = ()  # fio servers of a multi-host sweep (fio cases only); () = this machine
+    series_ms: int | None = None  # fio's bandwidth/latency logs averaged over this many ms; None = no logs
+    status_interval: float | None = None  # fio's periodic status (live figures) every this many seconds
+    run_stem: str = "run"  # the current run's name for its raw files (<raw_dir>/<stem>.txt, jobs/, series/)
+    on_status: Callable[[LiveStatus], None] | None = None  # the live display, while a run goes
+    host_facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # what fio's servers told of themselves
     created: list[Path] = field(default_factory=list)  # files this sweep created, removed at the end
     closers: list[Callable[[], None]] = field(default_factory=list)  # runners' resources kept across cases
     fill_failures: dict[str, str] = field(default_factory=dict)  # engine -> why the sweep's fill step failed
@@ -141,17 +173,40 @@ class Runner(Protocol):
 
 #: How long a stopped tool's process group gets to exit on SIGTERM before SIGKILL.
 STOP_GRACE_S = 2.0
+#: How long a tool gets to stop on SIGINT (fio's client then stops every server's job) before SIGTERM.
+INTERRUPT_GRACE_S = 5.0
+_READ_SIZE = 1 << 16
 
 
-def run_tool(argv: list[str], timeout: float, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_tool(
+    argv: list[str],
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    *,
+    keep_sigpipe_ignored: bool = False,
+    cwd: Path | None = None,
+    on_stdout: Callable[[str], None] | None = None,
+) -> subprocess.CompletedProcess:
     """Run a command as an argument list (never a shell); raise ToolError on failure or timeout.
 
     The child leads its own session and process group, so a timeout or Ctrl-C stops it with every
-    process it started (fio's job processes, gdsio's helpers), not only the process we started.
+    process it started (fio's job processes, gdsio's helpers), not only the process we started: SIGINT
+    first (fio's client then stops its servers' jobs, fio prints what it has), then SIGTERM and SIGKILL.
+    `on_stdout` receives stdout text as it arrives (fio's periodic status); `keep_sigpipe_ignored`
+    leaves SIGPIPE ignored in the child (Popen otherwise restores its default, and fio's client dies
+    of it, silently, when a server closes the connection).
     """
-    *_, (_, done) = run_polled(argv, timeout, timeout, env)  # ticks only on timeout, which raises
-    assert done is not None
-    return done
+    proc = _start(argv, env, cwd, keep_sigpipe_ignored)
+    output = _Output(proc, on_stdout)
+    try:
+        output.drain(time.monotonic() + timeout)
+    except subprocess.TimeoutExpired:
+        interrupt_group(proc, output)
+        raise ToolError(f"{Path(argv[0]).name} timed out after {timeout:.0f}s") from None
+    except BaseException:  # Ctrl-C (in its own session the tool never saw the terminal's SIGINT), or a bug
+        interrupt_group(proc, output)
+        raise
+    return subprocess.CompletedProcess(argv, proc.returncode, output.text(1), output.text(2))
 
 
 def run_polled(
@@ -159,32 +214,104 @@ def run_polled(
 ) -> Iterator[tuple[int, subprocess.CompletedProcess | None]]:
     """run_tool that yields (pid, None) every `interval` seconds while the tool runs, then (pid, its result),
     so a caller can watch it (file sizes for progress, gds_stats -p PID) without a thread."""
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        raise ToolError(f"cannot start {argv[0]}: {exc.strerror}") from None
+    proc = _start(argv, env, None, False)
+    output = _Output(proc, None)
     deadline = time.monotonic() + timeout
     try:
         while True:
             try:
-                stdout, stderr = proc.communicate(timeout=max(0.0, min(interval, deadline - time.monotonic())))
+                output.drain(min(deadline, time.monotonic() + interval))
                 break
             except subprocess.TimeoutExpired:
                 if time.monotonic() >= deadline:
-                    stop_group(proc)
+                    interrupt_group(proc, output)
                     raise ToolError(f"{Path(argv[0]).name} timed out after {timeout:.0f}s") from None
                 yield proc.pid, None
     except (KeyboardInterrupt, GeneratorExit):
-        stop_group(proc)  # in its own session the tool never saw the terminal's SIGINT
+        interrupt_group(proc, output)
         raise
-    yield proc.pid, subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+    yield proc.pid, subprocess.CompletedProcess(argv, proc.returncode, output.text(1), output.text(2))
+
+
+def _start(
+    argv: list[str], env: Mapping[str, str] | None, cwd: Path | None, keep_sigpipe_ignored: bool
+) -> subprocess.Popen:
+    """Start a tool in a session of its own, its output piped; ToolError when it cannot start."""
+    try:
+        return subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+            restore_signals=not keep_sigpipe_ignored,
+        )
+    except OSError as exc:
+        raise ToolError(f"cannot start {argv[0]}: {exc.strerror}") from None
+
+
+class _Output:
+    """A child's stdout and stderr read as they come (UTF-8, never blocking the child on a full pipe)."""
+
+    def __init__(self, proc: subprocess.Popen, on_stdout: Callable[[str], None] | None) -> None:
+        self.proc, self.on_stdout = proc, on_stdout
+        self.parts: dict[int, list[str]] = {1: [], 2: []}
+        self.decoders = {n: _decoder() for n in (1, 2)}
+        self.selector = selectors.DefaultSelector()
+        for number, pipe in ((1, proc.stdout), (2, proc.stderr)):
+            self.selector.register(pipe, selectors.EVENT_READ, number)  # type: ignore[arg-type]
+
+    def drain(self, deadline: float, reap: bool = True) -> None:
+        """Read both pipes until they close and the child exits (reaped, or with `reap=False` left a
+        zombie that holds its group id); TimeoutExpired at `deadline`."""
+        while self.selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(self.proc.args, 0)
+            for key, _ in self.selector.select(left):
+                self._read(key)
+        self.selector.close()
+        if reap:
+            self.proc.wait(max(deadline - time.monotonic(), 0.001))
+            return
+        while not _exited(self.proc.pid):
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.proc.args, 0)
+            time.sleep(0.02)
+
+    def _read(self, key: selectors.SelectorKey) -> None:
+        """One chunk of one pipe; at its end, close it."""
+        chunk = os.read(key.fd, _READ_SIZE)
+        number = key.data
+        text = self.decoders[number].decode(chunk, final=not chunk)
+        if not chunk:
+            self.selector.unregister(key.fileobj)
+            key.fileobj.close()  # type: ignore[union-attr]
+        self.parts[number].append(text)
+        if text and number == 1 and self.on_stdout is not None:
+            self.on_stdout(text)
+
+    def text(self, number: int) -> str:
+        """All the text one pipe (1 stdout, 2 stderr) has given."""
+        return "".join(self.parts[number])
+
+
+def _decoder() -> io.IncrementalNewlineDecoder:
+    """UTF-8 text with universal newlines, as Popen(text=True) reads it (undecodable bytes replaced)."""
+    return io.IncrementalNewlineDecoder(codecs.getincrementaldecoder("utf-8")(errors="replace"), translate=True)
+
+
+def interrupt_group(proc: subprocess.Popen, output: _Output | None = None, grace: float = INTERRUPT_GRACE_S) -> None:
+    """SIGINT the child's process group and read its last output for up to `grace` seconds, then stop_group."""
+    try:
+        _signal_group(proc.pid, signal.SIGINT)
+        if output is not None:
+            output.on_stdout = None
+            with contextlib.suppress(subprocess.TimeoutExpired, OSError, ValueError):
+                output.drain(time.monotonic() + grace, reap=False)
+    finally:
+        stop_group(proc)
 
 
 def stop_group(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
@@ -198,13 +325,10 @@ def stop_group(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:
     while not _exited(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     _signal_group(proc.pid, signal.SIGKILL)  # members that outlived the leader or ignored SIGTERM
-    try:
-        proc.communicate(timeout=grace)  # reap the leader; its pipes close once every member is dead
-    except subprocess.TimeoutExpired:  # a process that left the group (setsid) still holds the pipes
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
-        proc.wait()
+    for pipe in (proc.stdout, proc.stderr):  # a process that left the group (setsid) may still hold them
+        if pipe is not None and not pipe.closed:
+            pipe.close()
+    proc.wait()  # reap the leader
 
 
 def _exited(pid: int) -> bool:

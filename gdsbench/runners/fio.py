@@ -7,6 +7,11 @@ libcufile engine (`cuda_io=cufile` / `posix`), which only fio builds made with `
 Jobs are not group-reported, so the per-job bandwidth spread survives; the group figures are computed
 from the jobs exactly as fio's run-status line computes them, and latency percentiles are merged from
 the jobs' histogram bins (json+) as fio merges them.
+
+A case's options are (key, value) pairs (`job_options`): rendered as this command line, or as each
+host's job file in a multi-host sweep (`run_hosts`, fio_client). fio also writes its bandwidth and
+latency logs (fio_series: the time series) and, every `status_interval`, a status document that
+fio_live turns into live figures.
 """
 
 from __future__ import annotations
@@ -14,15 +19,23 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, gpu_ids, one_of, text
-from gdsbench.runners import gds_path
-from gdsbench.runners.base import Measurement, RunContext, axes_of, tool_message
+from gdsbench.runners import fio_live, fio_series, gds_path
+from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool, tool_message
 from gdsbench.sysinfo import host, storage
+
+if TYPE_CHECKING:
+    from gdsbench.runners.fio_client import ClientRun
+
+#: One fio option: (key, value), value None for a flag such as `time_based`.
+Option = tuple[str, "str | None"]
 
 IOENGINES = ("libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio", "mmap")
 PERCENTILES = {"lat_p50_us": 50.0, "lat_p90_us": 90.0, "lat_p99_us": 99.0, "lat_p999_us": 99.9}
@@ -78,15 +91,40 @@ class FioRunner:
         return None if case.transfer in _CUFILE_MODES else huge_pages_missing(case)
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
-        """The fio argument list for one case."""
+        """The fio argument list for one case (in a multi-host sweep, the client's, with its job files)."""
+        if ctx.hosts:
+            from gdsbench.runners import fio_client  # see run_hosts
+
+            return fio_client.case_argv(ctx, job_options(case, ctx, fio_series.client_prefix(ctx)))
         return fio_argv(case, ctx)
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
-        """Run fio once and measure the case."""
+        """Run fio once and measure the case (live status to ctx.on_status, logs read into the series)."""
         ctx.track_new(job_files(case, ctx))
-        proc, path, path_note = gds_path.run_witnessed(self.command(case, ctx), ctx.timeout, case)
-        document = parse_json(proc)
-        return gds_path.with_path(measure(document, case.pattern, raw=proc.stdout), path, cufile_note(case), path_note)
+        prefix = fio_series.standalone_prefix(ctx)
+        if prefix:
+            prefix.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            proc, path, path_note = self._execute(case, ctx)
+        finally:
+            series = fio_series.collect(prefix, case["threads"]) if prefix else ()
+        proc = fio_live.final_only(proc)
+        measured = replace(measure(parse_json(proc), case.pattern, raw=proc.stdout), series=series)
+        return gds_path.with_path(measured, path, cufile_note(case), path_note)
+
+    def _execute(self, case: Case, ctx: RunContext) -> tuple[subprocess.CompletedProcess, str | None, str]:
+        """fio itself: GPU transfers witnessed (nvidia-fs, gds_stats) for the path their bytes took, host
+        transfers streamed for their live status."""
+        if case.transfer in _CUFILE_MODES:
+            return gds_path.run_witnessed(self.command(case, ctx), ctx.timeout, case)
+        stream = fio_live.StatusStream(ctx.on_status, case.pattern)
+        return run_tool(self.command(case, ctx), timeout=ctx.timeout, on_stdout=stream.feed), None, ""
+
+    def run_hosts(self, case: Case, ctx: RunContext) -> ClientRun:
+        """Run one case on every host of ctx.hosts at once (fio client/server): a result per host plus `all`."""
+        from gdsbench.runners import fio_client  # fio_client reads fio's figures with this module's measure()
+
+        return fio_client.run_case(case, ctx, job_options(case, ctx, fio_series.client_prefix(ctx)))
 
 
 def huge_pages_missing(case: Case) -> str | None:
@@ -142,39 +180,55 @@ def job_files(case: Case, ctx: RunContext) -> list[Path]:
     return [ctx.directory / f"{job_name(case, ctx)}.{job}.0" for job in range(case["threads"])]
 
 
-def fio_argv(case: Case, ctx: RunContext) -> list[str]:
-    """Translate a case into fio's command line (sizes in bytes, so no suffix is ambiguous)."""
-    argv = [
-        fio_binary(ctx),
-        f"--name={job_name(case, ctx)}",
-        f"--directory={fio_path(ctx.directory)}",
-        f"--size={ctx.file_size}",
-        f"--bs={case['io_size']}",
-        f"--rw={case.pattern.value}",
-        f"--numjobs={case['threads']}",
-        f"--iodepth={iodepth(case)}",
-        f"--direct={0 if case.transfer is Transfer.CPU_CACHED else 1}",
-        "--output-format=json+",
+def render_args(options: Sequence[Option]) -> list[str]:
+    """The options as fio command-line arguments: `--key=value`, or `--key` for a flag."""
+    return [f"--{key}" if value is None else f"--{key}={value}" for key, value in options]
+
+
+def job_options(case: Case, ctx: RunContext, log_prefix: str | None = None) -> list[Option]:
+    """A case's fio job options as (key, value) pairs, sizes in bytes (so no suffix is ambiguous).
+
+    The same pairs render as a standalone command line (`fio_argv`) or as each host's job file in
+    client mode; `log_prefix` adds fio's bandwidth and latency logs (the time series).
+    """
+    options: list[Option] = [
+        ("name", job_name(case, ctx)),
+        ("directory", fio_path(ctx.directory)),
+        ("size", str(ctx.file_size)),
+        ("bs", str(case["io_size"])),
+        ("rw", case.pattern.value),
+        ("numjobs", str(case["threads"])),
+        ("iodepth", str(iodepth(case))),
+        ("direct", "0" if case.transfer is Transfer.CPU_CACHED else "1"),
     ]
     if case.transfer in _CUFILE_MODES:
-        # --thread: fio's libcufile examples run jobs as threads, as cudaMalloc fails when many processes attach.
-        argv += [
-            "--ioengine=libcufile",
-            f"--cuda_io={_CUFILE_MODES[case.transfer]}",
-            f"--gpu_dev_ids={case['gpu']}",
-            "--thread",
+        # thread: fio's libcufile examples run jobs as threads, as cudaMalloc fails when many processes attach.
+        options += [
+            ("ioengine", "libcufile"),
+            ("cuda_io", _CUFILE_MODES[case.transfer]),
+            ("gpu_dev_ids", case["gpu"]),
+            ("thread", None),
         ]
     else:  # libcufile allocates its own buffers: fio refuses an explicit mem/iomem beside it
-        argv += [f"--ioengine={case['ioengine']}", f"--iomem={case['iomem']}"]
+        options += [("ioengine", case["ioengine"]), ("iomem", case["iomem"])]
     if case["end_fsync"] and case.pattern.is_write:
-        argv.append("--end_fsync=1")
+        options.append(("end_fsync", "1"))
     if case["unlink"]:
-        argv.append("--unlink=1")
+        options.append(("unlink", "1"))
     if ctx.runtime:
-        argv += ["--time_based", f"--runtime={ctx.runtime:g}"]
+        options += [("time_based", None), ("runtime", f"{ctx.runtime:g}")]
     if ctx.ramp_time:
-        argv.append(f"--ramp_time={ctx.ramp_time:g}")
-    return argv
+        options.append(("ramp_time", f"{ctx.ramp_time:g}"))
+    if log_prefix and ctx.series_ms:
+        options += fio_series.log_options(log_prefix, ctx.series_ms)
+    return options
+
+
+def fio_argv(case: Case, ctx: RunContext) -> list[str]:
+    """fio's command line for one case on this machine: the job options, JSON+ output, periodic status."""
+    prefix = fio_series.standalone_prefix(ctx)
+    options = job_options(case, ctx, str(prefix) if prefix else None)
+    return [fio_binary(ctx), *render_args(options), "--output-format=json+", *fio_live.status_args(ctx)]
 
 
 def fio_path(path: Path) -> str:
@@ -211,6 +265,7 @@ def measure(document: dict[str, Any], pattern: Pattern, raw: str | None = None) 
     total = sum(s["io_bytes"] for s in stats)
     runtimes = [s["runtime"] for s in stats]
     job_bw = [s["io_bytes"] * 1000 // s["runtime"] for s in stats]
+    spread = (max(runtimes) - min(runtimes)) / 1000 if len(runtimes) > 1 else None
     return Measurement(
         bytes=total,
         seconds=max(runtimes) / 1000,
@@ -220,6 +275,8 @@ def measure(document: dict[str, Any], pattern: Pattern, raw: str | None = None) 
         bw_min_bytes=min(job_bw),
         bw_max_bytes=max(job_bw),
         **latency(stats),
+        spread_seconds=spread,
+        straggler=f"job {runtimes.index(max(runtimes)) + 1}" if spread else None,
         raw=raw,
     )
 

@@ -10,34 +10,37 @@ the entry is emitted before the last result arrives and misses it. The aggregate
 here from the hosts' entries (bytes summed, runtime the max: fio's rule), and only when every host
 reported. A client writing to a server that closed the connection (other version, killed) dies of
 SIGPIPE, printing nothing (half the runs against a mismatched host here), so fio runs with it ignored.
+
+`run_case` is the sweep's entry: one case's job options -> each host's job file under
+`<raw_dir>/jobs`, the client run in `<raw_dir>/series` (where the servers' logs land), each host's
+time series read back. Files on remote hosts stay there (only local hosts' files are tracked for
+cleanup; `unlink: true` has fio remove them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gdsbench.cases import Pattern
+from gdsbench.cases import Case, Pattern
 from gdsbench.errors import GdsbenchError
 from gdsbench.hosts import AGGREGATE, HostKind
-from gdsbench.runners.base import Measurement, run_tool
-from gdsbench.runners.fio import direction, measure
-from gdsbench.runners.fio_jobfile import HostJob, write_job_files
+from gdsbench.runners import fio_series
+from gdsbench.runners.base import LiveStatus, Measurement, RunContext, run_tool
+from gdsbench.runners.fio import Option, direction, fio_binary, measure
+from gdsbench.runners.fio_jobfile import HostJob, host_jobs, write_job_files
+from gdsbench.runners.fio_live import ClientStream
 
 ALL_CLIENTS = "All clients"
-#: Runs argv[1:] with SIGPIPE ignored (kept across exec); run_tool's Popen restores its default otherwise.
-_NO_SIGPIPE = (
-    "import os, signal, sys; signal.signal(signal.SIGPIPE, signal.SIG_IGN); os.execvp(sys.argv[1], sys.argv[1:])"
-)
 MESSAGE_LIMIT = 400
 #: Lines of fio's client output that report a problem (the rest are banners: rw=..., Starting, Laying out).
 _PROBLEM = re.compile(r"fio: |error|fail|mismatch|disconnect|timeout|timed out|refused|no such", re.IGNORECASE)
@@ -63,7 +66,7 @@ class HostResult:
     def spread_seconds(self) -> float | None:
         """Time between the first and the last finished job (across hosts for the aggregate)."""
         times = [s for _, s in self.host_seconds] if self.host_seconds else list(self.job_seconds)
-        return max(times) - min(times) if times else None
+        return max(times) - min(times) if len(times) > 1 else None
 
     @property
     def straggler(self) -> str | None:
@@ -71,10 +74,12 @@ class HostResult:
         return max(self.host_seconds, key=lambda pair: pair[1])[0] if self.host_seconds else None
 
     def row(self) -> dict[str, Any]:
-        """Result columns: host, status, error, the measurement's figures, spread and straggler."""
+        """Result columns: host, status, error, the measurement's figures, spread and straggler (the
+        slowest host for the aggregate, the slowest job for a host)."""
         figures = self.measurement.row() if self.measurement else {}
         status = "ok" if self.ok else "failed"
-        extra = {"spread_seconds": self.spread_seconds, "straggler": self.straggler, "bw_sum_bytes": self.bw_sum_bytes}
+        straggler = self.straggler or figures.get("straggler")
+        extra = {"spread_seconds": self.spread_seconds, "straggler": straggler, "bw_sum_bytes": self.bw_sum_bytes}
         return {"host": self.host, "status": status, "error": self.error, **figures, **extra}
 
 
@@ -88,31 +93,105 @@ class ClientRun:
 
 
 def client_argv(binary: str, job_files: Sequence[tuple[HostJob, Path]]) -> list[str]:
-    """`fio --output-format=json+ --client=<h1> <job1> --client=<h2> <job2> ...` as an argument list."""
-    argv = [binary, "--output-format=json+"]
+    """`fio --output-format=json+,normal --client=<h1> <job1> --client=<h2> <job2> ...` as an argument list
+    (the normal output, before the JSON, shows each host's results as they arrive: fio_live.ClientStream)."""
+    argv = [binary, "--output-format=json+,normal"]
     for job, path in job_files:
         argv += [f"--client={job.host.spec}", str(path)]
     return argv
 
 
+def job_paths(jobs: Sequence[HostJob], folder: Path, stem: str) -> list[Path]:
+    """Where each host's job file goes: `<folder>/<stem>.h<index>.fio` (absolute: the client may run elsewhere)."""
+    return [folder.resolve() / f"{stem}.h{index}.fio" for index in range(len(jobs))]
+
+
 def run_clients(
-    binary: str, jobs: Sequence[HostJob], pattern: Pattern, folder: Path, timeout: float, stem: str = "case"
+    binary: str,
+    jobs: Sequence[HostJob],
+    pattern: Pattern,
+    folder: Path,
+    timeout: float,
+    stem: str = "case",
+    cwd: Path | None = None,
+    on_status: Callable[[LiveStatus], None] | None = None,
 ) -> ClientRun:
-    """Write each host's job file into `folder`, run fio once for all hosts, and measure every host.
+    """Write each host's job file into `folder`, run fio once for all hosts (in `cwd`), and measure every host.
 
     A failure of one host is that host's failed result; a failure of the whole run (fio missing,
     timeout) fails every host. Ctrl-C propagates (fio's client stops every server's job on SIGINT).
     """
-    paths = write_job_files(jobs, folder, stem)
-    argv = client_argv(binary, list(zip(jobs, paths)))
+    write_job_files(jobs, folder, stem)
+    argv = client_argv(binary, list(zip(jobs, job_paths(jobs, folder, stem))))
     if shutil.which(binary) is None:
         return ClientRun(tuple(argv), "", failed_all(jobs, f"cannot start {binary}: not found"))
+    stream = ClientStream(on_status, {job.name: job.host.label for job in jobs})
     try:
-        proc = run_tool(ignoring_sigpipe(argv), timeout=timeout)
-    except GdsbenchError as exc:  # the message names the shim's python: name fio instead
-        message = str(exc).replace(Path(sys.executable).name, Path(binary).name, 1)
-        return ClientRun(tuple(argv), "", failed_all(jobs, message))
+        proc = run_tool(argv, timeout=timeout, keep_sigpipe_ignored=True, cwd=cwd, on_stdout=stream.feed)
+    except GdsbenchError as exc:
+        return ClientRun(tuple(argv), "", failed_all(jobs, str(exc)))
     return ClientRun(tuple(argv), proc.stdout + proc.stderr, tuple(results_of(proc, jobs, pattern)))
+
+
+def case_argv(ctx: RunContext, options: Sequence[Option]) -> list[str]:
+    """The client command one case runs (its job files under `<raw_dir>/jobs`), for --dry-run and the rows."""
+    jobs = host_jobs(ctx.hosts, options)
+    folder = (ctx.raw_dir or Path(".")) / "jobs"
+    return client_argv(fio_binary(ctx), list(zip(jobs, job_paths(jobs, folder, ctx.run_stem))))
+
+
+def run_case(case: Case, ctx: RunContext, options: Sequence[Option]) -> ClientRun:
+    """Run one case on every host: local hosts' files tracked for cleanup, each host's time series read back."""
+    jobs = host_jobs(ctx.hosts, options)
+    ctx.track_new([path for job in jobs if job.host.is_local for path in job.files()])
+    series = fio_series.client_folder(ctx)
+    if series is not None:
+        for job in jobs:
+            fio_series.prepare_client(series, f"{ctx.run_stem}.h{jobs.index(job)}", case["threads"], job.host)
+    folder = (ctx.raw_dir or Path(".")) / "jobs"
+    try:
+        run = run_clients(
+            fio_binary(ctx), jobs, case.pattern, folder, ctx.timeout, ctx.run_stem, cwd=series, on_status=ctx.on_status
+        )
+    finally:
+        found = _series(ctx, series, jobs, case["threads"])
+    for label, facts in server_facts(run.raw, jobs).items():
+        ctx.host_facts.setdefault(label, {}).update(facts)
+    return dataclasses.replace(run, results=tuple(_with_series(r, found.get(r.host, ())) for r in run.results))
+
+
+def server_facts(raw: str, jobs: Sequence[HostJob]) -> dict[str, dict[str, Any]]:
+    """What fio's servers say of themselves: each host's name (the `<name>` of its banner lines, found by
+    its job name) and the disks its jobs used (`disk_util`, by hostname and port)."""
+    document = parse_document(raw)
+    facts: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        banner = re.search(rf"^<([^>]*)> {re.escape(job.name)}: ", raw, re.MULTILINE)
+        disks = [
+            str(d.get("name"))
+            for d in document.get("disk_util", [])
+            if job.host.reports_as(str(d.get("hostname")), int(d.get("port", 0)))
+        ]
+        if banner or disks:
+            facts[job.host.label] = {"server_hostname": banner.group(1) if banner else None, "disks": disks}
+    return facts
+
+
+def _series(ctx: RunContext, folder: Path | None, jobs: Sequence[HostJob], threads: int) -> dict[str, tuple]:
+    """Each host's samples from the logs its server sent (none when the sweep keeps no series)."""
+    if folder is None:
+        return {}
+    return {
+        job.host.label: fio_series.collect(folder / f"{ctx.run_stem}.h{index}", threads, job.host.address)
+        for index, job in enumerate(jobs)
+    }
+
+
+def _with_series(result: HostResult, samples: tuple) -> HostResult:
+    """A host's result carrying its time series."""
+    if result.measurement is None or not samples:
+        return result
+    return dataclasses.replace(result, measurement=dataclasses.replace(result.measurement, series=samples))
 
 
 def results_of(proc: subprocess.CompletedProcess, jobs: Sequence[HostJob], pattern: Pattern) -> list[HostResult]:
@@ -120,11 +199,6 @@ def results_of(proc: subprocess.CompletedProcess, jobs: Sequence[HostJob], patte
     document = parse_document(proc.stdout)
     lines = output_lines(proc) + ([] if document else [exit_line(proc.returncode)])
     return client_stats(document, jobs, pattern, lines)
-
-
-def ignoring_sigpipe(argv: list[str]) -> list[str]:
-    """argv run through a Python exec shim that ignores SIGPIPE (until run_tool can do it itself)."""
-    return [sys.executable, "-I", "-S", "-c", _NO_SIGPIPE, *argv]
 
 
 def exit_line(returncode: int) -> str:

@@ -1,9 +1,8 @@
 """fio options as (key, value) pairs, rendered as a command line or as a job file, one per host.
 
 In client mode every job option must be in the job file (options after `--client` are ignored), so a
-case's options are kept as pairs that render either way: `render_args` gives standalone fio's argv,
-`render_section` a job-file section. `argv_options` reads the pairs back from `fio.fio_argv`'s list
-until fio.py builds the pairs itself.
+case's options are kept as pairs (`fio.job_options`) that render either way: `fio.render_args` gives
+standalone fio's argv, `render_section` a job-file section.
 
 Hosts that share a file system must not write each other's files: each host's job gets a name of its
 own (`<name>.h<index>`), and `unique_filename=0` turns off fio's own prefix, which is the server's bound
@@ -18,47 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gdsbench.hosts import Host
+from gdsbench.runners.fio import Option
 
-#: One fio option: (key, value), value None for a flag such as `time_based`.
-Option = tuple[str, "str | None"]
-#: Options of fio's command line that are not job options and have no place in a job file.
-COMMAND_LINE_ONLY = frozenset(
-    {
-        "output-format",
-        "output",
-        "status-interval",
-        "eta",
-        "eta-newline",
-        "eta-interval",
-        "minimal",
-        "terse-version",
-        "warnings-fatal",
-        "client",
-        "server",
-        "daemonize",
-        "remote-config",
-    }
-)
+#: Job options whose value names files the client writes: each host's gets `.h<index>`, as its job name.
+PER_HOST = ("write_bw_log", "write_lat_log", "write_iops_log")
 #: Characters a job-file value must not hold: a line break would start a new option (`exec_prerun=`),
 #: and fio's client expands `${VAR}` from its own environment before sending the file.
 _UNSAFE = ("\n", "\r", "\0", "$")
-
-
-def render_args(options: Sequence[Option]) -> list[str]:
-    """The options as fio command-line arguments: `--key=value`, or `--key` for a flag."""
-    return [f"--{key}" if value is None else f"--{key}={value}" for key, value in options]
-
-
-def argv_options(argv: Sequence[str]) -> list[Option]:
-    """The job options of a standalone fio argv (the binary and command-line-only options dropped)."""
-    options: list[Option] = []
-    for arg in argv[1:]:
-        if not arg.startswith("--"):
-            raise ValueError(f"not a --key[=value] fio option: {arg!r}")
-        key, sep, value = arg[2:].partition("=")
-        if key not in COMMAND_LINE_ONLY:
-            options.append((key, value if sep else None))
-    return options
 
 
 def render_section(name: str, options: Sequence[Option]) -> str:
@@ -101,14 +66,20 @@ class HostJob:
 
 
 def host_jobs(hosts: Sequence[Host], options: Sequence[Option]) -> tuple[HostJob, ...]:
-    """One job per host from one case's options: the `name` option gets `.h<index>`; unique_filename=0."""
+    """One job per host from one case's options: the `name` option (and log names) get `.h<index>`;
+    unique_filename=0."""
     names = [value for key, value in options if key == "name"]
     if len(names) != 1 or not names[0]:
         raise ValueError("the options name the job exactly once (name=...)")
     rest = tuple(option for option in options if option[0] != "name")
     if not any(key == "unique_filename" for key, _ in rest):
         rest += (("unique_filename", "0"),)
-    return tuple(HostJob(host, f"{names[0]}.h{index}", rest) for index, host in enumerate(hosts))
+    return tuple(HostJob(host, f"{names[0]}.h{index}", _own_logs(rest, index)) for index, host in enumerate(hosts))
+
+
+def _own_logs(options: tuple[Option, ...], index: int) -> tuple[Option, ...]:
+    """The options with host `index`'s log names: two servers at one address would share a log file."""
+    return tuple((key, f"{value}.h{index}" if key in PER_HOST and value else value) for key, value in options)
 
 
 def write_job_files(jobs: Sequence[HostJob], folder: Path, stem: str) -> list[Path]:

@@ -27,19 +27,22 @@ from gdsbench.sysinfo.gpu import (
 )
 from gdsbench.sysinfo.host import fio_engines, git_commit, host_name, machine, packages, tool_version
 from gdsbench.sysinfo.storage import huge_pages, mount_of, odirect_works, parse_mounts, target
+from gdsbench.sysinfo.topology import fingerprint
 
 
 def collect(directory: Path, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Everything the sidecar records about where and with what a sweep ran (the same facts `doctor` shows)."""
     options = options or {}
     fio = str(options.get("fio") or "fio")
+    gds = gpu_gds(options)
     return {
         "machine": machine(),
         "target": target(directory),
         "tools": {"fio": tool_version([fio, "--version"]), "fio_engines": sorted(fio_engines(fio))},
-        "gpu_gds": gpu_gds(options),
+        "gpu_gds": gds,
         "packages": packages(),
         "gdsbench_commit": git_commit(),
+        "topology": fingerprint(directory, Path(gds["cufile"]["path"]) if gds["cufile"]["exists"] else None),
     }
 
 
@@ -51,6 +54,7 @@ __all__ = [
     "cufile_config",
     "cufile_setting",
     "find_gdsio",
+    "fingerprint",
     "fio_engines",
     "git_commit",
     "gpu_gds",

@@ -6,7 +6,7 @@
 #
 # Per fixture NAME: NAME.txt = fio's stdout (banners, then the json+ document), NAME.stderr, NAME.rc = the
 # exit status, NAME.hosts = the --client arguments in order (a host-list file), NAME.h<i>.fio = the job
-# file sent to host i. The command is always
+# file sent to host i. The command is always (FORMAT json+,normal for the `-normal` fixture)
 #   $FIO --output-format=json+ --client=<host 0> NAME.h0.fio --client=<host 1> NAME.h1.fio ...
 # run with SIGPIPE ignored, as gdsbench runs it: with SIGPIPE at its default, a client writing to a server
 # that closed the connection (other fio version, server killed) dies of it, printing nothing at all.
@@ -65,7 +65,7 @@ rec() {  # rec NAME RW NUMJOBS HOST...: one client-mode run (CLIENT_FIO, BAD_HOS
     i=$((i + 1))
   done
   local rc=0
-  (trap '' PIPE; exec "${CLIENT_FIO:-$FIO}" --output-format=json+ "${args[@]}") >"$here/$name.txt" 2>"$here/$name.stderr" || rc=$?
+  (trap '' PIPE; exec "${CLIENT_FIO:-$FIO}" --output-format="${FORMAT:-json+}" "${args[@]}") >"$here/$name.txt" 2>"$here/$name.stderr" || rc=$?
   echo "$rc" >"$here/$name.rc"
   sed -i "s#$here/##g" "$here/$name.txt" "$here/$name.stderr"  # job file paths relative to this folder
 }
@@ -81,6 +81,8 @@ rec sock2-write-1job write 1 "sock:$s/s0.sock" "sock:$s/s1.sock"
 rec sock2-read-2jobs read 2 "sock:$s/s0.sock" "sock:$s/s1.sock"
 rec sock3-write-2jobs write 2 "sock:$s/s0.sock" "sock:$s/s1.sock" "sock:$s/s2.sock"
 rec sock3-read-1job read 1 "sock:$s/s0.sock" "sock:$s/s1.sock" "sock:$s/s2.sock"
+# As gdsbench runs a case: normal output too, each host's job results printed as they arrive, JSON last.
+FORMAT=json+,normal rec sock2-write-2jobs-normal write 2 "sock:$s/s0.sock" "sock:$s/s1.sock"
 # A unix socket nobody listens on: "fio: connect; No such file or directory", exit 0.
 rec dead-sock write 1 "sock:$s/s0.sock" "sock:$s/gone.sock"
 stop_all

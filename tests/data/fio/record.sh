@@ -17,3 +17,14 @@ rec write-16m-1job-large.txt --name=big --size=1G --bs=16M --rw=write --direct=1
 fio --name=fail --directory="$dir" --size=4M --bs=1000 --rw=write --direct=1 --output-format=json+ \
   >"$here/error-direct-unaligned.txt" 2>"$here/error-direct-unaligned.stderr" || true
 rm -f "$dir"/seqw.* "$dir"/rr.* "$dir"/rw.* "$dir"/br.* "$dir"/big.* "$dir"/fail.*
+mkdir -p "$here/series" "$here/live"
+# Periodic status (what gdsbench parses for live figures): --status-interval=1 prints a whole JSON document
+# every second, the final one last. And fio's bandwidth/latency logs of the same kind of run (series/).
+fio --name=live --directory="$dir" --size=64M --bs=1M --rw=write --direct=1 --ioengine=libaio --iodepth=4 \
+  --numjobs=2 --time_based --runtime=3 --output-format=json+ --status-interval=1 \
+  >"$here/live/status-interval.txt" 2>"$here/live/status-interval.stderr"
+fio --name=logs --directory="$dir" --size=64M --bs=1M --rw=read --direct=1 --ioengine=libaio --iodepth=4 \
+  --numjobs=2 --time_based --runtime=2 --write_bw_log="$here/series/read-2jobs" \
+  --write_lat_log="$here/series/read-2jobs" --log_avg_msec=200 --output-format=json+ \
+  >"$here/series/read-2jobs.txt" 2>"$here/series/read-2jobs.stderr"
+rm -f "$dir"/live.* "$dir"/logs.*

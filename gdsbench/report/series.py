@@ -1,0 +1,100 @@
+"""Time-series figures: each case's bandwidth and latency over the run, from the `.series.tsv` tables.
+
+One figure per case (`series-<engine>-<pattern>-<digest>`), two panels (bandwidth summed over the
+jobs of each log window, completion latency averaged over them) and a line per host and repetition, so
+a throttling SSD or a write cliff after the SLC cache fills shows as a falling line, and a slow host
+as a lower one. Bandwidth windows are binned on the log window (fio's jobs log at their own times).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from gdsbench.report.plots import Plot, bw_unit, new_figure, run_title, slug, with_run
+
+#: At most this many series figures go into an HTML page (each is an embedded image).
+HTML_LIMIT = 40
+
+
+def name(case: str) -> str:
+    """A case's series figure name: engine, pattern and a digest of the case key."""
+    params = dict(part.split("=", 1) for part in case.split(",") if "=" in part)
+    digest = hashlib.sha1(case.encode()).hexdigest()[:8]
+    return slug("series", params.get("engine", "case"), params.get("pattern", ""), digest)
+
+
+def per_window(series: pd.DataFrame) -> pd.DataFrame:
+    """Each run's (host, repetition) figures per log window: bandwidth summed over jobs, latency averaged."""
+    step = _step(series)
+    binned = series.assign(time_s=(series["time_s"] / step).round() * step)
+    keys = ["source", "run_id", "case", "host", "repetition", "time_s"]
+    return binned.groupby(keys, dropna=False, as_index=False).agg(
+        bw_bytes=("bw_bytes", lambda v: v.sum(min_count=1)), lat_us=("lat_us", "mean")
+    )
+
+
+def _step(series: pd.DataFrame) -> float:
+    """The log window: the most common gap between one job's consecutive bandwidth times (0.1 s unknown)."""
+    gaps: list[float] = []
+    for _, job in series.dropna(subset=["bw_bytes"]).groupby(["source", "case", "host", "repetition", "job"]):
+        gaps += list(np.diff(np.sort(job["time_s"].to_numpy())))
+    positive = pd.Series(gaps).round(3)
+    positive = positive[positive > 0]
+    return float(positive.mode().iloc[0]) if len(positive) else 0.1
+
+
+def figures(series: pd.DataFrame, frame: pd.DataFrame | None = None, limit: int | None = None) -> list[Plot]:
+    """One figure per case that has a series, in the order the cases first appear (at most `limit`)."""
+    if series.empty:
+        return []
+    windows = per_window(series)
+    cases = list(dict.fromkeys(windows["case"]))[:limit]
+    return [Plot(name(case), _figure(windows[windows["case"] == case], case, _title(windows, frame))) for case in cases]
+
+
+def _title(windows: pd.DataFrame, frame: pd.DataFrame | None) -> str:
+    """Which run(s) a series figure shows: run id and date (from the results rows, when given)."""
+    runs = ", ".join(dict.fromkeys(windows["run_id"].astype(str)))
+    rows = frame[frame["run_id"].astype(str).isin(windows["run_id"].astype(str))] if frame is not None else None
+    when = run_title(with_run(rows)).rsplit(", ", 1)[-1] if rows is not None and not rows.empty else ""
+    return f"run {runs}" + (f", {when}" if "UTC" in when else "")
+
+
+def _figure(windows: pd.DataFrame, case: str, title: str):
+    """Bandwidth and latency over time for one case, a line per host x repetition."""
+    data = windows.assign(run=windows["host"].astype(str) + " rep " + windows["repetition"].astype(str))
+    divisor, unit = bw_unit(float(data["bw_bytes"].max() or 1))
+    data = data.assign(bw=data["bw_bytes"] / divisor, lat_ms=data["lat_us"] / 1000)
+    figure = new_figure(2)
+    axes = figure.subplots(1, 2, sharex=True)
+    for index, (axis, column, label) in enumerate(
+        zip(axes, ("bw", "lat_ms"), (f"bandwidth ({unit}, all jobs)", "completion latency (ms, mean of jobs)"))
+    ):
+        sns.lineplot(
+            data.dropna(subset=[column]),
+            x="time_s",
+            y=column,
+            hue="run",
+            ax=axis,
+            marker=".",
+            estimator=None,
+            legend=index == 1,
+        )
+        axis.set_xlabel("time in run (s)")
+        axis.set_ylabel(label)
+        axis.set_ylim(bottom=0)
+        axis.grid(True, alpha=0.3)
+    if axes[1].get_legend() is not None:
+        sns.move_legend(axes[1], "upper left", bbox_to_anchor=(1.02, 1), frameon=False, fontsize=8)
+    figure.suptitle(f"{_short(case)}\n{title}", fontsize=10)
+    return figure
+
+
+def _short(case: str) -> str:
+    """A case key without its default-looking noise: the engine and the parameters, wrapped."""
+    parts = case.split(",")
+    return ", ".join(parts[:6]) + ("\n" + ", ".join(parts[6:]) if len(parts) > 6 else "")

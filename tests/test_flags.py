@@ -1,0 +1,149 @@
+"""Guard rails: a real page-cache read is flagged and a clean O_DIRECT read is not; unstable repetitions,
+throttling series, short runs and bandwidth above a link's limit are flagged; report, compare and
+qualify show the flags (qualify fails on them unless allowed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gdsbench import flags, qualify, report, results
+from gdsbench.cli import cli
+from gdsbench.runners.base import Sample
+from tests.helpers import assert_exits
+
+
+def rows(*specs: dict) -> pd.DataFrame:
+    """Result rows of one run: fio cases with the given fields."""
+    base = {
+        "run_id": "r",
+        "host": "vm",
+        "engine": "fio",
+        "pattern": "read",
+        "transfer": "CPU_ONLY",
+        "io_size": 1 << 20,
+        "threads": 1,
+        "iodepth": 4,
+        "status": "ok",
+        "seconds": 2.0,
+        "bytes": 1 << 30,
+        "iops": 100.0,
+        "lat_mean_us": 10.0,
+        "lat_p99_us": 20.0,
+        "flags": "",
+        "source": "none.csv",
+    }
+    frame = pd.DataFrame([{**base, **spec} for spec in specs])
+    frame["case"] = "engine=fio,pattern=" + frame["pattern"] + ",transfer=" + frame["transfer"]
+    return frame
+
+
+def test_unstable_repetitions_are_flagged_stable_ones_are_not():
+    frame = rows(
+        *({"pattern": "read", "repetition": r, "bw_bytes": bw} for r, bw in enumerate((100e6, 200e6), 1)),
+        *({"pattern": "write", "repetition": r, "bw_bytes": bw} for r, bw in enumerate((40e6, 100e6, 100e6), 1)),
+        *({"pattern": "randread", "repetition": r, "bw_bytes": bw} for r, bw in enumerate((100e6, 105e6, 98e6), 1)),
+    )
+    marked = flags.annotate(frame, {})
+    assert list(marked["flags"]) == ["unstable"] * 2 + ["unstable"] * 3 + [""] * 3
+
+
+def test_a_buffered_read_faster_than_direct_io_is_page_cache():
+    frame = rows(
+        {"transfer": "CPU_ONLY", "repetition": 1, "bw_bytes": 1.0e9},
+        {"transfer": "CPU_CACHED", "repetition": 1, "bw_bytes": 5.0e9},
+        {"transfer": "CPU_CACHED", "repetition": 2, "bw_bytes": 1.05e9, "io_size": 4096},
+    )
+    frame.loc[2, "case"] += ",io_size=4096"
+    assert list(flags.annotate(frame, {})["flags"]) == ["", "page_cache", ""]
+
+
+def test_throttled_and_too_short_are_judged_on_the_row_and_its_series():
+    falling = [Sample(job, t / 10, (2e9 if t < 8 else 1e9), 50.0) for job in (1, 2) for t in range(1, 22)]
+    steady = [Sample(1, t / 10, 2e9, 50.0) for t in range(1, 22)]
+    assert flags.row_flags({"status": "ok", "seconds": 2.0}, falling) == ["throttled"]
+    assert flags.row_flags({"status": "ok", "seconds": 2.0}, steady) == []
+    assert flags.row_flags({"status": "ok", "seconds": 0.05}, steady[:3]) == ["too_short"]
+    assert flags.row_flags({"status": "failed", "seconds": 0.05}) == []
+
+
+def test_above_the_links_limit(tmp_path):
+    frame = rows(
+        {"host": "a", "repetition": 1, "bw_bytes": 3.0e9},
+        {"host": "b", "repetition": 1, "bw_bytes": 1.0e9},
+        {"host": "all", "repetition": 1, "bw_bytes": 4.5e9},
+        {"host": "b", "repetition": 1, "bw_bytes": 9.0e9, "transfer": "CPU_CACHED", "pattern": "write"},
+    )
+    frame["case"] += frame.index.astype(str)
+    limit = {"read_bytes": 2.0e9, "write_bytes": 1.0e9, "why": "PCIe link 8.0 GT/s PCIe x2"}
+    meta = {"fingerprint": {"hosts": {"a": {"limit": limit}, "b": {"limit": limit}}}}
+    marked = flags.annotate(frame, {"none.csv": meta})
+    assert list(marked["flags"]) == ["above_link", "", "above_link", ""]  # buffered I/O may beat the device
+
+
+def test_text_parse_and_remedies():
+    assert flags.text(["too_short", "page_cache", "too_short"]) == "page_cache,too_short"
+    assert flags.parse("page_cache,unstable") == ["page_cache", "unstable"] and flags.parse(float("nan")) == []
+    assert flags.remedies(["unstable"])[0].startswith("unstable: repetitions spread more than 20%")
+
+
+@pytest.mark.needs_fio
+@pytest.mark.needs_odirect
+def test_a_real_page_cache_read_is_flagged_and_a_clean_direct_read_is_not(tmp_path):
+    """A buffered write without fsync, then a buffered read of the same file: memory, not the disk."""
+    document = {
+        "name": "guard",
+        "directory": str(tmp_path / "target"),
+        "file_size": "32M",
+        "runtime": "1s",
+        "repetitions": 1,
+        "matrix": [
+            {"engine": ["fio"], "pattern": ["write"], "transfer": ["CPU_CACHED"]},
+            {"engine": ["fio"], "pattern": ["read"], "transfer": ["CPU_CACHED", "CPU_ONLY"]},
+        ],
+        "checks": [
+            {"name": "direct read", "where": {"pattern": "read", "transfer": "CPU_ONLY"}, "min_bw": "1MiB/s"},
+            {"name": "cached read", "where": {"pattern": "read", "transfer": "CPU_CACHED"}, "min_bw": "1MiB/s"},
+        ],
+    }
+    path = tmp_path / "guard.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = CliRunner().invoke(cli, ["qualify", str(path), "-o", str(tmp_path / "out")])
+    assert_exits(result, 1)
+    assert "PASS direct read" in result.output
+    assert "FAIL cached read: 1 row(s) flagged page_cache" in result.output and "drop caches" in result.output
+    [csv_path] = (tmp_path / "out").glob("*.csv")
+    marked = flags.annotate(results.load([csv_path]))
+    by_case = dict(zip(marked["transfer"] + " " + marked["pattern"], marked["flags"]))
+    assert by_case == {"CPU_CACHED write": "", "CPU_CACHED read": "page_cache", "CPU_ONLY read": ""}
+    text = report.render(results.load([csv_path]), None, "text")
+    assert "flag page_cache on 1 case(s)" in text and "remedy: drop caches" in text
+    document["allow_flags"] = ["page_cache"]
+    path.write_text(yaml.safe_dump(document))
+    allowed = CliRunner().invoke(cli, ["qualify", str(path), "--results", str(csv_path)])
+    assert_exits(allowed, 0)
+
+
+def test_allow_flags_must_name_known_flags():
+    from gdsbench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"checks\[0\].allow_flags: expected a list of flag names"):
+        qualify.parse_checks("q.yaml", [{"where": {}, "min_bw": "1MiB/s", "allow_flags": ["cache"]}])
+    with pytest.raises(ConfigError, match="allow_flags: expected a list of flag names"):
+        qualify.parse_checks("q.yaml", [{"where": {}, "min_bw": "1MiB/s"}], allow_flags="unstable")
+
+
+def test_report_and_compare_show_flags(tmp_path: Path):
+    frame = rows(*({"pattern": "read", "repetition": r, "bw_bytes": bw} for r, bw in enumerate((100e6, 200e6), 1)))
+    path = tmp_path / "r.csv"
+    frame.drop(columns="source").to_csv(path, index=False)
+    text = report.render(results.load([path]), None, "text")
+    assert "unstable" in text.split("Notes:")[0], "the results table has a flags column"
+    from gdsbench import compare
+
+    out = compare.render(compare.compare_files(path, path), "text")
+    assert "flags" in out and "unstable" in out
