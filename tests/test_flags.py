@@ -98,6 +98,7 @@ def test_a_real_page_cache_read_is_flagged_and_a_clean_direct_read_is_not(tmp_pa
     document = {
         "name": "guard",
         "directory": str(tmp_path / "target"),
+        "allow_root_filesystem": True,  # tmp_path is on this VM's root file system
         "file_size": "32M",
         "runtime": "1s",
         "repetitions": 1,

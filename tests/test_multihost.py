@@ -31,6 +31,7 @@ def sweep_config(folder: Path, hosts: list[str], **overrides) -> Path:
     document = {
         "name": "fleet",
         "directory": str(folder / "target"),
+        "allow_root_filesystem": True,  # tmp_path is on this VM's root file system
         "file_size": "16M",
         "repetitions": 2,
         "hosts": hosts,
@@ -53,6 +54,8 @@ def run_sweep(path: Path, csv_path: Path, done=frozenset(), between=None) -> lis
     rows = []
     try:
         for row in sweep.run(loaded, writer, ctx, "run-1", done):
+            if row["status"] == "fill":  # the fill step's progress, before the cases: not a run
+                continue
             rows.append(row)
             if between:
                 between(row)

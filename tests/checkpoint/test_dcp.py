@@ -160,17 +160,19 @@ def read_metadata_of(data: bytes, tmp_path: Path) -> object:
 
 
 def test_overwrites_write_new_files_and_remove_only_their_own(tmp_path: Path) -> None:
-    """Each save writes files of its own name; after the commit the previous save's are gone, anything
-    else in the directory is left alone."""
+    """Each save writes files of its own name; after the commit the previous save's are gone (and a dead
+    save's metadata temp file), anything else in the directory is left alone."""
     path = tmp_path / "ckpt"
     save(state(), path)
     first = {p.name for p in path.iterdir() if p.suffix == ".data"}
     (path / "notes.txt").write_text("mine")
+    (path / f".metadata.{'ab' * 16}.tmp").write_bytes(b"a save killed while committing")
     second = state()
     second["step"] = 42
     save(second, path)
     names = {p.name for p in path.iterdir()}
     assert not first & names and "notes.txt" in names and len([n for n in names if n.endswith(".data")]) == 1
+    assert not [n for n in names if n.endswith(".tmp")]
     assert load(path)["step"] == 42
 
 

@@ -32,6 +32,7 @@ from ..errors import InvalidCheckpoint
 
 METADATA = ".metadata"
 DATA_NAME = re.compile(r"(?P<save>[0-9a-f]{32})-r(?P<rank>\d+)\.data")
+TEMP_NAME = re.compile(r"\.metadata\.[0-9a-f]{32}\.tmp")
 FORMAT = "gdsbench-dcp/1"
 
 
@@ -111,12 +112,14 @@ def referenced_files(metadata: Any) -> set[str]:
 
 
 def remove_unreferenced(directory: Path, metadata: Any) -> list[str]:
-    """After a commit: remove data files of earlier or failed saves (gdsbench's names only; files the
-    new metadata points into and anything else in the directory are kept). Returns the names removed."""
+    """After a commit: remove data files of earlier or failed saves, and metadata temp files of saves that
+    died committing (gdsbench's names only; files the new metadata points into and anything else in the
+    directory are kept). Returns the names removed."""
     keep = referenced_files(metadata)
     removed = []
     for entry in os.scandir(directory):
-        if DATA_NAME.fullmatch(entry.name) and entry.name not in keep and entry.is_file(follow_symlinks=False):
+        ours = DATA_NAME.fullmatch(entry.name) or TEMP_NAME.fullmatch(entry.name)
+        if ours and entry.name not in keep and entry.is_file(follow_symlinks=False):
             with contextlib.suppress(FileNotFoundError):  # another rank's cleanup on a shared directory
                 os.unlink(entry.path)
             removed.append(entry.name)
