@@ -2,6 +2,7 @@
 
 Each check selects rows with `where:` (parameter values, e.g. {pattern: read, io_size: 16M}) and is one of:
 - absolute, per case (median over repetitions): `min_bw: 20GiB/s`, `max_bw`, `min_iops: 100000`,
+  `max_blocking: 500ms` (checkpoint saves: what the caller waited), `min_compression_ratio: 1.2`,
   `max_lat_mean: 500us`, `max_lat_p99: 2ms`;
 - relative between rows of the same case parameters: `ratio: {of: {transfer: GDS}, to: {transfer: CPU_GPU},
   min: 1.5}` (and/or `max:`), pairing rows that agree on every parameter `of`/`to` do not name;
@@ -82,6 +83,12 @@ LIMITS: dict[str, Limit] = {
     "min_iops": Limit("iops", operator.ge, ">=", parse_number, lambda v: f"{v:.0f} IOPS", "a positive number"),
     "max_lat_mean": Limit("lat_mean_us", operator.le, "<=", parse_latency_us, lat_text, "a duration such as 500us"),
     "max_lat_p99": Limit("lat_p99_us", operator.le, "<=", parse_latency_us, lat_text, "a duration such as 2ms"),
+    "max_blocking": Limit(
+        "blocking_seconds", operator.le, "<=", parse_duration, lambda v: f"{v:.3f}s", "a duration such as 500ms"
+    ),
+    "min_compression_ratio": Limit(
+        "compression_ratio", operator.ge, ">=", parse_number, lambda v: f"{v:.2f}x", "a ratio such as 1.2"
+    ),
 }
 KINDS = (*LIMITS, "ratio", "baseline")
 CHECK_KEYS = ("name", "where", *KINDS, "min_ratio", "host", "per_host", "allow_flags")

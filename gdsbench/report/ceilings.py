@@ -22,6 +22,9 @@ from gdsbench.results import parameters
 CEILINGS = {"save": "write", "load": "read"}
 #: The state a load starts from: torch_save baselines are compared in the same one.
 CONDITIONS = ("cache", "memory")
+#: What makes two distributed checkpoint rows comparable: dcp_fast is compared with dcp at the same world
+#: size, layout, async mode and executor (and codec, where DCP has it: else DCP uncompressed).
+DISTRIBUTED = ("world_size", "layout", "async", "executor")
 NO_FSYNC = "no fsync"
 
 
@@ -87,9 +90,28 @@ def _same_conditions(baseline: pd.DataFrame, group: pd.DataFrame) -> pd.DataFram
     return baseline
 
 
+def _same_distributed(baseline: pd.DataFrame, group: pd.DataFrame) -> pd.DataFrame:
+    """DCP's own rows measured like a distributed group: same world size, layout, async mode, executor, and
+    the group's codec where DCP ran it (else uncompressed); empty when the run has none."""
+    for column in DISTRIBUTED:
+        if column in group and column in baseline:
+            baseline = baseline[baseline[column].astype(str) == str(group[column].iloc[0])]
+    if "compression" in group and "compression" in baseline:
+        same = baseline[baseline["compression"] == group["compression"].iloc[0]]
+        baseline = same if not same.empty else baseline[baseline["compression"] == "none"]
+    return baseline
+
+
+def _median(group: pd.DataFrame, column: str) -> float:
+    """A column's median over a group's rows (NaN where the rows do not have it)."""
+    return float(group[column].median()) if column in group else float("nan")
+
+
 def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     """Each checkpoint engine's median bandwidth as a ratio to fio's ceiling of the same run and pattern
-    (x_fio), to fio's non-durable write (x_fio_no_fsync, saves) and to torch_save (x_torch_save)."""
+    (x_fio), to fio's non-durable write (x_fio_no_fsync, saves), to torch_save (x_torch_save) and, for
+    distributed engines, to DCP's own storage layer measured alike (x_dcp); with the median time the caller
+    was blocked and the compression ratio where the rows have them."""
     ok = frame[frame["status"] == "ok"]
     rows = []
     for (run_id, host), run in ok.groupby(["run_id", "host"], sort=False):
@@ -100,6 +122,7 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
         for (label, _engine, pattern), group in ckpt.groupby(["label", "engine", "pattern"], sort=False):
             limit = ceiling(run, pattern)
             base = _same_conditions(run[(run["engine"] == "torch_save") & (run["pattern"] == pattern)], group)
+            dcp = _same_distributed(run[(run["engine"] == "dcp") & (run["pattern"] == pattern)], group)
             median = group["bw_bytes"].median()
             rows.append(
                 {
@@ -112,6 +135,9 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
                     "x_fio": median / limit.bw,
                     "x_fio_no_fsync": median / limit.no_fsync_bw,
                     "x_torch_save": median / base["bw_bytes"].median(),
+                    "x_dcp": median / dcp["bw_bytes"].median() if "world_size" in group else float("nan"),
+                    "blocking_s": _median(group, "blocking_seconds"),
+                    "compression_ratio": _median(group, "compression_ratio"),
                     "fio_bw": limit.bw,
                     "fio_no_fsync_bw": limit.no_fsync_bw,
                     "ceiling": limit.label,

@@ -87,10 +87,17 @@ def table_rows(groups: list[str], table: pd.DataFrame) -> tuple[list[str], list[
     return header, rows
 
 
+#: Columns of the checkpoint table shown only when some row has them: header -> (ratio column, digits).
+OPTIONAL_RATIOS = {"x dcp": ("x_dcp", 2), "blocked s": ("blocking_s", 3), "size ratio": ("compression_ratio", 2)}
+
+
 def ratio_rows(ratios: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the checkpoint-vs-fio table: the ratio to fio's ceiling (durable for saves),
-    to fio's write without fsync (a reference, saves only) and to torch_save; the ceiling, labelled."""
-    header = ["engine", "pattern", "n", "bw (median)", "x fio", "x fio (no fsync)", "x torch_save", "fio ceiling"]
+    to fio's write without fsync (a reference, saves only) and to torch_save; for distributed engines the
+    ratio to DCP's own storage, the time the caller was blocked and the compression ratio; the ceiling."""
+    extra = {h: c for h, c in OPTIONAL_RATIOS.items() if c[0] in ratios and ratios[c[0]].notna().any()}
+    header = ["engine", "pattern", "n", "bw (median)", "x fio", "x fio (no fsync)", "x torch_save", *extra,
+              "fio ceiling"]  # fmt: skip
     rows = [
         [
             r["engine"],
@@ -100,6 +107,7 @@ def ratio_rows(ratios: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             number(r["x_fio"], 2),
             number(r["x_fio_no_fsync"], 2),
             number(r["x_torch_save"], 2),
+            *(number(r[column], digits) for column, digits in extra.values()),
             bw_text(r["fio_bw"]) + _ceiling_kind(r["pattern"], r["durable"]),
         ]
         for _, r in ratios.iterrows()

@@ -1,0 +1,80 @@
+"""Distributed checkpoint rows in the report and in qualify: the ratio to DCP's own storage measured alike,
+the time the caller was blocked and the compression ratio."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from gdsbench import qualify, results
+from gdsbench.report import render
+from gdsbench.report.ceilings import ceiling_ratios
+
+GiB = 1 << 30
+
+
+def row(engine: str, pattern: str, bw: float, rep: int, **params: object) -> dict[str, object]:
+    """One ok result row of a distributed checkpoint case (or of fio, without params)."""
+    case = ",".join([f"engine={engine}", f"pattern={pattern}", *(f"{k}={v}" for k, v in params.items())])
+    base = {"run_id": "r1", "host": "h", "case": case, "engine": engine, "pattern": pattern, "repetition": rep,
+            "status": "ok", "bytes": 4 * GiB, "bw_bytes": bw, "seconds": 4 * GiB / bw}  # fmt: skip
+    return {**base, **params}
+
+
+def frame(tmp_path: Path) -> Path:
+    """A run: fio's durable write, dcp and dcp_fast saves at 2 ranks (sync, async, compressed)."""
+    rows = []
+    for rep, jitter in enumerate((1.0, 1.1, 0.9), start=1):
+        rows.append(row("fio", "write", 1.0e9 * jitter, rep, transfer="CPU_ONLY", end_fsync=True))
+        common = {"transfer": "CPU_ONLY", "world_size": 2, "layout": "sharded", "executor": "thread"}
+        rows.append(row("dcp", "save", 0.4e9 * jitter, rep, **{**common, "async": False, "compression": "none"},
+                        blocking_seconds=10.7, compression_ratio=0.99))  # fmt: skip
+        rows.append(row("dcp_fast", "save", 1.2e9 * jitter, rep, **{**common, "async": False, "compression": "none"},
+                        blocking_seconds=3.6, compression_ratio=0.99))  # fmt: skip
+        rows.append(row("dcp", "save", 0.3e9 * jitter, rep, **{**common, "async": True, "compression": "none"},
+                        blocking_seconds=2.0, compression_ratio=0.99))  # fmt: skip
+        rows.append(row("dcp_fast", "save", 0.9e9 * jitter, rep, **{**common, "async": True, "compression": "none"},
+                        blocking_seconds=0.4, compression_ratio=0.99))  # fmt: skip
+        rows.append(row("dcp_fast", "save", 0.8e9 * jitter, rep, **{**common, "async": False, "compression": "blosc"},
+                        blocking_seconds=5.0, compression_ratio=1.37))  # fmt: skip
+    path = tmp_path / "d.csv"
+    columns = (*results.COLUMNS, "end_fsync", "world_size", "layout", "executor", "async", "compression")
+    writer = results.ResultWriter(path, columns)
+    for r in rows:
+        writer.write(r)
+    writer.close()
+    return path
+
+
+def test_dcp_fast_is_compared_with_dcp_measured_alike(tmp_path: Path) -> None:
+    """Sync with sync, async with async; a codec DCP lacks is compared with DCP uncompressed."""
+    ratios = ceiling_ratios(results.load([frame(tmp_path)])).set_index("engine")
+    sync = ratios.loc["dcp_fast (async=False, compression=none)"]
+    assert round(sync["x_dcp"], 2) == 3.0 and round(sync["x_fio"], 2) == 1.2 and sync["blocking_s"] == 3.6
+    assert round(ratios.loc["dcp_fast (async=True, compression=none)"]["x_dcp"], 2) == 3.0
+    blosc = ratios.loc["dcp_fast (async=False, compression=blosc)"]
+    assert round(blosc["x_dcp"], 2) == 2.0 and blosc["compression_ratio"] == 1.37
+
+
+def test_the_report_shows_the_ratio_to_dcp_blocking_and_size(tmp_path: Path) -> None:
+    text = render(results.load([frame(tmp_path)]), None, "markdown")
+    table = text[text.index("| engine | pattern | n | bw (median) | x fio |") :].splitlines()
+    assert table[0].split(" | ")[7:10] == ["x dcp", "blocked s", "size ratio"]
+    line = next(ln for ln in table if ln.startswith("| dcp_fast (async=True, compression=none)"))
+    assert " | 3.00 | 0.400 | 0.99 | " in line
+
+
+def test_qualify_judges_blocking_and_compression(tmp_path: Path) -> None:
+    csv_path = frame(tmp_path)
+    checks = [
+        {"name": "async saves block < 1s", "where": {"engine": "dcp_fast", "async": True}, "max_blocking": "1s"},
+        {"name": "sync saves block < 1s", "where": {"engine": "dcp_fast", "async": False}, "max_blocking": "1s"},
+        {"name": "blosc saves a quarter", "where": {"compression": "blosc"}, "min_compression_ratio": 1.25},
+    ]
+    config_path = tmp_path / "q.yaml"
+    config_path.write_text(yaml.safe_dump({"matrix": {"engine": ["dcp_fast"], "pattern": ["save"]}, "checks": checks}))
+    parsed = qualify.parse_checks(str(config_path), checks)
+    outcomes = qualify.evaluate_all(parsed, results.load([csv_path]))
+    assert [o.status for o in outcomes] == ["pass", "fail", "pass"]
+    assert "0.400s <= 1.000s" in outcomes[0].message and "worst 5.000s" in outcomes[1].message
