@@ -396,7 +396,7 @@ def qualify(config_file: Path, output: Path, results_files: tuple[Path, ...], ju
     from gdsbench.report import junit as junit_mod
 
     config = config_mod.load(config_file)
-    checks = qualify_mod.parse_checks(str(config_file), list(config.checks), config.raw.get("allow_flags"))
+    checks = qualify_mod.checks_of(config)
     if not results_files:
         csv_path, rows = _execute(config, output)
         _summary(rows, csv_path)

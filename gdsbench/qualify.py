@@ -112,6 +112,11 @@ class Check:
     allow: frozenset[str] = frozenset()  # guard-rail flags that do not fail this check
 
 
+def checks_of(loaded: config.SweepConfig) -> tuple[Check, ...]:
+    """A loaded config's checks, with its top-level `allow_flags`, as `qualify` judges them."""
+    return parse_checks(loaded.source, list(loaded.checks), loaded.raw.get("allow_flags"))
+
+
 def parse_checks(source: str, entries: Any, allow_flags: Any = None) -> tuple[Check, ...]:
     """Validate a config's `checks:` list (and its top-level `allow_flags`); every problem is a
     ConfigError naming checks[i].key."""

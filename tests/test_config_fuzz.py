@@ -99,7 +99,7 @@ def load(path: Path, with_checks: bool) -> ConfigError | None:
     try:
         loaded = config.load(path)
         if with_checks:
-            qualify.parse_checks(str(path), list(loaded.checks))
+            qualify.checks_of(loaded)
     except ConfigError as error:
         return error
     return None
