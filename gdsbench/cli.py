@@ -5,8 +5,10 @@ The one place that prints errors and picks exit codes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shlex
+import signal
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -116,18 +118,38 @@ def _execute(
         err.print("hosts: " + ", ".join(host.label for host in config.hosts) + " (fio cases)")
     rows: list[dict[str, Any]] = []
     try:
-        for row in _progress(sweep_mod.run(config, writer, ctx, run_id, done), steps, ctx):
-            rows.append(row)
-    except KeyboardInterrupt:
+        with _terminate_as_interrupt():
+            for row in _progress(sweep_mod.run(config, writer, ctx, run_id, done), steps, ctx):
+                rows.append(row)
+    except KeyboardInterrupt as stop:
         writer.close()
         sweep_mod.record_told(csv_path, ctx)
         kept = sum(1 for r in rows if r["status"] != "warmup")
         err.print(f"\ninterrupted: kept {kept} finished rows in {csv_path}")
         err.print(f"continue with: gdsbench sweep --resume {shlex.quote(str(csv_path))}")
-        sys.exit(130)
+        sys.exit(128 + signal.SIGTERM if isinstance(stop, _Terminated) else 130)
     writer.close()
     sweep_mod.record_told(csv_path, ctx)
     return csv_path, rows
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: stop as on Ctrl-C."""
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (kill, a batch scheduler, a CI timeout) stops a sweep as Ctrl-C does: the finished rows are
+    kept and the files it made (its test files, a workload in /dev/shm) removed, not left behind."""
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _config_of(resume: Path | None) -> Path:

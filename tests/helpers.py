@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import random
+import signal
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,3 +83,17 @@ def mounted(point: Path, fstype: str, *options: str) -> Iterator[Path]:
         yield point
     finally:
         subprocess.run(["umount", "--lazy", str(point)], check=True)  # lazy: a leaked descriptor cannot wedge it
+
+
+def kill_when_busy(program: str, args: list[str], seed: int, window: tuple[float, float]) -> None:
+    """Run `python -c program *args` from the repository root, wait for it to print `ready`, then SIGKILL it
+    at a moment drawn (by `seed`) from `window` seconds: a crash at a random point of its work."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", program, *args], stdout=subprocess.PIPE, cwd=Path(__file__).parents[1], text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        time.sleep(random.Random(seed).uniform(*window))
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()

@@ -277,6 +277,19 @@ def test_fastpersist_load_into_fills_existing_tensors(ctx):
     ctx.cleanup()
 
 
+def test_fastpersist_staging_sets_the_checkpointers_buffer_bytes(ctx):
+    """`staging` is IOOptions.buffer_bytes of the case's Checkpointer; unset, the library's default."""
+    runner = runners.get("fastpersist")
+    save_case, load_case = cases("fastpersist", "CPU_ONLY", staging="32M").values()
+    assert save_case.get("staging") == 32 << 20 and "buffer_bytes=33554432)" in runner.command(save_case, ctx)[1]
+    assert runner.run(save_case, ctx).bytes == workload_bytes()
+    staged = [ckpt.options.buffer_bytes for key, ckpt in runner._open.items() if key[-1] == 32 << 20]
+    assert staged == [32 << 20]
+    assert runner.run(load_case, ctx).bytes == workload_bytes()
+    assert cases("fastpersist", "CPU_ONLY")[Pattern.SAVE].get("staging") is None  # unset: the library's default
+    ctx.cleanup()
+
+
 def test_fastpersist_recycle_overwrites_the_spare_and_cleans_it_up(ctx):
     """recycle: unmeasured saves make a spare generation, the measured save overwrites it in place
     (the note says so), and cleanup removes the spare with the checkpoint."""

@@ -12,7 +12,7 @@ from gdsbench import runners
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
 from gdsbench.report.fio_style import status_line
-from gdsbench.runners import fio
+from gdsbench.runners import fio, fio_output
 from gdsbench.runners.base import RunContext
 from tests.conftest import DATA
 
@@ -35,8 +35,8 @@ def pattern_of(document):
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
 def test_totals_equal_what_fio_reported(path):
     proc, document, _ = recorded(path)
-    m = fio.measure(fio.parse_json(proc), pattern_of(document))
-    jobs = [j[fio.direction(pattern_of(document))] for j in document["jobs"]]
+    m = fio_output.measure(fio_output.parse_json(proc), pattern_of(document))
+    jobs = [j[fio_output.direction(pattern_of(document))] for j in document["jobs"]]
     assert m.bytes == sum(j["io_bytes"] for j in jobs)
     assert m.seconds == max(j["runtime"] for j in jobs) / 1000
     assert m.iops == pytest.approx(sum(j["iops"] for j in jobs))
@@ -53,7 +53,7 @@ def test_totals_equal_what_fio_reported(path):
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.stem)
 def test_run_status_line_is_byte_exact(path):
     proc, document, line = recorded(path)
-    m = fio.measure(fio.parse_json(proc), pattern_of(document))
+    m = fio_output.measure(fio_output.parse_json(proc), pattern_of(document))
     assert status_line({**m.row(), "pattern": pattern_of(document).value}) == line
 
 
@@ -61,14 +61,14 @@ def test_run_status_line_is_byte_exact(path):
 def test_percentiles_from_bins_follow_fios_rule(path):
     _, document, _ = recorded(path)
     for job in document["jobs"]:
-        clat = job[fio.direction(pattern_of(document))]["clat_ns"]
-        picked = fio.percentiles_from_bins({int(k): v for k, v in clat["bins"].items()})
-        assert picked == {name: clat["percentile"][f"{p:f}"] for name, p in fio.PERCENTILES.items()}
+        clat = job[fio_output.direction(pattern_of(document))]["clat_ns"]
+        picked = fio_output.percentiles_from_bins({int(k): v for k, v in clat["bins"].items()})
+        assert picked == {name: clat["percentile"][f"{p:f}"] for name, p in fio_output.PERCENTILES.items()}
 
 
 def test_multi_job_latency_is_pooled():
     proc, document, _ = recorded(DATA / "fio" / "randwrite-128k-iouring-4jobs.txt")
-    m = fio.measure(fio.parse_json(proc), Pattern.RANDWRITE)
+    m = fio_output.measure(fio_output.parse_json(proc), Pattern.RANDWRITE)
     clats = [j["write"]["clat_ns"] for j in document["jobs"]]
     n = sum(c["N"] for c in clats)
     assert m.lat_mean_us == pytest.approx(sum(c["N"] * c["mean"] for c in clats) / n / 1000)
@@ -80,17 +80,17 @@ def test_failed_job_raises_with_fios_message():
     text = (DATA / "fio" / "error-direct-unaligned.txt").read_text()
     stderr = (DATA / "fio" / "error-direct-unaligned.stderr").read_text()
     with pytest.raises(ToolError, match="Invalid argument"):
-        fio.parse_json(subprocess.CompletedProcess(["fio"], 1, text, stderr))
+        fio_output.parse_json(subprocess.CompletedProcess(["fio"], 1, text, stderr))
 
 
 def test_no_json_at_all_is_a_tool_error():
     with pytest.raises(ToolError, match="fio failed: fio: option bs out of range"):
-        fio.parse_json(subprocess.CompletedProcess(["fio"], 1, "", "fio: option bs out of range\n"))
+        fio_output.parse_json(subprocess.CompletedProcess(["fio"], 1, "", "fio: option bs out of range\n"))
 
 
 def test_warning_lines_before_json_are_skipped():
     text = "fio: this platform does not support process shared mutexes\n" + FIXTURES[0].read_text()
-    document = fio.parse_json(subprocess.CompletedProcess(["fio"], 0, text, ""))
+    document = fio_output.parse_json(subprocess.CompletedProcess(["fio"], 0, text, ""))
     assert document["fio version"] == "fio-3.33"
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from gdsbench.cases import Pattern
 from gdsbench.hosts import AGGREGATE, parse_hosts
-from gdsbench.runners import fio
+from gdsbench.runners import fio_output
 from gdsbench.runners.fio_client import (
     client_argv,
     exit_line,
@@ -72,7 +72,7 @@ def test_each_host_gets_its_own_figures(name):
     results = results_of(proc, jobs, pattern)
     assert [r.host for r in results] == [j.host.label for j in jobs] + [AGGREGATE]
     for job, result in zip(jobs, results):
-        stats = [e[fio.direction(pattern)] for e in entries_of(document, job)]
+        stats = [e[fio_output.direction(pattern)] for e in entries_of(document, job)]
         assert all(e["hostname"] == job.host.address for e in entries_of(document, job))
         m = result.measurement
         assert result.ok and result.error is None and m is not None
@@ -91,7 +91,7 @@ def test_each_host_gets_its_own_figures(name):
 def test_aggregate_equals_fios_all_clients(name):
     proc, jobs, pattern = recorded(name)
     *hosts, total = results_of(proc, jobs, pattern)
-    fios = fio_aggregate(parse_document(proc.stdout))[fio.direction(pattern)]
+    fios = fio_aggregate(parse_document(proc.stdout))[fio_output.direction(pattern)]
     m = total.measurement
     assert total.host == AGGREGATE and m is not None
     assert m.bytes == fios["io_bytes"] == sum(h.measurement.bytes for h in hosts)

@@ -11,7 +11,7 @@ import pytest
 
 from gdsbench.cases import Pattern, Transfer
 from gdsbench.hosts import AGGREGATE, Host, HostKind
-from gdsbench.runners import fio
+from gdsbench.runners import fio, fio_output
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.fio_client import ClientRun, fio_aggregate, parse_document, run_clients
 from gdsbench.runners.fio_jobfile import HostJob, host_jobs
@@ -44,7 +44,7 @@ def test_every_host_and_the_aggregate_match_fio(servers, tmp_path, kind, count, 
         jobs = case_jobs(hosts, data, pattern, threads)
         outcome = run(jobs, pattern, tmp_path)
         document = parse_document(outcome.raw)
-        section = fio.direction(pattern)
+        section = fio_output.direction(pattern)
         *per_host, total = outcome.results
         for job, result in zip(jobs, per_host):
             entries = [e for e in document["client_stats"] if e["jobname"] == job.name]

@@ -10,8 +10,8 @@ from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.hosts import parse_hosts
 from gdsbench.runners import fio
 from gdsbench.runners.base import RunContext
-from gdsbench.runners.fio import job_options, render_args
-from gdsbench.runners.fio_jobfile import host_jobs, render_section, write_job_files
+from gdsbench.runners.fio import job_options
+from gdsbench.runners.fio_jobfile import host_jobs, render_args, render_section, write_job_files
 from tests.helpers import fio_case
 
 

@@ -16,7 +16,8 @@ from gdsbench import results
 from gdsbench.cases import Pattern
 from gdsbench.runners import fio_live, fio_series
 from gdsbench.runners.base import LiveStatus, RunContext, Sample, run_tool
-from gdsbench.runners.fio import FioRunner, parse_json
+from gdsbench.runners.fio import FioRunner
+from gdsbench.runners.fio_output import parse_json
 from tests.helpers import fio_case
 
 DATA = Path(__file__).parent / "data"

@@ -10,17 +10,16 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from gdsbench import compare, config, flags, qualify, report, results, sweep
 from gdsbench.cases import Pattern
 from gdsbench.cli import cli
 from gdsbench.hosts import AGGREGATE, Host, HostKind
-from gdsbench.runners import fio
+from gdsbench.runners import fio_output
 from gdsbench.runners.fio_client import fio_aggregate, parse_document
 from tests.fio_servers import free_port, stop_session
-from tests.helpers import data_rows
+from tests.helpers import data_rows, write_config
 
 pytestmark = [pytest.mark.needs_fio, pytest.mark.needs_odirect]
 MiB = 1 << 20
@@ -28,18 +27,8 @@ MiB = 1 << 20
 
 def sweep_config(folder: Path, hosts: list[str], **overrides) -> Path:
     """A small real multi-host sweep: 16 MiB per job, write then read, size-bound."""
-    document = {
-        "name": "fleet",
-        "directory": str(folder / "target"),
-        "allow_root_filesystem": True,  # tmp_path is on this VM's root file system
-        "file_size": "16M",
-        "repetitions": 2,
-        "hosts": hosts,
-        "matrix": {"engine": ["fio"], "pattern": ["write", "read"], "iodepth": [4], "threads": [2]},
-        **overrides,
-    }
-    path = folder / "fleet.yaml"
-    path.write_text(yaml.safe_dump(document))
+    matrix = {"engine": ["fio"], "pattern": ["write", "read"], "iodepth": [4], "threads": [2]}
+    path = write_config(folder, **{"name": "fleet", "hosts": hosts, "matrix": matrix, **overrides})
     (folder / "target").mkdir(exist_ok=True)
     return path
 
@@ -80,7 +69,7 @@ def test_rows_per_host_and_all_match_fios_own_figures(two, tmp_path):
         run = rows[start : start + 3]
         assert len({r["raw_output"] for r in run}) == 1, "one raw file per run, shared by its rows"
         document = parse_document(Path(run[0]["raw_output"]).read_text())
-        section = fio.direction(Pattern(run[0]["pattern"]))
+        section = fio_output.direction(Pattern(run[0]["pattern"]))
         for index, row in enumerate(run[:2]):
             own = [e[section] for e in document["client_stats"] if e["jobname"].endswith(f".h{index}")]
             assert row["status"] == "ok" and row["bytes"] == sum(s["io_bytes"] for s in own) == 2 * 16 * MiB

@@ -181,7 +181,8 @@ def test_refuses_unusable_target(tmp_path, make):
         sweep.prepare_target(target)
 
 
-def test_ctrl_c_keeps_every_finished_row(tmp_path):
+@pytest.mark.parametrize(("stop", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_keeps_every_finished_row(tmp_path, stop, status):
     path = write_config(
         tmp_path, runtime="1s", repetitions=6, matrix={"engine": ["fio"], "pattern": ["write"], "io_size": ["1M"]}
     )
@@ -198,9 +199,9 @@ def test_ctrl_c_keeps_every_finished_row(tmp_path):
         if csvs and len(data_rows(csvs[0])) >= 2:
             break
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130
+    assert proc.returncode == status
     rows = data_rows(csvs[0])
     assert 2 <= len(rows) < 6 and all(r["status"] == "ok" for r in rows)
     assert f"kept {len(rows)} finished rows" in stderr and "--resume" in stderr

@@ -16,29 +16,24 @@ fio_live turns into live figures.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gdsbench.cases import Case, Pattern, Transfer
-from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, gpu_ids, one_of, text
 from gdsbench.runners import fio_live, fio_series, gds_path
-from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool, tool_message
+from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool
+from gdsbench.runners.fio_jobfile import Option, render_args
+from gdsbench.runners.fio_output import measure, parse_json
 from gdsbench.sysinfo import host, storage
 
 if TYPE_CHECKING:
     from gdsbench.runners.fio_client import ClientRun
 
-#: One fio option: (key, value), value None for a flag such as `time_based`.
-Option = tuple[str, "str | None"]
-
 IOENGINES = ("libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio", "mmap")
-PERCENTILES = {"lat_p50_us": 50.0, "lat_p90_us": 90.0, "lat_p99_us": 99.0, "lat_p999_us": 99.9}
 _CUFILE_MODES = {Transfer.GDS: "cufile", Transfer.CPU_GPU: "posix"}
 #: Which fio binary: a setting of the whole sweep (top level), not a case parameter.
 FIO_PATH = Key("fio", text, "a path to the fio executable", "fio", "which fio to run", axis=False)
@@ -95,7 +90,7 @@ class FioRunner:
         if ctx.hosts:
             from gdsbench.runners import fio_client  # see run_hosts
 
-            return fio_client.case_argv(ctx, job_options(case, ctx, fio_series.client_prefix(ctx)))
+            return fio_client.case_argv(fio_binary(ctx), ctx, job_options(case, ctx, fio_series.client_prefix(ctx)))
         return fio_argv(case, ctx)
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
@@ -122,9 +117,9 @@ class FioRunner:
 
     def run_hosts(self, case: Case, ctx: RunContext) -> ClientRun:
         """Run one case on every host of ctx.hosts at once (fio client/server): a result per host plus `all`."""
-        from gdsbench.runners import fio_client  # fio_client reads fio's figures with this module's measure()
+        from gdsbench.runners import fio_client  # only multi-host sweeps load the client
 
-        return fio_client.run_case(case, ctx, job_options(case, ctx, fio_series.client_prefix(ctx)))
+        return fio_client.run_case(fio_binary(ctx), case, ctx, job_options(case, ctx, fio_series.client_prefix(ctx)))
 
 
 def huge_pages_missing(case: Case) -> str | None:
@@ -180,11 +175,6 @@ def job_files(case: Case, ctx: RunContext) -> list[Path]:
     return [ctx.directory / f"{job_name(case, ctx)}.{job}.0" for job in range(case["threads"])]
 
 
-def render_args(options: Sequence[Option]) -> list[str]:
-    """The options as fio command-line arguments: `--key=value`, or `--key` for a flag."""
-    return [f"--{key}" if value is None else f"--{key}={value}" for key, value in options]
-
-
 def job_options(case: Case, ctx: RunContext, log_prefix: str | None = None) -> list[Option]:
     """A case's fio job options as (key, value) pairs, sizes in bytes (so no suffix is ambiguous).
 
@@ -234,101 +224,3 @@ def fio_argv(case: Case, ctx: RunContext) -> list[str]:
 def fio_path(path: Path) -> str:
     """A path as fio reads it: fio splits directory and filename options at ':', so escape it."""
     return str(path).replace(":", "\\:")
-
-
-def parse_json(proc: subprocess.CompletedProcess) -> dict[str, Any]:
-    """fio's JSON document from stdout (skipping warning lines before it); ToolError if fio failed."""
-    start = proc.stdout.find("{")
-    if start < 0:
-        raise ToolError(f"fio failed: {tool_message(proc)}")
-    try:
-        document, _ = json.JSONDecoder().raw_decode(proc.stdout[start:])
-    except json.JSONDecodeError as exc:
-        raise ToolError(f"fio printed unparsable JSON ({exc.msg} at char {exc.pos})") from None
-    failed = [job for job in document.get("jobs", []) if job.get("error")]
-    if proc.returncode != 0 or failed:
-        raise ToolError(f"fio failed: {tool_message(proc)}")
-    return document
-
-
-def direction(pattern: Pattern) -> str:
-    """The JSON section ('read' or 'write') that holds a pattern's numbers."""
-    return "write" if pattern.is_write else "read"
-
-
-def measure(document: dict[str, Any], pattern: Pattern, raw: str | None = None) -> Measurement:
-    """Group figures for all jobs of one fio run, computed as fio's run-status line computes them."""
-    stats = [job[direction(pattern)] for job in document["jobs"]]
-    stats = [s for s in stats if s.get("runtime", 0) > 0]
-    if not stats:
-        raise ToolError(f"fio reported no {direction(pattern)} I/O")
-    total = sum(s["io_bytes"] for s in stats)
-    runtimes = [s["runtime"] for s in stats]
-    job_bw = [s["io_bytes"] * 1000 // s["runtime"] for s in stats]
-    spread = (max(runtimes) - min(runtimes)) / 1000 if len(runtimes) > 1 else None
-    return Measurement(
-        bytes=total,
-        seconds=max(runtimes) / 1000,
-        seconds_min=min(runtimes) / 1000,
-        bw_bytes=total * 1000 // max(runtimes),
-        iops=sum(s["iops"] for s in stats),
-        bw_min_bytes=min(job_bw),
-        bw_max_bytes=max(job_bw),
-        **latency(stats),
-        spread_seconds=spread,
-        straggler=f"job {runtimes.index(max(runtimes)) + 1}" if spread else None,
-        raw=raw,
-    )
-
-
-def latency(stats: list[dict[str, Any]]) -> dict[str, Any]:
-    """Completion-latency mean, stdev and percentiles in microseconds, merged over jobs."""
-    clats = [s["clat_ns"] for s in stats if s.get("clat_ns", {}).get("N")]
-    if not clats:
-        return {"lat_mean_us": None, "lat_stdev_us": None, **dict.fromkeys(PERCENTILES)}
-    if len(clats) == 1:
-        reported = clats[0].get("percentile", {})
-        pct = {k: reported.get(f"{p:f}") for k, p in PERCENTILES.items()}
-        mean, stdev = clats[0]["mean"], clats[0]["stddev"]
-    else:
-        pct = merged_percentiles(clats)
-        mean, stdev = pooled_mean_stdev(clats)
-    return {
-        "lat_mean_us": mean / 1000,
-        "lat_stdev_us": stdev / 1000,
-        **{k: (v / 1000 if v is not None else None) for k, v in pct.items()},
-    }
-
-
-def merged_percentiles(clats: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Percentiles of the union of jobs' histogram bins, picked the way fio picks them."""
-    bins: dict[int, int] = {}
-    for clat in clats:
-        for value, count in clat.get("bins", {}).items():
-            bins[int(value)] = bins.get(int(value), 0) + count
-    return percentiles_from_bins(bins)
-
-
-def percentiles_from_bins(bins: dict[int, int]) -> dict[str, float | None]:
-    """fio's rule: a percentile p is the first bin where the running count reaches p/100 of all."""
-    total = sum(bins.values())
-    if not total:
-        return dict.fromkeys(PERCENTILES)
-    ordered = sorted(bins.items())
-    result: dict[str, float | None] = {}
-    for name, p in PERCENTILES.items():
-        running = 0
-        for value, count in ordered:
-            running += count
-            if running >= p / 100.0 * total:
-                result[name] = float(value)
-                break
-    return result
-
-
-def pooled_mean_stdev(clats: list[dict[str, Any]]) -> tuple[float, float]:
-    """Mean and sample standard deviation of the union of jobs, from each job's N, mean and stddev."""
-    n = sum(c["N"] for c in clats)
-    mean = sum(c["N"] * c["mean"] for c in clats) / n
-    m2 = sum((c["N"] - 1) * c["stddev"] ** 2 + c["N"] * (c["mean"] - mean) ** 2 for c in clats)
-    return mean, (m2 / (n - 1)) ** 0.5 if n > 1 else 0.0

@@ -36,9 +36,9 @@ from gdsbench.errors import GdsbenchError
 from gdsbench.hosts import AGGREGATE, HostKind
 from gdsbench.runners import fio_series
 from gdsbench.runners.base import LiveStatus, Measurement, RunContext, run_tool
-from gdsbench.runners.fio import Option, direction, fio_binary, measure
-from gdsbench.runners.fio_jobfile import HostJob, host_jobs, write_job_files
+from gdsbench.runners.fio_jobfile import HostJob, Option, host_jobs, write_job_files
 from gdsbench.runners.fio_live import ClientStream
+from gdsbench.runners.fio_output import direction, measure
 
 ALL_CLIENTS = "All clients"
 MESSAGE_LIMIT = 400
@@ -133,14 +133,14 @@ def run_clients(
     return ClientRun(tuple(argv), proc.stdout + proc.stderr, tuple(results_of(proc, jobs, pattern)))
 
 
-def case_argv(ctx: RunContext, options: Sequence[Option]) -> list[str]:
+def case_argv(binary: str, ctx: RunContext, options: Sequence[Option]) -> list[str]:
     """The client command one case runs (its job files under `<raw_dir>/jobs`), for --dry-run and the rows."""
     jobs = host_jobs(ctx.hosts, options)
     folder = (ctx.raw_dir or Path(".")) / "jobs"
-    return client_argv(fio_binary(ctx), list(zip(jobs, job_paths(jobs, folder, ctx.run_stem))))
+    return client_argv(binary, list(zip(jobs, job_paths(jobs, folder, ctx.run_stem))))
 
 
-def run_case(case: Case, ctx: RunContext, options: Sequence[Option]) -> ClientRun:
+def run_case(binary: str, case: Case, ctx: RunContext, options: Sequence[Option]) -> ClientRun:
     """Run one case on every host: local hosts' files tracked for cleanup, each host's time series read back."""
     jobs = host_jobs(ctx.hosts, options)
     ctx.track_new([path for job in jobs if job.host.is_local for path in job.files()])
@@ -151,7 +151,7 @@ def run_case(case: Case, ctx: RunContext, options: Sequence[Option]) -> ClientRu
     folder = (ctx.raw_dir or Path(".")) / "jobs"
     try:
         run = run_clients(
-            fio_binary(ctx), jobs, case.pattern, folder, ctx.timeout, ctx.run_stem, cwd=series, on_status=ctx.on_status
+            binary, jobs, case.pattern, folder, ctx.timeout, ctx.run_stem, cwd=series, on_status=ctx.on_status
         )
     finally:
         found = _series(ctx, series, jobs, case["threads"])

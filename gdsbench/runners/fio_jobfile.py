@@ -1,7 +1,7 @@
 """fio options as (key, value) pairs, rendered as a command line or as a job file, one per host.
 
 In client mode every job option must be in the job file (options after `--client` are ignored), so a
-case's options are kept as pairs (`fio.job_options`) that render either way: `fio.render_args` gives
+case's options are kept as pairs (`fio.job_options`) that render either way: `render_args` gives
 standalone fio's argv, `render_section` a job-file section.
 
 Hosts that share a file system must not write each other's files: each host's job gets a name of its
@@ -17,13 +17,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gdsbench.hosts import Host
-from gdsbench.runners.fio import Option
+
+#: One fio option: (key, value), value None for a flag such as `time_based`.
+Option = tuple[str, "str | None"]
 
 #: Job options whose value names files the client writes: each host's gets `.h<index>`, as its job name.
 PER_HOST = ("write_bw_log", "write_lat_log", "write_iops_log")
 #: Characters a job-file value must not hold: a line break would start a new option (`exec_prerun=`),
 #: and fio's client expands `${VAR}` from its own environment before sending the file.
 _UNSAFE = ("\n", "\r", "\0", "$")
+
+
+def render_args(options: Sequence[Option]) -> list[str]:
+    """The options as fio command-line arguments: `--key=value`, or `--key` for a flag."""
+    return [f"--{key}" if value is None else f"--{key}={value}" for key, value in options]
 
 
 def render_section(name: str, options: Sequence[Option]) -> str:

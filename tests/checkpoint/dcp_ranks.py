@@ -30,12 +30,14 @@ def run(program: Callable[..., None], world_size: int, *args: Any) -> None:
 
 
 def _entry(rank: int, program: Callable[..., None], world_size: int, port: int, args: tuple[Any, ...]) -> None:
-    """One rank: join the group on 127.0.0.1, run the program, leave."""
+    """One rank: join the group on 127.0.0.1, run the program, leave together (a rank that tears its group
+    down while a peer still sends to it can abort gloo: `terminate called without an active exception`)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     warnings.simplefilter("ignore")
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
         program(rank, world_size, *args)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

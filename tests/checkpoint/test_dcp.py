@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import random
-import signal
-import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -27,7 +23,7 @@ from gdsbench.checkpoint import (
     Writer,
 )
 from gdsbench.checkpoint.dcp.records import read_metadata
-from tests.helpers import mounted
+from tests.helpers import kill_when_busy, mounted
 
 from .conftest import random_tensor
 
@@ -204,15 +200,7 @@ def test_a_killed_save_leaves_the_previous_checkpoint_loadable(tmp_path: Path, m
     loads whole and bit-exact as one committed generation; the next save cleans up after the dead one."""
     path = tmp_path / "ckpt"
     save({"tag": 0, "w": torch.full((6 << 20,), 0.0)}, path)
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), mode], stdout=subprocess.PIPE, cwd=ROOT, text=True
-    )
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        time.sleep(random.Random(seed).uniform(0.2, 2.0))
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
+    kill_when_busy(CHILD, [str(path), mode], seed, (0.2, 2.0))
     out = {"tag": None, "w": torch.zeros(6 << 20)}
     dcp.load(out, storage_reader=Reader(path), no_dist=True)
     assert out["tag"] in (0, 1, 2) and torch.equal(out["w"], torch.full((6 << 20,), float(out["tag"])))

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 import pathlib
 import pickle
-import random
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +13,7 @@ import pytest
 import torch
 
 from gdsbench.checkpoint import durable, load, save
+from tests.helpers import kill_when_busy
 
 # Executed both here and in the child, so both build identical state dicts for a tag.
 MAKE_STATE = """
@@ -63,18 +62,7 @@ def test_sigkill_never_tears_the_final_file(tmp_path: pathlib.Path, seed: int, m
     recycling too, where the child overwrites the previous generation's file in place)."""
     path = tmp_path / "ckpt.pt"
     save(make_state(0), path)
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(path), mode],
-        stdout=subprocess.PIPE,
-        cwd=pathlib.Path(__file__).resolve().parents[2],
-        text=True,
-    )
-    try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-        time.sleep(random.Random(seed).uniform(0.0, 1.5))
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
+    kill_when_busy(CHILD, [str(path), mode], seed, (0.0, 1.5))
     assert _check_complete(path) in (0, 1, 2)
     spare = pathlib.Path(durable.spare_path(str(path)))
     if spare.exists():  # a whole earlier generation (or, killed between link and rename, the live one)

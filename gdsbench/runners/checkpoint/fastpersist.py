@@ -19,7 +19,7 @@ from typing import Any
 
 from gdsbench import sysinfo, workloads
 from gdsbench.cases import Case, Pattern, Transfer
-from gdsbench.keys import Key, boolean, one_of
+from gdsbench.keys import Key, boolean, one_of, size
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, CheckpointRunner
 from gdsbench.runners.checkpoint.conditions import initialised_like
@@ -62,13 +62,15 @@ class FastPersist(CheckpointRunner):
         Key("flush", one_of("end", "overlap", "dsync"), "end, overlap or dsync", "end",
             "how a save becomes durable (IOOptions.flush): one fsync at the end, writeback overlapped with the "
             "writes, or every write durable (RWF_DSYNC)"),
+        Key("staging", size, "a size such as 128M (at least one 16 MiB chunk)", None,
+            "a save's staging memory (IOOptions.buffer_bytes); unset: the library's default"),
         Key("mmap", boolean, "true or false", False,
             "load with load_mmap: map the file and fault it in with parallel readahead (page cache, transfer "
             "CPU_CACHED) instead of reading into new memory"),
     )  # fmt: skip
 
     def __init__(self) -> None:
-        self._open: dict[tuple[Path, int, str, bool, str], Any] = {}  # _key(case, path) -> Checkpointer
+        self._open: dict[tuple[Path, int, str, bool, str, int | None], Any] = {}  # _key(case, path) -> Checkpointer
 
     def available(self, case: Case, ctx: RunContext) -> str | None:
         """The library must import; mmap loads read through the page cache; CPU_ONLY needs O_DIRECT."""
@@ -85,7 +87,8 @@ class FastPersist(CheckpointRunner):
     def call(self, case: Case) -> str:
         """The Checkpointer and the method a case uses, with its options."""
         flush = f", flush={case.get('flush')!r}" if case.get("flush") != "end" else ""
-        options = f"IOOptions(threads={case.get('threads')}, backend={BACKENDS[case.transfer]!r}{flush})"
+        staging = f", buffer_bytes={case.get('staging')}" if case.get("staging") else ""
+        options = f"IOOptions(threads={case.get('threads')}, backend={BACKENDS[case.transfer]!r}{flush}{staging})"
         recycle = ", recycle=True" if case.get("recycle") else ""
         method = "save" if case.pattern is Pattern.SAVE else _load_method(case)
         return f"gdsbench.checkpoint.Checkpointer(options={options}{recycle}).{method}"
@@ -107,7 +110,8 @@ class FastPersist(CheckpointRunner):
 
         key = _key(case, path)
         if key not in self._open:
-            options = IOOptions(threads=key[1], backend=key[2], flush=key[4])
+            staging = {"buffer_bytes": key[5]} if key[5] else {}
+            options = IOOptions(threads=key[1], backend=key[2], flush=key[4], **staging)
             self._open[key] = Checkpointer(path, options=options, recycle=key[3])
             ctx.closers.append(lambda: self._open.pop(key).close())
         return self._open[key]
@@ -158,9 +162,10 @@ class FastPersist(CheckpointRunner):
         return self._open[_key(case, path)]
 
 
-def _key(case: Case, path: Path) -> tuple[Path, int, str, bool, str]:
-    """What tells a case's Checkpointer apart: its path, threads, backend, recycling and flush."""
-    return path, case.get("threads"), BACKENDS[case.transfer], bool(case.get("recycle")), case.get("flush")
+def _key(case: Case, path: Path) -> tuple[Path, int, str, bool, str, int | None]:
+    """What tells a case's Checkpointer apart: its path, threads, backend, recycling, flush and staging."""
+    threads, backend = case.get("threads"), BACKENDS[case.transfer]
+    return path, threads, backend, bool(case.get("recycle")), case.get("flush"), case.get("staging")
 
 
 def _load_method(case: Case) -> str:
