@@ -395,3 +395,21 @@ def test_failed_save_leaves_no_partial_checkpoint(ctx, monkeypatch):
             runner.run(case, ctx)
         assert not runner.path(save_case, ctx).exists()
     ctx.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("recorded", "expected"),
+    [
+        ("rank-killed", "rank 1 exited -9 (pid: 31457)  (SIGKILL)"),
+        ("rank-raised", "[rank1]: RuntimeError: rank 1 could not stage 2147483648 bytes; rank 1 exited 1 (pid: 31470)"),
+    ],
+)
+def test_a_failed_torchrun_is_named_by_its_root_cause(recorded, expected):
+    """Real torchrun 2.13 output (tests/data/torchrun/die.py: rank 1 SIGKILLed, or raising while rank 0 waits in a
+    barrier): the row's error names the failing rank and its own error, not rank 0's `Connection closed by peer`
+    nor the banner of `=` signs torchrun ends with."""
+    from gdsbench.runners.checkpoint.distributed import launcher_failure
+
+    stderr = (ROOT / "tests" / "data" / "torchrun" / f"{recorded}.stderr").read_text()
+    assert launcher_failure(stderr, 1) == expected
+    assert launcher_failure("", 3) == "torchrun exited 3"

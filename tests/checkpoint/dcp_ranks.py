@@ -107,13 +107,25 @@ def save_program(rank: int, world_size: int, path: str, compression: str, seed: 
     _report(path, f"save-r{rank}", {"stored": writer.stats.stored_bytes, "ranks": writer.stats.rank_bytes})
 
 
-def async_program(rank: int, world_size: int, path: str, seed: int) -> None:
-    """Two async saves through one Writer (the second staged once the first is written), then the same
-    state saved the plain way elsewhere: both directories load identically."""
+def async_program(rank: int, world_size: int, path: str, seed: int, executor: str = "thread") -> None:
+    """Two async saves through one Writer; the directory then holds the second state. On the thread executor
+    the first is awaited before the second starts (their collectives share the default group); on the
+    process executor the second starts while the first may still be written by the executor's process, so
+    the Writer must stage it into new buffers."""
+    from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+    kind = AsyncCheckpointerType.PROCESS if executor == "process" else AsyncCheckpointerType.THREAD
     writer = Writer(path, options=SMALL)
-    state = distributed(full_state(seed), world_size)
-    dcp.async_save(distributed(full_state(seed + 100), world_size), storage_writer=writer).result()
-    dcp.async_save(state, storage_writer=writer).result()
+    first = dcp.async_save(
+        distributed(full_state(seed + 100), world_size), storage_writer=writer, async_checkpointer_type=kind
+    )
+    if executor == "thread":
+        first.result()
+    second = dcp.async_save(
+        distributed(full_state(seed), world_size), storage_writer=writer, async_checkpointer_type=kind
+    )
+    first.result()
+    second.result()
     writer.close()
 
 

@@ -47,6 +47,14 @@ def test_broadcast_load_reads_shared_items_once(tmp_path: Path) -> None:
     assert shared < each
 
 
+def test_back_to_back_async_saves_on_the_process_executor_keep_the_second(tmp_path: Path) -> None:
+    """DCP's process executor writes from another process, where the Writer cannot see when its staged buffers
+    are free: a second save started before the first is awaited must neither fail nor overwrite them."""
+    path = tmp_path / "ckpt"
+    dcp_ranks.run(dcp_ranks.async_program, 2, str(path), 7, "process")
+    dcp_ranks.run(dcp_ranks.load_program, 2, str(path), 7, False)
+
+
 def test_plan_cache_skips_planning_on_the_second_save(tmp_path: Path) -> None:
     dcp_ranks.run(dcp_ranks.caching_program, 4, str(tmp_path / "ckpt"))
 

@@ -64,6 +64,7 @@ class _InFlight:
         self._idle.set()
         self.error: BaseException | None = None
         self._wrote = False
+        self.elsewhere = False  # the save was handed to another process (DCP's process executor)
 
     def wait(self) -> None:
         """Block until no save is in flight; raise (once) the previous save's failure."""
@@ -76,6 +77,7 @@ class _InFlight:
         """A save of `staged` begins: in flight until write_data ends or the save drops it."""
         self._idle.clear()
         self._wrote = False
+        self.elsewhere = False
         weakref.finalize(staged, self._dropped)
 
     def wrote(self, error: BaseException | None) -> None:
@@ -85,8 +87,9 @@ class _InFlight:
         self._idle.set()
 
     def _dropped(self) -> None:
-        """The save ended; if it never reached write_data, it failed before writing (planning)."""
-        if not self._idle.is_set() and not self._wrote:
+        """The save ended here; if it never reached write_data in this process and was not handed to another,
+        it failed before writing (planning). A save another process writes reports through DCP's future."""
+        if not self._idle.is_set() and not self._wrote and not self.elsewhere:
             self.error = RuntimeError("it ended before writing any data (see the future DCP returned)")
         self._idle.set()
 
@@ -131,7 +134,11 @@ class Writer(StorageWriter, AsyncStager):
         self._local: dict[str, Any] = {}  # not pickled: staging buffers, the staged state dict, in-flight state
 
     def __getstate__(self) -> dict[str, Any]:
-        """Picklable for DCP's process executor: buffers and locks stay behind."""
+        """Picklable for DCP's process executor: buffers and locks stay behind. Being pickled means the staged
+        save goes to another process, which writes from the staged buffers when this one cannot tell: the next
+        stage() copies into new buffers instead of reusing them."""
+        if "in_flight" in self._local:
+            self._local["in_flight"].elsewhere = True
         return {k: v for k, v in self.__dict__.items() if k != "_local"}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -225,6 +232,8 @@ class Writer(StorageWriter, AsyncStager):
 
         in_flight = self._state("in_flight", _InFlight)
         in_flight.wait()
+        if in_flight.elsewhere:  # the last staged copy may still be read by the process writing it
+            self._local.pop("staged", None)
         layout = _layout(state_dict)
         cached = self._local.get("staged")
         if cached is None or self._local.get("layout") != layout:  # a new structure: new buffers

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 import tempfile
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ SHM = Path("/dev/shm")
 LAYOUTS = ("sharded", "replicated")
 EXECUTORS = ("thread", "process")
 WARMUP_SAVES = 1
+ROOT_CAUSE = "Root Cause (first observed failure):"  # torchrun's failure summary
 CODECS = ("none", "zstd", "blosc", "blosc-fast")
 
 #: Options every distributed engine takes, beside the shared checkpoint options.
@@ -50,6 +53,22 @@ DISTRIBUTED_OPTIONS: tuple[Key, ...] = (
     Key("layout", one_of(*LAYOUTS), "sharded or replicated", "sharded",
         "how ranks hold the model: sharded (every tensor Shard(0), as FSDP) or replicated (as DDP)"),
 )  # fmt: skip
+
+
+def launcher_failure(stderr: str, returncode: int) -> str:
+    """Why torchrun's ranks failed, from its output: the root cause it names (rank, exit code or signal) and that
+    rank's last error line (`[rank1]: RuntimeError: ...`), not the banner of `=` signs its output ends with."""
+    lines = [line.strip() for line in stderr.splitlines()]
+    root = "\n".join(lines[lines.index(ROOT_CAUSE) :]) if ROOT_CAUSE in lines else ""
+    fields = dict(re.findall(r"^(rank|exitcode)\s*:\s*(.+?)\s*$", root, re.MULTILINE))
+    rank = fields.get("rank", "").split(" ")[0]
+    error_line = r"\[rank" + (rank or r"\d+") + r"\]:\s*[\w.]*(Error|Exception)\b"
+    errors = [line for line in lines if re.match(error_line, line)]
+    cause = f"rank {rank} exited {fields['exitcode']}" if "exitcode" in fields else ""
+    telling = [*errors[-1:], cause]
+    if not any(telling):
+        telling = [next((line for line in reversed(lines) if line.strip("=-")), "")]
+    return "; ".join(filter(None, telling)) or f"torchrun exited {returncode}"
 
 
 def free_port() -> int:
@@ -67,6 +86,14 @@ def launcher(ranks: int, port: int, nodes: int = 1, endpoint: str = "127.0.0.1")
             "-m", "gdsbench.runners.checkpoint.rank"]  # fmt: skip
 
 
+@dataclass(frozen=True)
+class WorkloadFacts:
+    """What a row says of the workload the ranks mapped: its size and what it is."""
+
+    nbytes: int
+    description: str
+
+
 class DistributedRunner(CheckpointRunner):
     """A checkpoint engine whose saves and loads run in torchrun-launched ranks."""
 
@@ -74,6 +101,10 @@ class DistributedRunner(CheckpointRunner):
     suffix = ".dcp"
     marker = ".metadata"
     modules = ()  # torch is imported by the ranks, not by the sweep process
+
+    def __init__(self) -> None:
+        self._written: dict[Path, WorkloadFacts] = {}  # workload files in shared memory, this process's
+
     engine_options: tuple[Key, ...] = ()
 
     @property
@@ -102,8 +133,7 @@ class DistributedRunner(CheckpointRunner):
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Save or load the case's workload once, on `world_size` ranks, and measure it."""
-        workload = workloads.get(workload_spec(case, ctx))
-        shared = self._workload_file(workload, ctx)
+        shared, workload = self._workload_file(workload_spec(case, ctx), ctx)
         path = self.path(case, ctx)
         if case.pattern is Pattern.SAVE:
             self.remove_previous(path, ctx)
@@ -122,17 +152,21 @@ class DistributedRunner(CheckpointRunner):
             notes.append("verified on every rank")
         return self._measurement(case, workload, path, figures, notes)
 
-    def _workload_file(self, workload: workloads.Workload, ctx: RunContext) -> Path:
-        """The workload as a torch.save file in shared memory, written once per sweep (ours: removed at cleanup)."""
-        spec = workload.spec
+    def _workload_file(self, spec: workloads.WorkloadSpec, ctx: RunContext) -> tuple[Path, WorkloadFacts]:
+        """The workload as a torch.save file in shared memory, written once per sweep (ours: removed at cleanup),
+        and what it is. The sweep then drops its own copy: the ranks map the shared one, and a second copy
+        beside theirs would cost the memory their shards and async staging need."""
         name = f"gdsbench-workload.{os.getpid()}.{Path(spec.source).stem}.{size_label(spec.size)}.{spec.dtype}.s{spec.seed}.pt"
         path = (SHM if SHM.is_dir() else ctx.directory) / name
-        if path not in ctx.created or not path.exists():
+        if path not in self._written or not path.exists():
             import torch
 
+            workload = workloads.get(spec)
             ctx.track_new([path])
             torch.save(dict(workload.tensors), path)
-        return path
+            self._written[path] = WorkloadFacts(workload.nbytes, workload.description)
+            workloads.release()
+        return path, self._written[path]
 
     def _launch(self, case: Case, ctx: RunContext, pattern: str, path: Path, shared: Path) -> list[dict[str, Any]]:
         """Run the ranks through torchrun; return every rank's figures, or raise the first rank's error."""
@@ -147,8 +181,7 @@ class DistributedRunner(CheckpointRunner):
             ranks = json.loads(gathered.read_text()) if gathered.is_file() else []
         errors = [r["error"] for r in ranks if "error" in r]
         if errors or proc.returncode != 0 or len(ranks) != case.get("world_size"):
-            why = errors[0] if errors else (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-            raise ToolError(f"{self.name}: {why}")
+            raise ToolError(f"{self.name}: {errors[0] if errors else launcher_failure(proc.stderr, proc.returncode)}")
         return ranks
 
     def _job(self, case: Case, pattern: str, path: Path, shared: Path, out: str) -> list[str]:
@@ -159,7 +192,7 @@ class DistributedRunner(CheckpointRunner):
                 "--layout", case.get("layout"), "--warmup", str(WARMUP_SAVES if pattern == "save" else 0)]  # fmt: skip
         return argv + ["--async"] * bool(case.get("async")) + ["--broadcast"] * bool(case.get("broadcast"))
 
-    def _measurement(self, case: Case, workload: workloads.Workload, path: Path, ranks: list[dict[str, Any]],
+    def _measurement(self, case: Case, workload: WorkloadFacts, path: Path, ranks: list[dict[str, Any]],
                      notes: list[str]) -> Measurement:  # fmt: skip
         """The row: the longest barrier-to-barrier time and blocking of any rank, disk use, per-rank shares."""
         on_disk = disk_bytes(self.files(path))
