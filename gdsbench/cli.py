@@ -17,9 +17,8 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from gdsbench import __version__
+from gdsbench import __version__, progress
 from gdsbench.errors import GdsbenchError, UsageError
 from gdsbench.report import format_names as report_formats
 
@@ -119,7 +118,7 @@ def _execute(
     rows: list[dict[str, Any]] = []
     try:
         with _terminate_as_interrupt():
-            for row in _progress(sweep_mod.run(config, writer, ctx, run_id, done), steps, ctx):
+            for row in progress.rows_with_bar(sweep_mod.run(config, writer, ctx, run_id, done), steps, err, ctx):
                 rows.append(row)
     except KeyboardInterrupt as stop:
         writer.close()
@@ -162,59 +161,6 @@ def _config_of(resume: Path | None) -> Path:
     if not source:
         raise UsageError(f"{resume}: no sidecar names its config; pass the CONFIG_FILE too")
     return Path(source)
-
-
-def _progress(rows: Iterator[dict[str, Any]], steps: Counter, ctx: Any = None) -> Iterator[dict[str, Any]]:
-    """Wrap the sweep's rows in a rich progress bar with an ETA, counting scheduled runs per case; the
-    running case's live figures (fio's periodic status) and each finished host show in its description."""
-    columns = (
-        TextColumn("{task.description:<44}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("eta"),
-        TimeRemainingColumn(),
-    )
-    seen: Counter = Counter()
-    with Progress(*columns, console=err, transient=False) as progress:
-        task = progress.add_task("sweep", total=sum(steps.values()))
-        if ctx is not None:
-            ctx.on_status = lambda status: progress.update(task, description=_live_text(status))
-        for row in rows:
-            if row["status"] == "fill":  # the step before the cases: its progress, never a counted run
-                progress.update(task, description=row["note"][:28])
-                progress.console.print(row["note"])
-                yield row
-                continue
-            if not row.get("step_done", True):  # one host of a multi-host run: its `all` row ends the step
-                progress.update(task, description=f"{row['host']} {row['status']} {_bw(row)}")
-                yield row
-                continue
-            key = row["case"]
-            # A skipped case, or one whose warmup failed, stands for all its scheduled runs.
-            whole_case = row["status"] == "skipped" or (row["status"] == "failed" and row["repetition"] == 0)
-            advance = steps[key] - seen[key] if whole_case else 1
-            seen[key] += advance
-            label = f"{row['engine']} {row.get('pattern')} {row['status']} {_bw(row)}"
-            progress.update(task, advance=advance, description=label)
-            yield row
-
-
-def _bw(row: dict[str, Any]) -> str:
-    """A finished row's bandwidth for the progress line ('' when it has none)."""
-    from gdsbench.units import num2str
-
-    bw = row.get("bw_bytes")
-    return num2str(int(bw), unit="B/s") if isinstance(bw, (int, float)) and row["status"] == "ok" else ""
-
-
-def _live_text(status: Any) -> str:
-    """A running case's figures so far: elapsed time, bandwidth and IOPS over the last interval."""
-    from gdsbench.units import num2str
-
-    who = f"{status.host} " + ("done " if status.done else "") if status.host else ""
-    iops = f" {num2str(int(status.iops), pow2=False)} IOPS" if status.iops is not None else ""
-    return f"{who}{status.seconds:.0f}s {num2str(int(status.bw_bytes), unit='B/s')}{iops}"
 
 
 def _summary(rows: list[dict[str, Any]], csv_path: Path) -> int:
