@@ -1,7 +1,8 @@
 """The template of a checkpoint engine: what it declares, and the measured save and load every engine shares.
 
-An engine module subclasses CheckpointRunner, declares its name, the API it calls, its transfers and
-packages, and implements `save` and `load`; `prepare` (unmeasured set-up) and `available` (a reason
+An engine module subclasses InProcessRunner, declares its name, the API it calls, its transfers and
+packages, and implements `save` and `load` (an engine whose saves run elsewhere, in torchrun's ranks,
+subclasses CheckpointRunner and implements `run`); `prepare` (unmeasured set-up) and `available` (a reason
 it cannot run here) are optional. Everything else is the same for every engine:
 - The workload (gdsbench.workloads) is built once per (workload, checkpoint_size, dtype, seed) and
   held in memory, so every engine of a sweep saves the same tensors.
@@ -95,7 +96,8 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (OSError, RuntimeError, Value
 
 
 class CheckpointRunner(abc.ABC):
-    """A checkpoint engine as a sweep runner; an engine module fills in the declarations and save/load."""
+    """A checkpoint engine as a sweep runner: its declarations, options, command and where its checkpoints
+    live. Engines that save and load in this process subclass InProcessRunner; others implement `run`."""
 
     name = ""
     description = ""
@@ -108,7 +110,6 @@ class CheckpointRunner(abc.ABC):
     threaded = False  # whether the `threads` axis is the engine's I/O thread count
     suffix = ".pt"
     marker: str | None = None  # a checkpoint is a directory, complete once this file exists (None: one file)
-    last_path: str | None = None  # GPU engines: the path (gds_path.PATHS) the last save or load's bytes took
 
     @property
     def options(self) -> tuple[Key, ...]:
@@ -120,36 +121,13 @@ class CheckpointRunner(abc.ABC):
         """Case parameters: pattern, transfer, threads when the engine has I/O threads, and its options."""
         return axes_of(("pattern", "transfer", *(("threads",) if self.threaded else ())), self.options)
 
-    # -- what an engine implements ---------------------------------------------------------------
-
-    @abc.abstractmethod
-    def save(self, staged: Any, path: Path, case: Case) -> str | None:
-        """Write `staged` (from prepare) to `path`; return how it wrote, for the row's note, or None.
-        The runner fsyncs the files and the directory after it."""
-
-    @abc.abstractmethod
-    def load(self, path: Path, case: Case, staged: Any) -> Mapping[str, Any]:
-        """Read the checkpoint at `path` completely into memory and return its state dict."""
-
     def available(self, case: Case, ctx: RunContext) -> str | None:
         """Why the engine cannot run this case here (beyond missing packages), or None."""
-        return None
-
-    def prepare(self, case: Case, workload: workloads.Workload, path: Path, ctx: RunContext) -> Any:
-        """Unmeasured set-up before a save or load; returns what save()/load() receive. By default a save
-        gets the workload's tensors and writes new files (this sweep's previous checkpoint is removed)."""
-        if case.pattern is Pattern.SAVE:
-            self.remove_previous(path, ctx)
-            return workload.tensors
         return None
 
     def call(self, case: Case) -> str:
         """The API call a case makes, as --dry-run and the results show it."""
         return self.calls[case.pattern]
-
-    def errors(self) -> tuple[type[BaseException], ...]:
-        """Exceptions that mean the engine failed (a bad file, a failed I/O), not a bug in gdsbench."""
-        return EXPECTED_ERRORS
 
     # -- the runner contract ---------------------------------------------------------------------
 
@@ -174,18 +152,9 @@ class CheckpointRunner(abc.ABC):
         argv += ["fsync=files+directory"] if case.pattern is Pattern.SAVE else [f"cache={case.get('cache')}"]
         return [*argv, f"memory={case.get('memory')}"]
 
+    @abc.abstractmethod
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Save or load the case's workload once and measure it."""
-        try:
-            workload = workloads.get(workload_spec(case, ctx))
-        except ValueError as exc:
-            raise UsageError(f"workload {case.get('workload')!r}: {exc}") from None
-        for module in self.modules:
-            importlib.import_module(module)
-        path = self.path(case, ctx)
-        if case.pattern is Pattern.SAVE:
-            return self._measure_save(case, ctx, workload, path)
-        return self._measure_load(case, ctx, workload, path)
 
     # -- where a checkpoint lives ----------------------------------------------------------------
 
@@ -220,6 +189,47 @@ class CheckpointRunner(abc.ABC):
             ctx.track_new([path])
         elif self.marker is not None and path in ctx.created:
             ctx.created.extend(p for p in self.files(path) if p not in ctx.created)
+
+
+class InProcessRunner(CheckpointRunner):
+    """An engine that saves and loads in the sweep's process: it implements `save` and `load` (and may
+    override `prepare`, `errors`); the measured, durable, verified run around them is the same for all."""
+
+    last_path: str | None = None  # GPU engines: the path (gds_path.PATHS) the last save or load's bytes took
+
+    @abc.abstractmethod
+    def save(self, staged: Any, path: Path, case: Case) -> str | None:
+        """Write `staged` (from prepare) to `path`; return how it wrote, for the row's note, or None.
+        The runner fsyncs the files and the directory after it."""
+
+    @abc.abstractmethod
+    def load(self, path: Path, case: Case, staged: Any) -> Mapping[str, Any]:
+        """Read the checkpoint at `path` completely into memory and return its state dict."""
+
+    def prepare(self, case: Case, workload: workloads.Workload, path: Path, ctx: RunContext) -> Any:
+        """Unmeasured set-up before a save or load; returns what save()/load() receive. By default a save
+        gets the workload's tensors and writes new files (this sweep's previous checkpoint is removed)."""
+        if case.pattern is Pattern.SAVE:
+            self.remove_previous(path, ctx)
+            return workload.tensors
+        return None
+
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """Exceptions that mean the engine failed (a bad file, a failed I/O), not a bug in gdsbench."""
+        return EXPECTED_ERRORS
+
+    def run(self, case: Case, ctx: RunContext) -> Measurement:
+        """Save or load the case's workload once and measure it."""
+        try:
+            workload = workloads.get(workload_spec(case, ctx))
+        except ValueError as exc:
+            raise UsageError(f"workload {case.get('workload')!r}: {exc}") from None
+        for module in self.modules:
+            importlib.import_module(module)
+        path = self.path(case, ctx)
+        if case.pattern is Pattern.SAVE:
+            return self._measure_save(case, ctx, workload, path)
+        return self._measure_load(case, ctx, workload, path)
 
     # -- the measurement -------------------------------------------------------------------------
 

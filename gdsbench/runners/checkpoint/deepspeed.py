@@ -18,7 +18,7 @@ from typing import Any
 from gdsbench import workloads
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.runners.base import RunContext
-from gdsbench.runners.checkpoint.base import CheckpointRunner
+from gdsbench.runners.checkpoint.base import InProcessRunner
 from gdsbench.runners.checkpoint.fastpersist import odirect_reason
 
 PATCH_NOTE = (
@@ -26,7 +26,7 @@ PATCH_NOTE = (
 )
 
 
-class DeepSpeed(CheckpointRunner):
+class DeepSpeed(InProcessRunner):
     """DeepSpeed's FastFileWriter under torch.save, from page-locked buffers of its aio handle."""
 
     name = "deepspeed"

@@ -118,14 +118,6 @@ class DistributedRunner(CheckpointRunner):
         tail = f".ws{case.get('world_size')}.{case.get('layout')}.{case.get('compression')}"
         return base.with_name(base.stem + tail + base.suffix)
 
-    def save(self, staged: Any, path: Path, case: Case) -> str | None:
-        """Saves run in the ranks (see run)."""
-        raise NotImplementedError("distributed engines save in their ranks")
-
-    def load(self, path: Path, case: Case, staged: Any) -> Any:
-        """Loads run in the ranks (see run)."""
-        raise NotImplementedError("distributed engines load in their ranks")
-
     def command(self, case: Case, ctx: RunContext) -> list[str]:
         """The launcher's command with the rank program's arguments, then the case's conditions."""
         job = self._job(case, case.pattern.value, self.path(case, ctx), SHM / "<workload>.pt", "<out>")

@@ -21,7 +21,7 @@ from gdsbench import sysinfo, workloads
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.keys import Key, boolean, one_of, size
 from gdsbench.runners.base import RunContext
-from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, CheckpointRunner
+from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, InProcessRunner
 from gdsbench.runners.checkpoint.conditions import initialised_like
 
 BACKENDS = {Transfer.CPU_ONLY: "direct", Transfer.CPU_CACHED: "buffered"}
@@ -39,7 +39,7 @@ def odirect_reason(directory: str) -> str | None:
     return None if works else f"O_DIRECT does not work in {directory}: {why}"
 
 
-class FastPersist(CheckpointRunner):
+class FastPersist(InProcessRunner):
     """gdsbench.checkpoint through a Checkpointer."""
 
     name = "fastpersist"

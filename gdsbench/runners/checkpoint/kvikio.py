@@ -22,7 +22,7 @@ from gdsbench import workloads
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.runners import gds_path
 from gdsbench.runners.base import RunContext
-from gdsbench.runners.checkpoint.base import CheckpointRunner
+from gdsbench.runners.checkpoint.base import InProcessRunner
 from gdsbench.sysinfo import kvikio_api as kv
 
 ALIGNMENT = 4096
@@ -48,7 +48,7 @@ def checked(futures: list[tuple[Any, int]], path: Path, what: str) -> None:
             raise OSError(f"{path}: kvikio {what} moved {moved} of {expected} bytes")
 
 
-class Kvikio(CheckpointRunner):
+class Kvikio(InProcessRunner):
     """GPUDirect Storage through kvikio's CuFile, from and to CUDA tensors."""
 
     name = "kvikio"

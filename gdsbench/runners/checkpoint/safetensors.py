@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from gdsbench.cases import Case, Pattern
-from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, CheckpointRunner
+from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, InProcessRunner
 from gdsbench.runners.checkpoint.conditions import touch_pages
 
 
-class Safetensors(CheckpointRunner):
+class Safetensors(InProcessRunner):
     """safetensors save_file + fsync / load_file."""
 
     name = "safetensors"

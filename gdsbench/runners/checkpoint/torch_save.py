@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from gdsbench.cases import Case, Pattern
-from gdsbench.runners.checkpoint.base import CheckpointRunner
+from gdsbench.runners.checkpoint.base import InProcessRunner
 
 
-class TorchSave(CheckpointRunner):
+class TorchSave(InProcessRunner):
     """torch.save + fsync / torch.load(weights_only=True)."""
 
     name = "torch_save"
