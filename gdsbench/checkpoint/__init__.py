@@ -19,14 +19,19 @@ from typing import Any
 from . import codec
 from .api import load, load_into, load_mmap, save
 from .errors import (
+    AsyncSaveFailed,
     BackendUnavailable,
+    CheckpointBusy,
     CheckpointError,
     CorruptCheckpoint,
     DirectIOFallbackWarning,
     InvalidCheckpoint,
     OptionError,
     StateDictMismatch,
+    StorageFull,
     TruncatedCheckpoint,
+    UnsafeObject,
+    unwrap,
 )
 from .format import Index, StorageEntry, read_index
 from .load import Loaded
@@ -48,7 +53,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "AsyncSaveFailed",
     "BackendUnavailable",
+    "CheckpointBusy",
     "CheckpointError",
     "Checkpointer",
     "CorruptCheckpoint",
@@ -62,7 +69,9 @@ __all__ = [
     "Saved",
     "StateDictMismatch",
     "StorageEntry",
+    "StorageFull",
     "TruncatedCheckpoint",
+    "UnsafeObject",
     "WriteStats",
     "Writer",
     "codec",
@@ -72,4 +81,5 @@ __all__ = [
     "named_tensors",
     "read_index",
     "save",
+    "unwrap",
 ]

@@ -6,7 +6,7 @@ import os
 
 
 class CheckpointError(Exception):
-    """Base class of every expected checkpoint failure (bad file, unavailable backend)."""
+    """Base class of every expected checkpoint failure (bad file, unavailable backend, bad option)."""
 
 
 class InvalidCheckpoint(CheckpointError):
@@ -62,5 +62,58 @@ class StateDictMismatch(CheckpointError, ValueError):
         super().__init__(f"{self.path}: cannot load into {tensor!r}: {problem}")
 
 
+class UnsafeObject(CheckpointError, TypeError):
+    """A value torch's weights-only unpickler refuses: saving it would write a checkpoint no load accepts."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        self.problem = problem
+        super().__init__(
+            f"{key!r} cannot be checkpointed: torch's weights-only unpickler refuses it ({problem}); allow a type "
+            "of your own with torch.serialization.add_safe_globals([YourType]) before saving and loading"
+        )
+
+
+class CheckpointBusy(CheckpointError):
+    """Another save to the same checkpoint directory holds its lock (a second job, or an old one still alive)."""
+
+    def __init__(self, directory: str | os.PathLike[str], holder: str, waited: float) -> None:
+        self.path = os.fspath(directory)
+        self.holder = holder
+        super().__init__(
+            f"{self.path}: another save is committing here ({holder or 'holder unknown'}); gave up after "
+            f"{waited:.0f} s: save to another directory, or stop the other job"
+        )
+
+
+class StorageFull(CheckpointError, OSError):
+    """The file system ran out of space (ENOSPC/EDQUOT) during a save; this save's own files were removed."""
+
+    def __init__(self, directory: str | os.PathLike[str], errno_: int, detail: str) -> None:
+        self.path = os.fspath(directory)
+        super().__init__(errno_, f"no space left in {self.path}: {detail}")
+
+
+class AsyncSaveFailed(CheckpointError, RuntimeError):
+    """The previous async save of this Writer failed; raised by the next save so no failure goes unseen."""
+
+
 class DirectIOFallbackWarning(UserWarning):
     """O_DIRECT was refused (EINVAL, e.g. tmpfs) and buffered I/O was used instead."""
+
+
+def unwrap(error: BaseException) -> BaseException:
+    """The library's own error inside torch's CheckpointException (the lowest failing rank's), else `error`.
+
+    try:
+        dcp.load(state_dict, storage_reader=Reader(path))
+    except CheckpointException as e:     # a BaseException: `except Exception` misses it
+        raise unwrap(e) from e
+    """
+    failures = getattr(error, "failures", None)
+    if not isinstance(failures, dict) or not failures:
+        return error
+    ranked = sorted(failures.items(), key=lambda item: item[0])
+    causes = [pair[0] for _, pair in ranked if isinstance(pair, tuple) and pair]
+    ours = [c for c in causes if isinstance(c, CheckpointError)]
+    return ours[0] if ours else (causes[0] if causes else error)

@@ -7,6 +7,8 @@ from collections.abc import Callable
 import crc32c
 import xxhash
 
+from .errors import OptionError
+
 Digest = Callable[[memoryview], str]
 
 ALGORITHMS: dict[str, tuple[int, Digest]] = {
@@ -20,7 +22,7 @@ def normalize(checksum: str | None) -> str:
     if checksum is None or checksum == "none":
         return "none"
     if checksum not in ALGORITHMS:
-        raise ValueError(f"checksum must be one of {sorted(ALGORITHMS)} or None, not {checksum!r}")
+        raise OptionError(f"checksum must be one of {sorted(ALGORITHMS)} or None, not {checksum!r}")
     return checksum
 
 

@@ -20,6 +20,7 @@ from . import format as fmt
 from . import integrity
 from .memory import round_down
 from .tree import named_tensors
+from .unpickle import check_loadable
 
 A = fmt.ALIGNMENT
 
@@ -218,6 +219,7 @@ def build(state_dict: Any, checksum: str, chunk_bytes: int) -> Plan:
         key=lambda s: s.offset,
     )
     pkl = records[f"{archive}/{fmt.PICKLE_RECORD}"]
+    check_loadable(bytes(sink.read_at(pkl.data_offset, pkl.nbytes)), seen, state_dict)
     fn = integrity.digest_fn(checksum)
     pickle_digest = fn(memoryview(sink.read_at(pkl.data_offset, pkl.nbytes))) if fn else ""
     index = records[f"{archive}/{fmt.INDEX_RECORD}"]

@@ -12,7 +12,7 @@ import torch
 
 from . import format as fmt
 from . import integrity
-from .errors import CorruptCheckpoint, InvalidCheckpoint, TruncatedCheckpoint
+from .errors import CorruptCheckpoint, InvalidCheckpoint, TruncatedCheckpoint, UnsafeObject
 
 
 def read_pickle(index: fmt.Index, verify: bool) -> bytes:
@@ -58,3 +58,50 @@ def rebuild(index: fmt.Index, data: bytes, storages: dict[str, torch.UntypedStor
         return unpickler.load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, RuntimeError) as e:
         raise InvalidCheckpoint(index.path, f"weights_only unpickling refused the object: {e}") from None
+
+
+def check_loadable(data: bytes, storages: dict[str, tuple[Any, torch.dtype]], state_dict: Any) -> None:
+    """Refuse, at save time, a data.pkl the weights-only unpickler of every load would refuse (UnsafeObject
+    naming the first value of that type), so save() never writes a file no load accepts."""
+    from torch import _weights_only_unpickler as restricted
+
+    def persistent_load(saved_id: Any) -> torch.storage.TypedStorage:
+        storage, dtype = storages[saved_id[2]]
+        return torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
+
+    unpickler = restricted.Unpickler(io.BytesIO(data), encoding="utf-8")
+    unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
+    try:
+        unpickler.load()
+    except pickle.UnpicklingError as e:
+        raise UnsafeObject(_culprit(state_dict, str(e)), str(e).splitlines()[0][:300]) from None
+
+
+def _culprit(obj: Any, message: str) -> str:
+    """The key path of the value the unpickler refused: the first whose type its message names, else the
+    first that is not a tensor or a plain value ("<state dict>" if none is found)."""
+    leaves = list(_leaves(obj, ""))
+    named = [path for path, value in leaves if _type_name(value) in message]
+    odd = [path for path, value in leaves if not isinstance(value, PLAIN)]
+    return (named or odd or ["<state dict>"])[0] or "<state dict>"
+
+
+PLAIN = (torch.Tensor, int, float, complex, str, bytes, bool, type(None), torch.dtype, torch.device, torch.Size)
+
+
+def _leaves(obj: Any, path: str) -> Any:
+    """(key path, value) of every leaf of nested dicts, lists and tuples."""
+    if isinstance(obj, dict):
+        children: Any = obj.items()
+    elif isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
+        children = enumerate(obj)
+    else:
+        yield path, obj
+        return
+    for key, value in children:
+        yield from _leaves(value, f"{path}.{key}" if path else str(key))
+
+
+def _type_name(value: Any) -> str:
+    """module.qualname of a value's type."""
+    return f"{type(value).__module__}.{type(value).__qualname__}"

@@ -255,9 +255,9 @@ def test_a_failed_async_save_surfaces_on_its_future_and_on_the_next_save(tmp_pat
         writer = Writer(small / "ckpt", options=SMALL)
         big = {"w": torch.zeros(1 << 20)}  # 4 MiB: more than the file system holds
         future = dcp.async_save(big, storage_writer=writer, no_dist=True)
-        with pytest.raises(CheckpointException, match="No space left"):
+        with pytest.raises(CheckpointException, match="no space left in"):
             future.result()
-        with pytest.raises(RuntimeError, match="previous async save failed: OSError"):
+        with pytest.raises(RuntimeError, match="previous async save failed: StorageFull"):
             dcp.async_save({"w": torch.zeros(4)}, storage_writer=writer, no_dist=True)
         dcp.async_save({"w": torch.ones(4)}, storage_writer=writer, no_dist=True).result()
         out = {"w": torch.zeros(4)}

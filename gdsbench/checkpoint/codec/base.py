@@ -7,6 +7,8 @@ from typing import Protocol
 
 import xxhash
 
+from ..errors import CheckpointError
+
 # Anything a codec reads from: bytes, bytearray, memoryview (of a tensor, a numpy array, an mmap).
 Buffer = bytes | bytearray | memoryview
 
@@ -15,8 +17,8 @@ _SEAL = struct.Struct("<Q")
 SEAL_BYTES = _SEAL.size
 
 
-class CodecError(ValueError):
-    """Encoded bytes cannot be decoded to what the caller expects (corrupt, truncated, wrong size, unknown)."""
+class CodecError(CheckpointError, ValueError):
+    """An unknown codec, or encoded bytes cannot be decoded to what the caller expects (corrupt, truncated, wrong size, unknown)."""
 
 
 class CodecUnavailable(CodecError):

@@ -86,8 +86,10 @@ def write_items(
     codec: Any,
     checksum: str,
     staging: StagingBuffers,
+    existing: bool = False,
 ) -> list[ItemRecord]:
-    """Write every item of one rank into a new file at `path`, durably; return their records in order."""
+    """Write every item of one rank into a new file at `path` (created already if `existing`), durably;
+    return their records in order."""
     digest = integrity.digest_fn(checksum)
     chunk = options.chunk_bytes
     laid, pieces, end = [], [], 0
@@ -99,7 +101,7 @@ def write_items(
         else:
             laid += [_raw_piece(item, k, chunk, end, digest) for k in range(n_chunks)]
             end += round_up(item.nbytes, ALIGN)
-    writer = backends.open_writer(path, options, staging)
+    writer = backends.open_writer(path, options, staging, existing=existing)
     try:
         writer.reserve(end)
         writer.write(laid + pieces)  # raw pieces in file order first; encoded ones append behind them

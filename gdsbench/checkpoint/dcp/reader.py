@@ -4,8 +4,14 @@
 
 Reads are byte ranges sorted by file offset, parallel on IOOptions.threads workers, each stored chunk
 verified against its checksum and decoded (decode.py); only the rows a destination shard spans are
-fetched, never whole saved items. `.metadata` is read with the weights-only unpickler. The data files
-are opened once, when the metadata is read, so a save committing meanwhile cannot pull them away.
+fetched, never whole saved items. The data files are opened once, when the metadata is read, so a save
+committing meanwhile cannot pull them away.
+
+The directory is untrusted: `.metadata` must carry its seal and pass the structural checks
+(records.py, validate.py); data files are only the names a Writer makes, opened inside the directory
+without following links, regular files only, long enough for every chunk recorded in them; DCP's byte
+items (non-tensor values) are rebuilt by torch's weights-only unpickler before any planner sees them.
+Every refusal is a CheckpointError (inside torch's CheckpointException: `unwrap` gets it out).
 
 With `broadcast=True`, an item that several ranks need (a replicated tensor, or the same shard on
 every rank of a replica group) is read from storage by one rank, chosen to balance the bytes each
@@ -30,12 +36,14 @@ from torch.futures import Future
 
 from .. import codec as codecs
 from .. import io as backends
-from ..errors import InvalidCheckpoint
+from ..errors import CheckpointError, InvalidCheckpoint, OptionError, TruncatedCheckpoint
 from ..memory import StagingCache
 from ..options import IOOptions, resolve
 from .decode import Want, box_of, dtype_of, pieces, row_range
 from .encode import staging_bytes
-from .records import ItemRecord, read_metadata, referenced_files
+from .objects import loadable_bytes
+from .records import ItemRecord, open_regular, read_metadata, referenced_files
+from .validate import checksum_of
 
 SCRATCH_BYTES = 1 << 30  # reshard scratch memory held at once (items needing more are read one by one)
 
@@ -55,8 +63,12 @@ class Reader(StorageReader):
     Args:
         path: the checkpoint directory; `checkpoint_id` of dcp.load overrides it.
         options: threads, backend, staging memory (host defaults if None).
-        verify: check every stored chunk's checksum (default True).
+        verify: check every stored chunk's checksum (default True); a checkpoint written without
+            checksums is refused unless verify=False.
         broadcast: read each item several ranks need once, on one rank, and broadcast it.
+
+    Raises (inside DCP's CheckpointException): InvalidCheckpoint, TruncatedCheckpoint, CorruptCheckpoint.
+    Raises OptionError at once for options.backend "gds" (reads go through host memory).
     """
 
     def __init__(
@@ -70,6 +82,10 @@ class Reader(StorageReader):
         super().__init__()
         self.path = Path(path)
         self.options = resolve(options)
+        if self.options.backend == "gds":
+            raise OptionError(
+                "Reader reads through host memory: backend 'gds' is for load(); use 'auto', 'direct' or 'buffered'"
+            )
         self.verify = verify
         self.broadcast = broadcast
         self.load_id = uuid.uuid4().hex
@@ -77,6 +93,7 @@ class Reader(StorageReader):
         self.storage_data: dict[MetadataIndex, ItemRecord] = {}
         self.read_bytes = 0  # raw bytes this rank fetched from storage in the last load
         self._files: dict[str, int] = {}
+        self._refused: CheckpointError | None = None
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         """A new load begins; `checkpoint_id`, when given, is the checkpoint's directory."""
@@ -85,22 +102,44 @@ class Reader(StorageReader):
         self.load_id = uuid.uuid4().hex
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        """The committed metadata (weights-only unpickler), its data files opened and held from now on."""
-        metadata = read_metadata(self.path)
-        self._pin(referenced_files(metadata))
+        """The committed metadata, checked (seal, weights-only unpickler, structure), its data files opened
+        and held from now on. DCP swallows an error here and asks again with `rank=`: that second call
+        returns empty metadata, and set_up_storage_reader raises the first call's error, so it reaches
+        the caller as itself."""
+        if "rank" in kwargs and self._refused is not None:
+            return Metadata(state_dict_metadata={})
+        try:
+            metadata = self._checked_metadata()
+        except CheckpointError as e:
+            self._refused = e
+            raise
+        self._refused = None
         if metadata.storage_meta is not None:
             metadata.storage_meta.load_id = self.load_id
         return metadata
 
-    def _pin(self, names: set[str]) -> None:
-        """Open every data file now: a later commit may unlink them, never the bytes we hold open."""
+    def _checked_metadata(self) -> Metadata:
+        """The metadata, its checksum policy honoured and its data files pinned."""
+        metadata = read_metadata(self.path)
+        if self.verify and checksum_of(metadata) == "none":
+            raise InvalidCheckpoint(self.path, "written without checksums: Reader(verify=False) loads it unverified")
+        self._pin(metadata)
+        return metadata
+
+    def _pin(self, metadata: Metadata) -> None:
+        """Open every data file now (a later commit may unlink them, never the bytes we hold open) and check
+        each holds every chunk recorded in it."""
         self.close()
-        for name in sorted(names):
-            try:
-                self._files[name] = os.open(self.path / name, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                self.close()
-                raise InvalidCheckpoint(self.path / name, "a data file the metadata names is missing") from None
+        sizes = {}
+        try:
+            for name in sorted(referenced_files(metadata)):
+                self._files[name] = open_regular(self.path, name)
+                sizes[name] = os.fstat(self._files[name]).st_size
+            for record in metadata.storage_data.values():
+                _check_extent(self.path / record.file, record, sizes[record.file])
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         """Release the data files held open (a load does when it ends)."""
@@ -114,10 +153,12 @@ class Reader(StorageReader):
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         """Keep the records of every saved item and this rank's number."""
+        if self._refused is not None:
+            raise self._refused
         self.storage_data = metadata.storage_data
         self.rank = kwargs.get("rank", _rank())
         if not self._files:
-            self._pin(referenced_files(metadata))
+            self._pin(metadata)
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
         """DCP's plan as it is."""
@@ -184,7 +225,7 @@ class Reader(StorageReader):
         fqn = ri.storage_index.fqn
         if ri.type == LoadItemType.BYTE_IO:
             scratch = torch.empty(record.nbytes, dtype=torch.uint8)
-            load = lambda: planner.load_bytes(ri, io.BytesIO(scratch.numpy().tobytes()))  # noqa: E731
+            load = lambda: _load_bytes(planner, ri, scratch, self.path / record.file)  # noqa: E731
             return Want(record, fqn, 0, record.nbytes, scratch.data_ptr(), scratch), load
         dest = planner.resolve_tensor(ri).detach()
         offsets, lengths = tuple(ri.storage_offsets), tuple(ri.lengths)
@@ -235,7 +276,7 @@ class Reader(StorageReader):
                 self.read_bytes += record.nbytes
             dist.broadcast(whole, src=entry.reader)
             for ri in mine.get(entry.index, []):
-                _take(ri, record, whole, planner)
+                _take(ri, record, whole, planner, self.path)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
@@ -243,10 +284,22 @@ class Reader(StorageReader):
         return isinstance(checkpoint_id, (str, os.PathLike)) and (Path(checkpoint_id) / ".metadata").is_file()
 
 
-def _take(ri: ReadItem, record: ItemRecord, whole: torch.Tensor, planner: LoadPlanner) -> None:
+def _check_extent(path: Path, record: ItemRecord, size: int) -> None:
+    """Every chunk of a record lies inside its data file (TruncatedCheckpoint if the file is short)."""
+    end = max((offset + stored for offset, stored in record.chunks), default=0)
+    if end > size:
+        raise TruncatedCheckpoint(path, end, size)
+
+
+def _load_bytes(planner: LoadPlanner, ri: ReadItem, data: torch.Tensor, path: Path) -> None:
+    """Hand a byte item to the planner only as rebuilt by the weights-only unpickler."""
+    planner.load_bytes(ri, io.BytesIO(loadable_bytes(data.numpy().tobytes(), ri.storage_index.fqn, path)))
+
+
+def _take(ri: ReadItem, record: ItemRecord, whole: torch.Tensor, planner: LoadPlanner, directory: Path) -> None:
     """A read item's part of an item held whole in memory: bytes to load_bytes, or a box to the tensor."""
     if ri.type == LoadItemType.BYTE_IO:
-        planner.load_bytes(ri, io.BytesIO(whole.numpy().tobytes()))
+        _load_bytes(planner, ri, whole, directory / record.file)
         return
     offsets, lengths = tuple(ri.storage_offsets), tuple(ri.lengths)
     start, end, _ = row_range(record, offsets, lengths)

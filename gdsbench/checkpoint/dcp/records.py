@@ -12,28 +12,41 @@ write results reach the coordinator; the coordinator then writes `.metadata` und
 fsyncs it, renames it into place and fsyncs the directory. Only then are the data files of earlier
 saves (and of saves that died half-way) removed. An interrupted save or overwrite therefore leaves the
 previous checkpoint loadable; a torn or flipped chunk is refused when read (CorruptCheckpoint names
-the file and tensor). `.metadata` is read with torch's weights-only unpickler and an allowlist of
-DCP's metadata classes: loading a checkpoint never runs arbitrary pickled code.
+the file and tensor). Saves to one directory commit one at a time (lock.py), so the cleanup never
+removes files a live save will commit.
+
+A checkpoint directory is untrusted input. `.metadata` (format 2) is the pickle followed by a sealed
+trailer (magic + SHA-256 of the pickle), checked before a byte of it is unpickled; it is unpickled
+with torch's weights-only unpickler and an allowlist of DCP's metadata classes, then checked
+structurally (validate.py); it is opened without following links, and must be a regular file.
+Loading a checkpoint never runs arbitrary pickled code nor opens a file outside the directory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import pickle
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..durable import fsync_dir
-from ..errors import InvalidCheckpoint
+from ..errors import CheckpointError, CorruptCheckpoint, InvalidCheckpoint
+from .lock import remove_if_unheld
 
 METADATA = ".metadata"
-DATA_NAME = re.compile(r"(?P<save>[0-9a-f]{32})-r(?P<rank>\d+)\.data")
+DATA_NAME = re.compile(r"(?P<save>[0-9a-f]{32})-r(?P<rank>\d{1,7})\.data")
 TEMP_NAME = re.compile(r"\.metadata\.[0-9a-f]{32}\.tmp")
-FORMAT = "gdsbench-dcp/1"
+FORMAT_V1 = "gdsbench-dcp/1"  # .metadata is a bare pickle (read for compatibility: no metadata digest)
+FORMAT = "gdsbench-dcp/2"  # .metadata is the pickle + SEAL_MAGIC + SHA-256 of the pickle
+FORMATS = (FORMAT_V1, FORMAT)
+SEAL_MAGIC = b"GDSDCP02"
+SEAL_BYTES = len(SEAL_MAGIC) + hashlib.sha256().digest_size
 
 
 @dataclass(frozen=True)
@@ -76,34 +89,88 @@ def _allowed() -> list[Any]:
 
 
 def write_metadata(directory: Path, metadata: Any, save_id: str) -> None:
-    """Commit a checkpoint: .metadata written under a temporary name, fsynced, renamed, directory fsynced."""
+    """Commit a checkpoint: sealed .metadata written under a temporary name, fsynced, renamed, directory
+    fsynced. A failure removes the temporary file."""
     tmp = directory / f"{METADATA}.{save_id}.tmp"
-    with open(tmp, "wb") as f:
-        pickle.dump(metadata, f, protocol=2)  # the weights-only unpickler reads protocol 2
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, directory / METADATA)
+    data = pickle.dumps(metadata, protocol=2)  # the weights-only unpickler reads protocol 2
+    try:
+        with open(tmp, "xb") as f:
+            f.write(data + SEAL_MAGIC + hashlib.sha256(data).digest())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, directory / METADATA)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
     fsync_dir(str(directory))
 
 
 def read_metadata(directory: Path) -> Any:
-    """A checkpoint's Metadata, read with the weights-only unpickler (DCP's own reader pickle.loads it)."""
+    """A checkpoint's Metadata: the seal checked, then the weights-only unpickler, then structural checks."""
+    from .validate import check_metadata
+
+    path = directory / METADATA
+    if not os.path.lexists(path):
+        raise InvalidCheckpoint(directory, f"no {METADATA}: not a committed checkpoint")
+    payload, sealed = unseal(path, read_regular(directory, METADATA))
+    metadata = _unpickle(path, payload)
+    check_metadata(metadata, path, sealed)
+    return metadata
+
+
+def read_regular(directory: Path, name: str) -> bytes:
+    """The bytes of a regular file directly inside `directory`, never through a link, a FIFO or a device."""
+    fd = open_regular(directory, name)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def open_regular(directory: Path, name: str) -> int:
+    """A read-only descriptor of `name` inside `directory`: no link followed, no blocking open, regular
+    files only (anything else is InvalidCheckpoint; a missing file too)."""
+    if "/" in name or name in ("", ".", ".."):
+        raise InvalidCheckpoint(directory, f"refused file name {name!r}: not inside the checkpoint directory")
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise InvalidCheckpoint(directory, f"cannot open the checkpoint directory: {e.strerror}") from None
+    try:
+        flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise InvalidCheckpoint(directory / name, "missing (a file the checkpoint needs)") from None
+    except OSError as e:
+        raise InvalidCheckpoint(directory / name, f"cannot open it safely: {e.strerror}") from None
+    finally:
+        os.close(dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise InvalidCheckpoint(directory / name, "not a regular file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def unseal(path: Path, data: bytes) -> tuple[bytes, bool]:
+    """The pickle of a .metadata file and whether it was sealed; CorruptCheckpoint if the seal disagrees."""
+    if len(data) < SEAL_BYTES or data[-SEAL_BYTES : -SEAL_BYTES + len(SEAL_MAGIC)] != SEAL_MAGIC:
+        return data, False  # format 1 (validate.py then accepts format-1 records only)
+    payload, digest = data[:-SEAL_BYTES], data[-SEAL_BYTES + len(SEAL_MAGIC) :]
+    if hashlib.sha256(payload).digest() != digest:
+        raise CorruptCheckpoint(path, METADATA, "SHA-256 of the metadata does not match its seal")
+    return payload, True
+
+
+def _unpickle(path: Path, payload: bytes) -> Any:
+    """Unpickle metadata with the weights-only unpickler and DCP's metadata classes only."""
     import torch
     from torch import _weights_only_unpickler as restricted
 
-    path = directory / METADATA
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InvalidCheckpoint(directory, f"no {METADATA}: not a committed checkpoint") from None
     try:
         with torch.serialization.safe_globals(_allowed()):
-            metadata = restricted.Unpickler(io.BytesIO(data)).load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, RuntimeError) as e:
+            return restricted.Unpickler(io.BytesIO(payload)).load()
+    except Exception as e:  # the unpickler raises many types on hostile input: all mean "refused"
         raise InvalidCheckpoint(path, f"metadata refused by the weights-only unpickler: {e}") from None
-    if type(metadata).__name__ != "Metadata" or not isinstance(metadata.storage_data, dict):
-        raise InvalidCheckpoint(path, "not DCP metadata with storage records")
-    return metadata
 
 
 def referenced_files(metadata: Any) -> set[str]:
@@ -111,16 +178,34 @@ def referenced_files(metadata: Any) -> set[str]:
     return {r.file for r in metadata.storage_data.values() if isinstance(r, ItemRecord)}
 
 
-def remove_unreferenced(directory: Path, metadata: Any) -> list[str]:
-    """After a commit: remove data files of earlier or failed saves, and metadata temp files of saves that
-    died committing (gdsbench's names only; files the new metadata points into and anything else in the
-    directory are kept). Returns the names removed."""
-    keep = referenced_files(metadata)
+def committed_files(directory: Path) -> set[str] | None:
+    """The data files the checkpoint committed in `directory` names: empty if there is none, None if its
+    metadata cannot be read (then nothing is known to be garbage)."""
+    if not os.path.lexists(directory / METADATA):
+        return set()
+    try:
+        return referenced_files(read_metadata(directory))
+    except (CheckpointError, OSError):
+        return None
+
+
+def remove_garbage(directory: Path, keep: set[str], replaced: set[str], locked: bool) -> list[str]:
+    """After a commit: remove the data files the replaced metadata named (a committed save's, now superseded),
+    and, under the commit lock (`locked`), orphans of saves that died (data files no live writer holds,
+    metadata temp files of commits that died). gdsbench's names only; `keep` (the new metadata's files) and
+    anything else in the directory stay. Returns the names removed."""
     removed = []
     for entry in os.scandir(directory):
-        ours = DATA_NAME.fullmatch(entry.name) or TEMP_NAME.fullmatch(entry.name)
-        if ours and entry.name not in keep and entry.is_file(follow_symlinks=False):
-            with contextlib.suppress(FileNotFoundError):  # another rank's cleanup on a shared directory
+        if entry.name in keep or not entry.is_file(follow_symlinks=False):
+            continue
+        if DATA_NAME.fullmatch(entry.name) and entry.name in replaced:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+            removed.append(entry.name)
+        elif locked and DATA_NAME.fullmatch(entry.name) and remove_if_unheld(entry.path):
+            removed.append(entry.name)
+        elif locked and TEMP_NAME.fullmatch(entry.name):
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
             removed.append(entry.name)
     return sorted(removed)

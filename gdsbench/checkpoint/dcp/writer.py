@@ -16,6 +16,7 @@ data to be written, and re-raises its failure.
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 import uuid
@@ -34,11 +35,15 @@ from torch.futures import Future
 from .. import codec as codecs
 from .. import integrity
 from ..durable import fsync_dir
+from ..errors import AsyncSaveFailed, OptionError
 from ..memory import StagingCache
 from ..options import IOOptions, resolve
 from ..tree import named_tensors
+from .commit import commit, full_error
 from .encode import prepare, staging_bytes, write_items
-from .records import data_file, remove_unreferenced, write_metadata
+from .lock import create_held
+from .objects import check_saveable
+from .records import data_file
 
 DCP_VERSION = "1.0.0"
 
@@ -71,7 +76,7 @@ class _InFlight:
         self._idle.wait()
         error, self.error = self.error, None
         if error is not None:
-            raise RuntimeError(f"the previous async save failed: {type(error).__name__}: {error}") from error
+            raise AsyncSaveFailed(f"the previous async save failed: {type(error).__name__}: {error}") from error
 
     def start(self, staged: Any) -> None:
         """A save of `staged` begins: in flight until write_data ends or the save drops it."""
@@ -124,6 +129,10 @@ class Writer(StorageWriter, AsyncStager):
         super().__init__()
         self.path = Path(path)
         self.options = resolve(options)
+        if self.options.backend == "gds":
+            raise OptionError(
+                "Writer writes from host memory: backend 'gds' is for load(); use 'auto', 'direct' or 'buffered'"
+            )
         self.compression = compression
         self.checksum = integrity.normalize(checksum)
         codecs.get(compression)  # refuse an unknown codec now, not in the middle of a save
@@ -192,26 +201,45 @@ class Writer(StorageWriter, AsyncStager):
         """The items resolved (lazily, one by one), written, and described by their records."""
         if not plan.items:
             return []
-        items = [prepare(wi, planner.resolve_data(wi)) for wi in plan.items]
+        items = [prepare(wi, _saveable(wi, planner.resolve_data(wi))) for wi in plan.items]
         chunk = self.options.chunk_bytes
         staging = self._state("staging", StagingCache).get(
             max(1, self.options.buffer_bytes // chunk), staging_bytes(chunk)
         )
         codec = codecs.get(self.compression, threads=1)
-        records = write_items(str(self.path / data_file(self.save_id, self.rank)), items, self.options, codec,
-                              self.checksum, staging)  # fmt: skip
-        fsync_dir(str(self.path))
+        records = self._write_file(str(self.path / data_file(self.save_id, self.rank)), items, codec, staging)
         self.stats.stored_bytes = sum(r.stored_bytes for r in records)
         self.stats.raw_bytes = sum(r.nbytes for r in records)
         return [WriteResult(wi.index, r.stored_bytes, r) for wi, r in zip(plan.items, records)]
+
+    def _write_file(self, path: str, items: list[Any], codec: Any, staging: Any) -> list[Any]:
+        """This rank's new data file, held (lock.py) from before its first byte; on failure it is removed and an
+        exhausted file system is named (StorageFull)."""
+        self._release_file()
+        self._local["held"] = open(create_held(path), "rb", buffering=0)  # noqa: SIM115  # closed with the Writer
+        try:
+            records = write_items(path, items, self.options, codec, self.checksum, staging, existing=True)
+            fsync_dir(str(self.path))
+        except BaseException as e:
+            self._release_file()
+            os.unlink(path)
+            if isinstance(e, OSError):
+                raise full_error(e, self.path, f"rank {self.rank}'s data file did not fit; it was removed") from e
+            raise
+        return records
+
+    def _release_file(self) -> None:
+        """Let go of the last save's data file (its commit is over by the time this rank saves again)."""
+        held = self._local.pop("held", None)
+        if held is not None:
+            held.close()
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         """Commit: .metadata written last (every rank's data is durable by now), then earlier saves' files removed."""
         metadata.version = DCP_VERSION
         metadata.storage_data = {wr.index: wr.storage_data for rank in results for wr in rank}
         metadata.storage_meta = self.storage_meta()
-        write_metadata(self.path, metadata, self.save_id)
-        remove_unreferenced(self.path, metadata)
+        commit(self.path, metadata, self.save_id)
         self.stats.rank_bytes = [sum(wr.size_in_bytes for wr in rank) for rank in results]
 
     def storage_meta(self) -> StorageMeta | None:
@@ -251,9 +279,17 @@ class Writer(StorageWriter, AsyncStager):
         if "in_flight" in self._local:
             self._local["in_flight"]._idle.wait()
         self._local.pop("staged", None)
+        self._release_file()
         cache = self._local.pop("staging", None)
         if cache is not None:
             cache.close()
+
+
+def _saveable(write_item: Any, data: Any) -> Any:
+    """A write item's data, after refusing a byte item no load could accept (UnsafeObject)."""
+    if isinstance(data, io.BytesIO):
+        check_saveable(data, write_item.index.fqn)
+    return data
 
 
 def _layout(state_dict: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...], torch.dtype], ...]:

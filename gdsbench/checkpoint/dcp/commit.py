@@ -1,0 +1,60 @@
+"""The coordinator's commit of a DCP save: data checked present, sealed metadata renamed into place,
+garbage removed, all under the directory's commit lock (lock.py; records.py has the protocol)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError, StorageFull
+from .lock import acquire, release
+from .records import committed_files, referenced_files, remove_garbage, write_metadata
+
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def commit(directory: Path, metadata: Any, save_id: str) -> list[str]:
+    """Make `metadata` the directory's checkpoint, durably; return the names of the files removed after."""
+    lock = acquire(directory)
+    try:
+        replaced = committed_files(directory)
+        check_written(directory, metadata)
+        try:
+            write_metadata(directory, metadata, save_id)
+        except OSError as e:
+            raise full_error(e, directory, "the metadata did not fit; the previous checkpoint stays") from e
+        keep = referenced_files(metadata)
+        return remove_garbage(directory, keep, replaced or set(), locked=lock is not None and replaced is not None)
+    finally:
+        release(lock)
+
+
+def check_written(directory: Path, metadata: Any) -> None:
+    """Every data file the metadata names is here, a regular file holding every chunk recorded in it."""
+    ends: dict[str, int] = {}
+    for record in metadata.storage_data.values():
+        end = max((offset + stored for offset, stored in record.chunks), default=0)
+        ends[record.file] = max(ends.get(record.file, 0), end)
+    for name, end in sorted(ends.items()):
+        try:
+            st = os.stat(directory / name, follow_symlinks=False)
+        except FileNotFoundError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode) or st.st_size < end:
+            raise CheckpointError(f"{directory / name}: a rank's data file is gone or short before the commit "
+                                  "(removed by another job?); the previous checkpoint stays")  # fmt: skip
+
+
+def full_error(error: OSError, directory: Path, detail: str) -> OSError:
+    """StorageFull (with the file system's free space) for ENOSPC/EDQUOT; any other error as it is."""
+    if error.errno not in FULL:
+        return error
+    try:
+        fs = os.statvfs(directory)
+        space = f"; {fs.f_bavail * fs.f_frsize} of {fs.f_blocks * fs.f_frsize} bytes free now"
+    except OSError:
+        space = ""
+    return StorageFull(directory, error.errno, detail + space)

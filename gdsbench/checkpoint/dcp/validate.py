@@ -1,0 +1,197 @@
+"""Structural checks of a checkpoint's metadata before anything in it is used.
+
+The seal (records.py) finds corruption; these checks refuse metadata that is well sealed but not what a
+Writer writes (a hand-edited or forged file): every record names a data file the Writer makes, a known
+format, codec, checksum and dtype; sizes agree with shapes and dtypes, chunk counts with chunk sizes;
+every chunk of every tensor DCP will plan a read for has its record, of that chunk's shape and dtype.
+A failure is InvalidCheckpoint naming the item, never an error from inside DCP.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import integrity
+from ..errors import InvalidCheckpoint
+from .records import DATA_NAME, FORMAT_V1, FORMATS, ItemRecord
+
+MAX_CHUNK = 1 << 30  # the largest chunk a reader stages; a Writer's chunk_bytes is far below it
+ALIGN = 4096
+DTYPES = {str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
+
+
+def check_metadata(metadata: Any, path: Path, sealed: bool) -> None:
+    """Refuse metadata that is not what a Writer commits (InvalidCheckpoint names what is wrong)."""
+    from torch.distributed.checkpoint.metadata import Metadata
+
+    if type(metadata) is not Metadata:
+        raise InvalidCheckpoint(path, "not DCP metadata")
+    if not isinstance(metadata.state_dict_metadata, dict) or not isinstance(metadata.storage_data, dict):
+        raise InvalidCheckpoint(path, "DCP metadata without item tables")
+    records = _records(metadata.storage_data, path)
+    _check_policy(records.values(), path, sealed)
+    for fqn, item in metadata.state_dict_metadata.items():
+        _check_item(fqn, item, records, path)
+
+
+def checksum_of(metadata: Any) -> str:
+    """The one checksum algorithm every record of a checked checkpoint uses ("none" if it has no records)."""
+    return next((r.checksum for r in metadata.storage_data.values()), "none")
+
+
+def _records(storage_data: dict[Any, Any], path: Path) -> dict[Any, ItemRecord]:
+    """storage_data with every key a MetadataIndex and every value a well-formed ItemRecord."""
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+
+    for index, record in storage_data.items():
+        if type(index) is not MetadataIndex or type(index.fqn) is not str:
+            raise InvalidCheckpoint(path, f"storage key {index!r:.80} is not a MetadataIndex")
+        if type(record) is not ItemRecord:
+            raise InvalidCheckpoint(path, f"{index.fqn!r}: storage record is not an ItemRecord")
+        problem = record_problem(record)
+        if problem:
+            raise InvalidCheckpoint(path, f"{index.fqn!r}: {problem}")
+    return storage_data
+
+
+def _check_policy(records: Any, path: Path, sealed: bool) -> None:
+    """One checksum for the whole checkpoint, and format-2 records only in sealed metadata."""
+    checksums = {r.checksum for r in records}
+    if len(checksums) > 1:
+        raise InvalidCheckpoint(path, f"records disagree on the checksum algorithm: {sorted(checksums)}")
+    formats = {r.format for r in records}
+    if not sealed and formats - {FORMAT_V1}:
+        raise InvalidCheckpoint(path, f"{', '.join(sorted(formats))} metadata without its seal (cut or corrupt)")
+
+
+def record_problem(r: ItemRecord) -> str:
+    """What is wrong with a record ("" if nothing): names, codes, sizes, chunks and digests."""
+    checks = (_names_problem, _size_problem, _chunks_problem, _digests_problem)
+    return next((p for p in (check(r) for check in checks) if p), "")
+
+
+def _names_problem(r: ItemRecord) -> str:
+    """File, format, checksum, codec and dtype must be names a Writer writes."""
+    if type(r.file) is not str or not DATA_NAME.fullmatch(r.file):
+        return f"data file name {r.file!r:.80} is not one a Writer makes"
+    if r.format not in FORMATS:
+        return f"unknown record format {r.format!r:.40}"
+    if type(r.checksum) is not str or (r.checksum != "none" and r.checksum not in integrity.ALGORITHMS):
+        return f"unknown checksum {r.checksum!r:.40}"
+    if type(r.dtype) is not str or (r.dtype and r.dtype not in DTYPES):
+        return f"unknown dtype {r.dtype!r:.40}"
+    if type(r.codec) is not str or (r.codec != "none" and not r.dtype):
+        return f"codec {r.codec!r:.40} on a byte item"
+    return _codec_problem(r.codec)
+
+
+def _codec_problem(descriptor: str) -> str:
+    """A codec descriptor this reader can rebuild, or why not."""
+    from .. import codec as codecs
+
+    if descriptor == "none":
+        return ""
+    try:
+        codecs.from_descriptor(descriptor, threads=1)
+    except codecs.CodecError as e:
+        return f"codec: {e}"
+    return ""
+
+
+def _size_problem(r: ItemRecord) -> str:
+    """nbytes agrees with shape and dtype; chunk_bytes is a Writer's chunk size."""
+    if type(r.shape) is not tuple or not all(type(n) is int and n >= 0 for n in r.shape):
+        return f"shape {r.shape!r:.80} is not a tuple of sizes"
+    if type(r.nbytes) is not int or r.nbytes < 0:
+        return f"size {r.nbytes!r:.40} is not a byte count"
+    if r.dtype and r.nbytes != math.prod(r.shape) * DTYPES[r.dtype].itemsize:
+        return f"{r.nbytes} bytes do not hold shape {r.shape} of {r.dtype}"
+    if not r.dtype and r.shape:
+        return "a byte item with a shape"
+    if type(r.chunk_bytes) is not int or not 0 < r.chunk_bytes <= MAX_CHUNK or r.chunk_bytes % ALIGN:
+        return f"chunk size {r.chunk_bytes!r:.40} is not a multiple of {ALIGN} up to {MAX_CHUNK}"
+    return ""
+
+
+def _chunks_problem(r: ItemRecord) -> str:
+    """As many chunks as the size needs, each at a valid place with a plausible stored length."""
+    if type(r.chunks) is not tuple or len(r.chunks) != integrity.chunk_count(r.nbytes, r.chunk_bytes):
+        return f"{len(r.chunks) if type(r.chunks) is tuple else r.chunks!r:.40} chunks for {r.nbytes} bytes"
+    from .encode import staging_bytes
+
+    for k, chunk in enumerate(r.chunks):
+        if type(chunk) is not tuple or len(chunk) != 2 or not all(type(n) is int and n >= 0 for n in chunk):
+            return f"chunk {k} is not (offset, length)"
+        offset, stored = chunk
+        raw = min(r.chunk_bytes, r.nbytes - k * r.chunk_bytes)
+        if offset % ALIGN:
+            return f"chunk {k} at offset {offset}, not {ALIGN}-aligned"
+        if r.codec == "none" and stored != raw:
+            return f"raw chunk {k} of {stored} bytes (expected {raw})"
+        if r.codec != "none" and not 0 < stored <= staging_bytes(r.chunk_bytes):
+            return f"encoded chunk {k} of {stored} bytes for a {r.chunk_bytes}-byte chunk"
+    return ""
+
+
+def _digests_problem(r: ItemRecord) -> str:
+    """One digest per chunk, hex of the algorithm's width ("" for checksum none)."""
+    width = integrity.width(r.checksum)
+    if type(r.digests) is not tuple or len(r.digests) != len(r.chunks):
+        return "digests do not match the chunks"
+    for k, d in enumerate(r.digests):
+        if type(d) is not str or len(d) != width or any(c not in "0123456789abcdef" for c in d):
+            return f"digest {k} is not a {r.checksum} digest"
+    return ""
+
+
+def _check_item(fqn: Any, item: Any, records: dict[Any, ItemRecord], path: Path) -> None:
+    """Every chunk DCP may plan a read of has its record, with the chunk's shape and dtype."""
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex, TensorStorageMetadata
+
+    if type(fqn) is not str:
+        raise InvalidCheckpoint(path, f"item key {fqn!r:.80} is not a string")
+    if type(item) is BytesStorageMetadata:
+        record = records.get(MetadataIndex(fqn))
+        if record is None or record.dtype:
+            raise InvalidCheckpoint(path, f"{fqn!r}: no byte record")
+        return
+    if type(item) is not TensorStorageMetadata:
+        raise InvalidCheckpoint(path, f"{fqn!r}: unknown item type {type(item).__name__}")
+    dtype = _tensor_dtype(fqn, item, path)
+    for k, chunk in enumerate(item.chunks if isinstance(item.chunks, list) else [None]):
+        box = _chunk_box(fqn, k, chunk, tuple(item.size), path)
+        record = records.get(MetadataIndex(fqn, box[0]))
+        if record is None or record.dtype != dtype or record.shape != box[1]:
+            raise InvalidCheckpoint(path, f"{fqn!r}: chunk {k} at {box[0]} has no record of shape {box[1]} {dtype}")
+
+
+def _tensor_dtype(fqn: str, item: Any, path: Path) -> str:
+    """The dtype name of a tensor item, after checking its size and properties."""
+    from torch.distributed.checkpoint.metadata import TensorProperties
+
+    if type(item.properties) is not TensorProperties or type(item.properties.dtype) is not torch.dtype:
+        raise InvalidCheckpoint(path, f"{fqn!r}: tensor properties without a dtype")
+    if type(item.size) is not torch.Size or not isinstance(item.chunks, list):
+        raise InvalidCheckpoint(path, f"{fqn!r}: tensor without a size and a chunk list")
+    return str(item.properties.dtype).removeprefix("torch.")
+
+
+def _chunk_box(
+    fqn: str, k: int, chunk: Any, size: tuple[int, ...], path: Path
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A saved chunk's (offsets, sizes), inside the tensor's size."""
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+
+    if type(chunk) is not ChunkStorageMetadata or type(chunk.offsets) is not torch.Size:
+        raise InvalidCheckpoint(path, f"{fqn!r}: chunk {k} is not DCP chunk metadata")
+    offsets, sizes = tuple(chunk.offsets), tuple(chunk.sizes) if type(chunk.sizes) is torch.Size else ()
+    inside = len(offsets) == len(sizes) == len(size) and all(
+        o >= 0 and n >= 0 and o + n <= s for o, n, s in zip(offsets, sizes, size)
+    )
+    if not inside:
+        raise InvalidCheckpoint(path, f"{fqn!r}: chunk {k} {offsets}+{sizes} is outside the tensor's {size}")
+    return offsets, sizes
