@@ -37,12 +37,7 @@ def save(
     """
     options = resolve(options)
     with StagingCache() as cache:
-        save_to(state_dict, path, options, checksum, cache.get(*_save_staging(options)))
-
-
-def _save_staging(options: IOOptions) -> tuple[int, int]:
-    """(count, size) of a save's staging buffers: buffer_bytes in chunk-sized buffers."""
-    return max(1, options.buffer_bytes // options.chunk_bytes), options.chunk_bytes
+        save_to(state_dict, path, options, checksum, cache.within(options.buffer_bytes, options.chunk_bytes))
 
 
 def load(

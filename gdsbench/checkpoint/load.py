@@ -50,7 +50,7 @@ def device_of(map_location: Any) -> torch.device:
 
 def _staging(cache: StagingCache, options: IOOptions, index: fmt.Index) -> StagingBuffers:
     """Staging buffers sized for the file's own chunks."""
-    return cache.get(max(1, options.buffer_bytes // options.chunk_bytes), index.chunk_bytes)
+    return cache.within(options.buffer_bytes, index.chunk_bytes)
 
 
 def _host_backend(options: IOOptions) -> str:

@@ -64,8 +64,7 @@ class Checkpointer:
 
     def save(self, state_dict: Any) -> Saved:
         """Save durably to the owned path (see gdsbench.checkpoint.save); says whether it recycled."""
-        count = max(1, self.options.buffer_bytes // self.options.chunk_bytes)
-        staging = self._staging().get(count, self.options.chunk_bytes)
+        staging = self._staging().within(self.options.buffer_bytes, self.options.chunk_bytes)
         saved = save_to(state_dict, self.path, self.options, self.checksum, staging, recycle=self.recycle)
         self.last = saved
         return saved

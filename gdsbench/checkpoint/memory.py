@@ -132,6 +132,7 @@ class StagingBuffers:
         self.count = count
         self.nbytes = nbytes
         self._made = 0
+        self.peak_bytes = 0  # the most staging memory these buffers ever held at once
         self._lock = threading.Lock()
         self._free: queue.LifoQueue[Staging] = queue.LifoQueue()
 
@@ -144,6 +145,7 @@ class StagingBuffers:
         with self._lock:
             make = self._made < self.count
             self._made += make
+            self.peak_bytes = max(self.peak_bytes, self._made * self.nbytes)
         return Staging(self.nbytes) if make else self._free.get()
 
     def give(self, buf: Staging) -> None:
@@ -174,12 +176,22 @@ class StagingBuffers:
         self.close()
 
 
+def staging_slots(budget: int, slot: int) -> int:
+    """How many staging buffers of `slot` bytes a `budget` holds: the one rule of every save and load. At least
+    one: a file's chunk (fixed at save time) larger than the budget still needs one buffer to pass through."""
+    return max(1, budget // slot)
+
+
 class StagingCache:
     """The staging buffers of one owner (a call, or a Checkpointer across its calls): one set at a time,
     kept while callers ask for the same buffer size, replaced when they ask for another."""
 
     def __init__(self) -> None:
         self._buffers: StagingBuffers | None = None
+
+    def within(self, budget: int, slot: int) -> StagingBuffers:
+        """Buffers of `slot` bytes, as many as fit in `budget` (IOOptions.buffer_bytes), at least one."""
+        return self.get(staging_slots(budget, slot), slot)
 
     def get(self, count: int, nbytes: int) -> StagingBuffers:
         """`count` buffers of `nbytes` (the ones kept, when they match)."""

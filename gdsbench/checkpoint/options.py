@@ -74,8 +74,10 @@ class IOOptions:
 
     Args:
         threads: parallel I/O workers for saves and loads (default: usable cores, 4 to 32).
-        buffer_bytes: reusable aligned staging memory of a save (and of load_into); the extra memory a
-            save uses is bounded by this plus small metadata (default 64 MiB).
+        buffer_bytes: reusable aligned staging memory of every save and load (single file, Checkpointer,
+            DCP Writer and Reader): as many buffers of one chunk (a file's own chunk when loading; plus a
+            codec's margin when compressing) as fit, at least one, so a file whose chunk exceeds this
+            stages one chunk (default 64 MiB).
         chunk_bytes: I/O and checksum granularity of a save, a multiple of 4096 (default 16 MiB);
             a load reads with the chunking the file was written with.
         backend: "auto" (O_DIRECT where the file system takes it, else buffered with a

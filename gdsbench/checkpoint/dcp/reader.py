@@ -94,6 +94,7 @@ class Reader(StorageReader):
         self.read_bytes = 0  # raw bytes this rank fetched from storage in the last load
         self._files: dict[str, int] = {}
         self._refused: CheckpointError | None = None
+        self._slot_bytes = self.options.chunk_bytes
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         """A new load begins; `checkpoint_id`, when given, is the checkpoint's directory."""
@@ -156,6 +157,7 @@ class Reader(StorageReader):
         if self._refused is not None:
             raise self._refused
         self.storage_data = metadata.storage_data
+        self._slot_bytes = _slot_of(self.storage_data.values(), self.options.chunk_bytes)
         self.rank = kwargs.get("rank", _rank())
         if not self._files:
             self._pin(metadata)
@@ -242,8 +244,7 @@ class Reader(StorageReader):
 
     def _read_file(self, name: str, file_pieces: list[backends.ReadPiece], cache: StagingCache) -> None:
         """Run one data file's reads, in file order, on the options' backend."""
-        chunk = max((r.chunk_bytes for r in self.storage_data.values()), default=self.options.chunk_bytes)
-        staging = cache.get(max(1, self.options.buffer_bytes // self.options.chunk_bytes), staging_bytes(chunk))
+        staging = cache.within(self.options.buffer_bytes, self._slot_bytes)
         backend = "buffered" if self.options.backend == "buffered" else "direct"
         reader = backends.open_reader(f"/proc/self/fd/{self._files[name]}", self.options, staging, backend)
         try:
@@ -282,6 +283,12 @@ class Reader(StorageReader):
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
         """A directory holding a committed checkpoint."""
         return isinstance(checkpoint_id, (str, os.PathLike)) and (Path(checkpoint_id) / ".metadata").is_file()
+
+
+def _slot_of(records: Any, default: int) -> int:
+    """The staging buffer a stored chunk needs: the largest chunk, with a codec's margin if any is encoded."""
+    chunk = max((r.chunk_bytes for r in records), default=default)
+    return staging_bytes(chunk) if any(r.codec != "none" for r in records) else chunk
 
 
 def _check_extent(path: Path, record: ItemRecord, size: int) -> None:

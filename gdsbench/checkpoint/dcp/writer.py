@@ -202,11 +202,9 @@ class Writer(StorageWriter, AsyncStager):
         if not plan.items:
             return []
         items = [prepare(wi, _saveable(wi, planner.resolve_data(wi))) for wi in plan.items]
-        chunk = self.options.chunk_bytes
-        staging = self._state("staging", StagingCache).get(
-            max(1, self.options.buffer_bytes // chunk), staging_bytes(chunk)
-        )
         codec = codecs.get(self.compression, threads=1)
+        slot = self.options.chunk_bytes if codec.name == "none" else staging_bytes(self.options.chunk_bytes)
+        staging = self._state("staging", StagingCache).within(self.options.buffer_bytes, slot)
         records = self._write_file(str(self.path / data_file(self.save_id, self.rank)), items, codec, staging)
         self.stats.stored_bytes = sum(r.stored_bytes for r in records)
         self.stats.raw_bytes = sum(r.nbytes for r in records)
