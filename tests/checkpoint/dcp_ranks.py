@@ -109,7 +109,7 @@ def save_program(rank: int, world_size: int, path: str, compression: str, seed: 
 
 def async_program(rank: int, world_size: int, path: str, seed: int, executor: str = "thread") -> None:
     """Two async saves through one Writer; the directory then holds the second state. On the thread executor
-    the first is awaited before the second starts (their collectives share the default group); on the
+    the first is awaited before the second starts (training_loop_program covers the overlap); on the
     process executor the second starts while the first may still be written by the executor's process, so
     the Writer must stage it into new buffers."""
     from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
@@ -127,6 +127,30 @@ def async_program(rank: int, world_size: int, path: str, seed: int, executor: st
     first.result()
     second.result()
     writer.close()
+
+
+def training_loop_program(rank: int, world_size: int, path: str, steps: int, overlap: bool) -> None:
+    """A training loop's checkpointing: each step starts an async save, then does what a step does on the
+    main thread (a barrier, an all_reduce of gradients) before, or while (`overlap`: the next save starts
+    before this one is awaited), the save runs in the background; the last state must then load whole."""
+    writer = Writer(path, options=SMALL)
+    pending = None
+    for step in range(steps):
+        future = dcp.async_save(distributed(full_state(step), world_size), storage_writer=writer)
+        dist.barrier()
+        grads = torch.full((1024,), float(rank + step))
+        dist.all_reduce(grads)
+        assert grads[0].item() == sum(r + step for r in range(world_size))
+        if overlap:
+            if pending is not None:
+                pending.result()
+            pending = future
+        else:
+            future.result()
+    if pending is not None:
+        pending.result()
+    writer.close()
+    load_program(rank, world_size, path, steps - 1, False)
 
 
 def load_program(rank: int, world_size: int, path: str, seed: int, broadcast: bool) -> None:

@@ -39,6 +39,7 @@ from ..errors import AsyncSaveFailed, OptionError
 from ..memory import StagingCache
 from ..options import IOOptions, resolve
 from ..tree import named_tensors
+from . import groups
 from .commit import commit, full_error
 from .encode import prepare, staging_bytes, write_items
 from .lock import create_held
@@ -70,6 +71,7 @@ class _InFlight:
         self.error: BaseException | None = None
         self._wrote = False
         self.elsewhere = False  # the save was handed to another process (DCP's process executor)
+        self._current = 0  # which save is in flight (a dropped earlier save must not end a later one)
 
     def wait(self) -> None:
         """Block until no save is in flight; raise (once) the previous save's failure."""
@@ -83,7 +85,8 @@ class _InFlight:
         self._idle.clear()
         self._wrote = False
         self.elsewhere = False
-        weakref.finalize(staged, self._dropped)
+        self._current += 1
+        weakref.finalize(staged, self._dropped, self._current)
 
     def wrote(self, error: BaseException | None) -> None:
         """This rank's data is written (or failed)."""
@@ -91,9 +94,12 @@ class _InFlight:
         self.error = error
         self._idle.set()
 
-    def _dropped(self) -> None:
-        """The save ended here; if it never reached write_data in this process and was not handed to another,
-        it failed before writing (planning). A save another process writes reports through DCP's future."""
+    def _dropped(self, save: int) -> None:
+        """Save number `save` ended here; if it is the one in flight and never reached write_data in this
+        process nor was handed to another, it failed before writing (planning). A save another process writes
+        reports through DCP's future; an earlier save ending changes nothing."""
+        if save != self._current:
+            return
         if not self._idle.is_set() and not self._wrote and not self.elsewhere:
             self.error = RuntimeError("it ended before writing any data (see the future DCP returned)")
         self._idle.set()
@@ -160,6 +166,12 @@ class Writer(StorageWriter, AsyncStager):
             self._local[name] = make()
         return self._local[name]
 
+    @property
+    def process_group(self) -> Any:
+        """The gloo group this Writer's background saves use (made by the first async save; None before it
+        and without a multi-rank process group)."""
+        return self._local.get("group")
+
     # -- StorageWriter ---------------------------------------------------------------------------
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
@@ -169,7 +181,11 @@ class Writer(StorageWriter, AsyncStager):
         self.save_id = uuid.uuid4().hex
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
-        """Learn this rank's role; every save writes files named by a new save id."""
+        """Learn this rank's role; every save writes files named by a new save id. A save DCP runs in the
+        background waits for the previous one to end and takes its collectives off the caller's group."""
+        groups.after_previous(self._local)
+        if groups.off_main_thread() and self._local.get("group") is not None:
+            groups.redirect(self._local["group"])
         self.is_coordinator = is_coordinator
         self.rank = kwargs.get("rank", _rank())
         self.save_id = uuid.uuid4().hex
@@ -258,6 +274,7 @@ class Writer(StorageWriter, AsyncStager):
 
         in_flight = self._state("in_flight", _InFlight)
         in_flight.wait()
+        groups.own_group(self._local)  # every rank, here, in the same order: the background save's group
         if in_flight.elsewhere:  # the last staged copy may still be read by the process writing it
             self._local.pop("staged", None)
         layout = _layout(state_dict)
