@@ -36,3 +36,11 @@ def test_first_touch_measures_every_way(disk_tmp: Path) -> None:
     lines = re.findall(r"^idle\s+0\.0 s  (.+?)\s+([\d.]+) GB/s$", out, re.M)
     assert [name for name, _ in lines] == ["anon 1 thread", "anon 2 threads", "page cache", "O_DIRECT"]
     assert sample.read_bytes() == b"\x5a" * (32 << 20)  # read, never written
+
+
+def test_dcp_ab_compares_two_checkouts_and_cleans_up(disk_tmp: Path) -> None:
+    out = run("benchmarks/dcp_ab.py", "--old", ".", "--new", ".", "--dir", str(disk_tmp), "--size", "32M",
+              "--pairs", "1")  # fmt: skip
+    ratios = dict(re.findall(r"^  (save|load)  old [\d.]+ .+ new/old x([\d.]+)$", out, re.M))
+    assert set(ratios) == {"save", "load"} and all(float(r) > 0 for r in ratios.values())
+    assert list(disk_tmp.iterdir()) == []
