@@ -22,6 +22,7 @@ from gdsbench.keys import (
     choices_text,
     duration,
     duration_or_off,
+    file_name,
     member_of,
     non_negative_int,
     one_of,
@@ -44,7 +45,7 @@ AXIS_KEYS: dict[str, Key] = {
 SWEEP_KEYS: dict[str, Key] = {
     key.name: key
     for key in (
-        Key("name", text, "a name for the results files", None, "defaults to the config file's stem"),
+        Key("name", file_name, "a file name (letters, digits, '.', '_', '-')", None, "the config file's stem"),
         Key("description", string, "a string", "", "what the sweep answers"),
         Key("directory", text, "a directory path", "/tmp/gdsbench", "where test files are made (created if missing)"),
         Key("file_size", size, "a size such as 1G or 512M", 1 << 30, "size of each test file"),

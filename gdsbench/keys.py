@@ -76,6 +76,16 @@ def text(value: Any) -> str:
     return value
 
 
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def file_name(value: Any) -> str:
+    """A name for files inside the results folder: letters, digits, '.', '_', '-', no path."""
+    if not isinstance(value, str) or not SAFE_NAME.fullmatch(value):
+        raise ValueError("a file name of letters, digits, '.', '_' or '-' (no '/', at most 128 characters)")
+    return value
+
+
 def string(value: Any) -> str:
     """Any string, empty included (free text such as a description)."""
     if not isinstance(value, str):

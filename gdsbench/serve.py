@@ -55,7 +55,8 @@ def _spell_wildcard(listen: str) -> str:
 
 
 def all_interfaces(host: Host) -> bool:
-    """True when the address is, or a name resolves to, 0.0.0.0 or :: (fio resolves names as here)."""
+    """True when the address is, or a name resolves to, 0.0.0.0 or :: (IPv4-mapped forms included; fio resolves
+    names as here)."""
     if host.kind is HostKind.SOCK:
         return False
     family = socket.AF_INET6 if host.kind is HostKind.TCP6 else socket.AF_INET
@@ -63,7 +64,14 @@ def all_interfaces(host: Host) -> bool:
         resolved = {info[4][0] for info in socket.getaddrinfo(host.address, None, family, socket.SOCK_STREAM)}
     except OSError:
         return False  # fio will say it cannot resolve it
-    return any(ipaddress.ip_address(address).is_unspecified for address in resolved)
+    return any(_as_ipv4(address).is_unspecified for address in resolved)
+
+
+def _as_ipv4(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address, an IPv4-mapped IPv6 one (`::ffff:0.0.0.0`, `::ffff:0:0`) as the IPv4 address it binds."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return mapped or ip
 
 
 def _open_warning(listen: str) -> str:

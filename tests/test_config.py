@@ -33,6 +33,9 @@ def error_of(document) -> ConfigError:
     "document,key,expected",
     [
         (with_(runtim="5s"), "runtim", "a known key"),
+        (with_(name="../../x"), "name", "a file name"),
+        (with_(name="/etc/x"), "name", "a file name"),
+        (with_(name=".hidden"), "name", "a file name"),
         (with_(file_size="1Q"), "file_size", "a size"),
         (with_(file_size=0), "file_size", "a size"),
         (with_(runtime="soon"), "runtime", "a duration"),

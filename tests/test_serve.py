@@ -23,8 +23,10 @@ from tests.fio_servers import free_port
 
 
 @pytest.mark.parametrize(
-    "listen", ["0.0.0.0:8765", ":8765", ",8765", "*", "", "::", "[::]:9000", "ip6:::,9000", "0:8765", "0.0.0.0,1"]
-)
+    "listen",
+    ["0.0.0.0:8765", ":8765", ",8765", "*", "", "::", "[::]:9000", "ip6:::,9000", "0:8765", "0.0.0.0,1",
+     "[::ffff:0.0.0.0]:8765", "[::ffff:0:0]:8765", "ip6:::ffff:0.0.0.0,8765"],
+)  # fmt: skip
 def test_all_interfaces_are_refused_by_default(listen):
     with pytest.raises(UsageError, match="binds every interface"):
         listen_host(listen, allow_all=False)
