@@ -64,7 +64,7 @@ def all_interfaces(host: Host) -> bool:
         resolved = {info[4][0] for info in socket.getaddrinfo(host.address, None, family, socket.SOCK_STREAM)}
     except OSError:
         return False  # fio will say it cannot resolve it
-    return any(_as_ipv4(address).is_unspecified for address in resolved)
+    return any(_as_ipv4(str(address)).is_unspecified for address in resolved)
 
 
 def _as_ipv4(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
