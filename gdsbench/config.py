@@ -109,16 +109,63 @@ class SweepConfig:
             raise AttributeError(name) from None
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a sweep config is a page of YAML; anything larger is a mistake or an attack
+MAX_YAML_NODES = 100_000  # nodes once aliases are expanded (an alias bomb expands to billions)
+
+
 def load(path: str | Path) -> SweepConfig:
     """Read and validate a sweep config file."""
     path = Path(path)
     try:
-        document = yaml.safe_load(path.read_text())
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(str(path), "(file)", f"a YAML file under {MAX_CONFIG_BYTES >> 20} MiB")
+        document = strict_yaml(path.read_text())
     except OSError as exc:
         raise ConfigError(str(path), "(file)", "a readable YAML file", exc.strerror) from None
     except yaml.YAMLError as exc:
         raise ConfigError(str(path), "(yaml)", f"valid YAML ({_yaml_problem(exc)})") from None
     return from_dict(document, str(path), default_name=path.stem)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (the last would silently win)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
+
+
+def strict_yaml(text: str) -> Any:
+    """A YAML document, refusing duplicate keys and documents that expand past MAX_YAML_NODES."""
+    loader = _StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expanded_size(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _check_expanded_size(root: yaml.Node) -> None:
+    """Count nodes as aliases expand them, stopping at MAX_YAML_NODES (YAMLError past it)."""
+    stack, count = [root], 0
+    while stack:
+        node = stack.pop()
+        count += 1
+        if count > MAX_YAML_NODES:
+            raise yaml.YAMLError(f"more than {MAX_YAML_NODES} values once aliases are expanded (an alias bomb?)")
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            stack.extend(v for pair in node.value for v in pair)
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -218,3 +218,35 @@ def test_null_leaves_a_key_without_default_unset():
 def test_gpu_lists_are_fios_colon_lists():
     document = with_(matrix={"engine": ["fio"], "pattern": ["read"], "gpu": [1, "0:1"]})
     assert [c["gpu"] for c in config.from_dict(document, "s.yaml").cases] == ["1", "0:1"]
+
+
+def test_a_duplicate_key_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "dup.yaml"
+    path.write_text("name: t\nrepetitions: 3\nrepetitions: 5\nmatrix: {engine: [fio], pattern: [read]}\n")
+    with pytest.raises(ConfigError, match="duplicate key 'repetitions' at line 3"):
+        config.load(path)
+
+
+def test_an_alias_bomb_is_refused_at_once(tmp_path):
+    """Nine levels of nine aliases (387 million strings once expanded) in `description`: refused before any
+    of it is built (it took 92 s and 3.3 GB, then MemoryError)."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]
+    body = "\n".join(f"  {line}" for line in lines)
+    path = tmp_path / "bomb.yaml"
+    path.write_text(f"name: t\ndescription:\n{body}\nmatrix: {{engine: [fio], pattern: [read]}}\n")
+    with pytest.raises(ConfigError, match="once aliases are expanded"):
+        config.load(path)
+
+
+def test_anchors_within_reason_still_work(tmp_path):
+    path = tmp_path / "anchors.yaml"
+    path.write_text("name: t\ndirectory: /tmp/x\nmatrix:\n  - &fio {engine: [fio], pattern: [read]}\n  - *fio\n")
+    assert len(config.load(path).cases) == 1
+
+
+def test_a_huge_config_is_refused_unread(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("name: t\n" + "# padding\n" * 200_000)
+    with pytest.raises(ConfigError, match="under 1 MiB"):
+        config.load(path)
