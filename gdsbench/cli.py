@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import shlex
 import signal
 import sys
@@ -102,6 +103,8 @@ def _execute(
     from gdsbench import results
     from gdsbench import sweep as sweep_mod
 
+    if not resume:
+        _results_folder(output)
     csv_path = resume or sweep_mod.results_path(config, output)
     meta = results.read_sidecar(csv_path) if resume else {}
     run_id = meta.get("run_id") or sweep_mod.new_run_id()
@@ -120,6 +123,11 @@ def _execute(
         with _terminate_as_interrupt():
             for row in progress.rows_with_bar(sweep_mod.run(config, writer, ctx, run_id, done), steps, err, ctx):
                 rows.append(row)
+    except GdsbenchError:
+        writer.close()
+        if not resume and not rows:
+            _remove_refused(csv_path)
+        raise
     except KeyboardInterrupt as stop:
         writer.close()
         sweep_mod.record_told(csv_path, ctx)
@@ -164,14 +172,40 @@ def _config_of(resume: Path | None) -> Path:
 
 
 def _summary(rows: list[dict[str, Any]], csv_path: Path) -> int:
-    """Print counts and failures; return the exit status (1 if any run failed)."""
+    """Print counts, failures and skip reasons (grouped); return the exit status: 1 if any run failed or
+    nothing was measured (every case skipped)."""
     counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("ok", "failed", "skipped")}
     err.print(f"rows: {counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped -> {csv_path}")
     for row in rows:
         if row["status"] == "failed":
             err.print(f"[red]failed[/] {row['case']} (rep {row['repetition']}): {row['error']}")
+    for reason, n in Counter(r["error"] for r in rows if r["status"] == "skipped").most_common():
+        err.print(f"[yellow]{n} case{'s' if n > 1 else ''}[/] {reason}", markup=True, highlight=False)
+    nothing = not counts["ok"] and not counts["failed"]
+    if nothing:
+        err.print("[red]nothing was measured[/]: every case was skipped (reasons above)")
     err.print(f"report: gdsbench report {shlex.quote(str(csv_path))}")
-    return 1 if counts["failed"] else 0
+    return 1 if counts["failed"] or nothing else 0
+
+
+def _results_folder(output: Path) -> None:
+    """Make the results folder (-o), or refuse it in one line: under a regular file, not writable."""
+    try:
+        output.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"-o {output}: cannot make the results folder: {e.strerror}") from None
+    if not os.access(output, os.W_OK | os.X_OK):
+        raise UsageError(f"-o {output}: the results folder is not writable")
+
+
+def _remove_refused(csv_path: Path) -> None:
+    """A sweep refused before its first row leaves nothing: its header-only CSV and sidecar go (both its own)."""
+    from gdsbench import results
+
+    for path in (csv_path, results.sidecar_path(csv_path)):
+        path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        results.raw_dir(csv_path).rmdir()
 
 
 def _print_plan(config: Any) -> None:

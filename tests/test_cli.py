@@ -45,6 +45,21 @@ def test_target_that_is_a_file_exits_2(tmp_path):
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.csv"))
 
 
+def test_results_folder_under_a_regular_file_exits_2(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    result = invoke("sweep", write_config(tmp_path), "-o", tmp_path / "a-file" / "results")
+    assert_exits(result, 2, one_line_error=True)
+    assert "cannot make the results folder: Not a directory" in result.output
+
+
+def test_a_sweep_with_every_case_skipped_says_why_and_fails(tmp_path):
+    matrix = {"engine": ["gdsio"], "pattern": ["read", "write"], "transfer": ["GDS"]}
+    result = invoke("sweep", write_config(tmp_path, matrix=matrix, gdsio=str(tmp_path / "no-gdsio")),
+                    "-o", tmp_path / "out")  # fmt: skip
+    assert_exits(result, 1)
+    assert "nothing was measured" in result.output and "2 cases skipped: " in result.output
+
+
 def test_dry_run_prints_each_case_and_its_command(tmp_path):
     result = invoke("sweep", write_config(tmp_path), "--dry-run")
     assert result.exit_code == 0

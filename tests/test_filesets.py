@@ -84,6 +84,7 @@ def test_root_file_system_is_refused_unless_the_config_allows_it(tmp_path):
     result = CliRunner().invoke(cli, ["sweep", str(config_path), "-o", str(tmp_path / "out")])
     assert_exits(result, 2) if result.exit_code == 2 else pytest.fail(result.output)
     assert "findmnt -T" in result.output
+    assert list((tmp_path / "out").iterdir()) == []  # a refused sweep leaves no header-only CSV nor sidecar
 
 
 def test_h100_and_h200_configs_say_what_they_need():
