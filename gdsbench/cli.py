@@ -181,7 +181,7 @@ def _summary(rows: list[dict[str, Any]], csv_path: Path) -> int:
             err.print(f"[red]failed[/] {row['case']} (rep {row['repetition']}): {row['error']}")
     for reason, n in Counter(r["error"] for r in rows if r["status"] == "skipped").most_common():
         err.print(f"[yellow]{n} case{'s' if n > 1 else ''}[/] {reason}", markup=True, highlight=False)
-    nothing = not counts["ok"] and not counts["failed"]
+    nothing = counts["skipped"] and not counts["ok"] and not counts["failed"]
     if nothing:
         err.print("[red]nothing was measured[/]: every case was skipped (reasons above)")
     err.print(f"report: gdsbench report {shlex.quote(str(csv_path))}")

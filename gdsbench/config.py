@@ -18,6 +18,7 @@ from gdsbench.errors import ConfigError
 from gdsbench.hosts import HostError, parse_hosts
 from gdsbench.keys import (
     Key,
+    at_most,
     boolean,
     choices_text,
     duration,
@@ -32,13 +33,20 @@ from gdsbench.keys import (
     text,
 )
 
+MAX_THREADS = 4096  # fio's own job limit (REAL_MAX_JOBS)
+MAX_IODEPTH = 65536
+
 #: The axes every matrix has besides `engine`, with the value used when a matrix leaves one out.
 AXIS_KEYS: dict[str, Key] = {
     "pattern": Key("pattern", member_of(Pattern), choices_text(Pattern), None, "access pattern"),
     "transfer": Key("transfer", member_of(Transfer), choices_text(Transfer), Transfer.CPU_ONLY, "transfer type"),
     "io_size": Key("io_size", size, "a size such as 4K, 128K, 1M, 16M", 1 << 20, "bytes per I/O"),
-    "threads": Key("threads", positive_int, "a positive integer", 1, "jobs/threads in parallel"),
-    "iodepth": Key("iodepth", positive_int, "a positive integer", 1, "I/Os in flight per thread"),
+    "threads": Key(
+        "threads", at_most(MAX_THREADS), f"an integer from 1 to {MAX_THREADS}", 1, "jobs/threads in parallel"
+    ),
+    "iodepth": Key(
+        "iodepth", at_most(MAX_IODEPTH), f"an integer from 1 to {MAX_IODEPTH}", 1, "I/Os in flight per thread"
+    ),
 }
 
 #: Settings of the whole sweep (top-level YAML keys), besides matrix, exclude and runner options.

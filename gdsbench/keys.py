@@ -55,6 +55,18 @@ def positive_int(value: Any) -> int:
     return value
 
 
+def at_most(limit: int) -> Callable[[Any], int]:
+    """A positive integer up to `limit` (fio runs at most 4096 jobs; a deeper queue than 65536 is a typo)."""
+
+    def parse(value: Any) -> int:
+        number = positive_int(value)
+        if number > limit:
+            raise ValueError(f"more than {limit}")
+        return number
+
+    return parse
+
+
 def non_negative_int(value: Any) -> int:
     """An integer >= 0."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:

@@ -34,6 +34,11 @@ def error_of(document) -> ConfigError:
     [
         (with_(runtim="5s"), "runtim", "a known key"),
         (with_(name="../../x"), "name", "a file name"),
+        (
+            with_(matrix={"engine": ["fio"], "pattern": ["read"], "threads": [100_000_000]}),
+            "matrix.threads[0]",
+            "an integer from 1 to 4096",
+        ),
         (with_(name="/etc/x"), "name", "a file name"),
         (with_(name=".hidden"), "name", "a file name"),
         (with_(file_size="1Q"), "file_size", "a size"),
@@ -51,7 +56,7 @@ def error_of(document) -> ConfigError:
         (
             with_(matrix={"engine": ["fio"], "pattern": ["read"], "threads": [1, True]}),
             "matrix.threads[1]",
-            "positive integer",
+            "an integer from 1 to 4096",
         ),
         (
             with_(matrix={"engine": ["fio"], "pattern": ["read"], "io_sizes": ["4K"]}),
