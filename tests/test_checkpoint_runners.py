@@ -413,3 +413,24 @@ def test_a_failed_torchrun_is_named_by_its_root_cause(recorded, expected):
     stderr = (ROOT / "tests" / "data" / "torchrun" / f"{recorded}.stderr").read_text()
     assert launcher_failure(stderr, 1) == expected
     assert launcher_failure("", 3) == "torchrun exited 3"
+
+
+def test_dcp_fast_is_skipped_where_o_direct_cannot_be_probed():
+    """dcp_fast rows say O_DIRECT: where no file can be opened with it (procfs takes no new file) the case is
+    skipped with why, as fastpersist's is (it ran through the page cache, labelled O_DIRECT, before)."""
+    case = cases("dcp_fast", "CPU_ONLY")[Pattern.SAVE]
+    reason = runners.get("dcp_fast").unavailable(case, RunContext(directory=Path("/proc/self/gdsbench"), file_size=1))
+    assert reason is not None and reason.startswith("O_DIRECT does not work in /proc/self/gdsbench")
+
+
+def test_ranks_turn_an_o_direct_fallback_into_an_error():
+    import warnings
+
+    from gdsbench.checkpoint import DirectIOFallbackWarning
+    from gdsbench.runners.checkpoint.rank import quiet_but_direct
+
+    with warnings.catch_warnings():
+        quiet_but_direct()
+        warnings.warn("quiet", UserWarning, stacklevel=1)  # other warnings stay quiet
+        with pytest.raises(DirectIOFallbackWarning):
+            warnings.warn(DirectIOFallbackWarning("O_DIRECT refused"), stacklevel=1)

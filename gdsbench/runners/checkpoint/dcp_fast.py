@@ -12,6 +12,7 @@ from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.keys import Key, boolean
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.checkpoint.distributed import DistributedRunner
+from gdsbench.runners.checkpoint.fastpersist import odirect_reason
 
 
 class DcpFast(DistributedRunner):
@@ -30,12 +31,13 @@ class DcpFast(DistributedRunner):
     )  # fmt: skip
 
     def available(self, case: Case, ctx: RunContext) -> str | None:
-        """The codec's library must be installed."""
+        """The codec's library must be installed; O_DIRECT must work in the directory (the rows say O_DIRECT:
+        a page-cache fallback would measure memory, and the ranks refuse it too)."""
         from gdsbench.checkpoint import codec
 
         if case.get("compression") not in codec.names():
             return f"codec {case.get('compression')!r} needs its library: pip install blosc2 zstandard"
-        return None
+        return odirect_reason(str(ctx.directory))
 
     def call(self, case: Case) -> str:
         """The DCP call with our writer or reader and its options."""

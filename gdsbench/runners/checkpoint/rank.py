@@ -202,13 +202,22 @@ def node_workload(job: dict[str, Any]) -> Path:
     return path
 
 
+def quiet_but_direct() -> None:
+    """Ranks print no warnings, but an O_DIRECT fallback is an error: a row that says O_DIRECT must not
+    measure the page cache."""
+    from gdsbench.checkpoint import DirectIOFallbackWarning
+
+    warnings.simplefilter("ignore")
+    warnings.simplefilter("error", DirectIOFallbackWarning)
+
+
 def main(argv: list[str]) -> int:
     """Join the process group torchrun set up (gloo on CPU, NCCL beside it on CUDA), run the job, gather
     every rank's figures (or errors) on rank 0, which writes them for the launcher."""
     from torch.distributed.checkpoint.api import CheckpointException
 
     job = parse(argv)
-    warnings.simplefilter("ignore")
+    quiet_but_direct()
     dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
     rank, generated = dist.get_rank(), None
     if job["workload_file"] is None:
