@@ -210,7 +210,7 @@ def _measure(step: Step, ctx: RunContext, run_id: str) -> tuple[dict[str, Any], 
     """Run one step on this machine and turn its Measurement, or its error, into a row."""
     runner = runners.get(step.case.engine)
     started = _now()
-    command = shlex.join(runner.command(step.case, ctx))
+    command = " ".join([*overrides(getattr(runner, "environment", ())), shlex.join(runner.command(step.case, ctx))])
     try:
         measurement = runner.run(step.case, ctx)
     except GdsbenchError as exc:
@@ -311,9 +311,25 @@ def metadata(config: SweepConfig, run_id: str) -> dict[str, Any]:
         "config": dict(config.raw),
         "settings": {**config.settings, "hosts": [host.label for host in config.hosts]},
         "cases": len(config.cases),
+        "environment": environment(RECORDED_ENV),
         **{key: value for key, value in facts.items() if key != "topology"},
         "fingerprint": {"hosts": fingerprints(config.hosts, facts["topology"])},
     }
+
+
+#: Environment variables that change what a run does (gdsbench.checkpoint's IOOptions, cuFile, kvikio, threads).
+RECORDED_ENV = ("GDSBENCH_", "CUFILE_", "KVIKIO_", "OMP_NUM_THREADS")
+
+
+def environment(prefixes: tuple[str, ...]) -> dict[str, str]:
+    """Every environment variable starting with one of `prefixes`, sorted by name."""
+    return {k: v for k, v in sorted(os.environ.items()) if prefixes and k.startswith(prefixes)}
+
+
+def overrides(prefixes: tuple[str, ...]) -> list[str]:
+    """`NAME=value` words for those variables, as a shell spells them before a command (so a row's command
+    runs again as it ran)."""
+    return [f"{k}={shlex.quote(v)}" for k, v in environment(prefixes).items()]
 
 
 #: What the sidecar says of a remote host before (or without) what its fio server tells.

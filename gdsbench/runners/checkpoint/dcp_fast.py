@@ -19,6 +19,7 @@ class DcpFast(DistributedRunner):
     """gdsbench.checkpoint.Writer / Reader under DCP."""
 
     name = "dcp_fast"
+    environment = ("GDSBENCH_IO_",)  # IOOptions fields the environment overrides (recorded in rows)
     description = "torch.distributed.checkpoint with gdsbench.checkpoint.Writer/Reader (O_DIRECT, checksummed, codecs)"
     calls = {
         Pattern.SAVE: "torch.distributed.checkpoint.save(gdsbench.checkpoint.Writer)",

@@ -43,6 +43,7 @@ class FastPersist(InProcessRunner):
     """gdsbench.checkpoint through a Checkpointer."""
 
     name = "fastpersist"
+    environment = ("GDSBENCH_IO_",)  # IOOptions fields the environment overrides (recorded in rows)
     description = (
         "gdsbench.checkpoint: parallel O_DIRECT (CPU_ONLY) or buffered (CPU_CACHED) saves and loads, checksummed"
     )
