@@ -1,6 +1,7 @@
 """Compare two results files case by case: new median bandwidth / base median, with a noise-aware verdict.
 
-Cases match on the `case` column (engine and every parameter) and, in multi-host sweeps, on the host:
+Cases match on the `case` column (engine and every parameter, a parameter one file does not name counting
+as its default: files written before a parameter existed still match) and, in multi-host sweeps, on the host:
 a fio server's label or `all` (a host present in one run only is named). The machine a sweep ran on
 is not part of the match, so a run compares with an older run of the same sweep on another day or
 machine; when the two runs' topology fingerprints differ (sidecars), the differing fields are named.
@@ -66,17 +67,28 @@ def host_keys(frame: pd.DataFrame, servers: set[str]) -> pd.Series:
     return frame["host"].astype(str).where(frame["host"].astype(str).isin(servers | {AGGREGATE}), "")
 
 
-def summarise(frame: pd.DataFrame, servers: set[str] | None = None) -> pd.DataFrame:
+def match_key(case: str, defaults: Mapping[str, str]) -> str:
+    """A case's identity for matching: its parameters, less those at their default value."""
+    parts = [part.split("=", 1) for part in case.split(",")]
+    kept = [f"{k}={v}" for k, v in (p if len(p) == 2 else (p[0], "") for p in parts) if defaults.get(k) != v]
+    return ",".join(kept)
+
+
+def summarise(
+    frame: pd.DataFrame, servers: set[str] | None = None, defaults: Mapping[str, str] | None = None
+) -> pd.DataFrame:
     """Per (case, host): repetitions, median, min and max bandwidth of ok rows, whether any row failed,
-    and the flags of its rows."""
-    frame = frame.assign(host_key=host_keys(frame, servers or set()), flags=frame.get("flags"))
-    keys = ["case", "host_key"]
+    and the flags of its rows; indexed by the case's match key, `case` the first spelling seen."""
+    matched = frame["case"].astype(str).map(lambda c: match_key(c, defaults or {}))
+    frame = frame.assign(host_key=host_keys(frame, servers or set()), flags=frame.get("flags"), match=matched)
+    keys = ["match", "host_key"]
     ok = frame[frame["status"] == "ok"].groupby(keys, sort=False)["bw_bytes"].agg(["size", "median", "min", "max"])
     statuses = frame.groupby(keys, sort=False)["status"].agg(lambda s: ",".join(sorted(set(s))))
     marks = frame.groupby(keys, sort=False)["flags"].agg(
         lambda cells: flags.text(n for cell in cells for n in flags.parse(cell))
     )
-    table = ok.rename(columns={"size": "n"}).reindex(statuses.index).join(statuses).join(marks)  # file order
+    cases = frame.groupby(keys, sort=False)["case"].first()
+    table = ok.rename(columns={"size": "n"}).reindex(statuses.index).join(statuses).join(marks).join(cases)
     table["n"] = table["n"].fillna(0).astype(int)
     return table
 
@@ -104,9 +116,18 @@ def compare(
     warnings: tuple[str, ...] = (),
 ) -> Comparison:
     """Match (case, host) pairs and compute ratio, verdict and regression for each; `servers` are the
-    fio server labels of multi-host sweeps (rows of other hosts match whatever machine they ran on)."""
-    left, right = summarise(base, servers), summarise(new, servers)
+    fio server labels of multi-host sweeps (rows of other hosts match whatever machine they ran on).
+    UsageError when the two runs have no case in common: a gate that compared nothing must not pass."""
+    from gdsbench.config import case_defaults
+
+    defaults = case_defaults()
+    left, right = summarise(base, servers, defaults), summarise(new, servers, defaults)
     common = [key for key in left.index if key in right.index]
+    if not common:
+        raise UsageError(
+            f"compare: no case in common ({len(left)} in BASE, {len(right)} in NEW): nothing was compared; "
+            "are these runs of the same sweep?"
+        )
     rows = []
     for key in common:
         b, n = left.loc[key], right.loc[key]
@@ -117,7 +138,7 @@ def compare(
         regression = (word == "failed" and b["n"] > 0) or (word == "slower" and ratio < 1 - threshold)
         rows.append(
             {
-                "case": key[0],
+                "case": n["case"],
                 "host": key[1],
                 "base_n": b["n"],
                 "base_bw": b["median"],
@@ -131,8 +152,8 @@ def compare(
             }
         )
     table = pd.DataFrame(rows, columns=COLUMNS)
-    only_base = tuple(_name(k) for k in left.index if k not in right.index)
-    only_new = tuple(_name(k) for k in right.index if k not in left.index)
+    only_base = tuple(_name((left.loc[k, "case"], k[1])) for k in left.index if k not in right.index)
+    only_new = tuple(_name((right.loc[k, "case"], k[1])) for k in right.index if k not in left.index)
     return Comparison(table, only_base, only_new, threshold, (*host_warnings(left, right), *warnings))
 
 
@@ -240,18 +261,21 @@ def render(comparison: Comparison, fmt: str, base: str = "BASE", new: str = "NEW
     ]
     notes = [f"only in {base}: {case}" for case in comparison.only_base]
     notes += [f"only in {new}: {case}" for case in comparison.only_new]
+    if comparison.only_base or comparison.only_new:
+        notes.append(
+            f"left out: {len(comparison.only_base)} case(s) of BASE and {len(comparison.only_new)} of NEW have no "
+            "match on the other side"
+        )
     notes += [f"warning: {line.replace('BASE', base).replace('NEW', new)}" for line in comparison.warnings]
     count = len(comparison.regressions)
     notes.append(
         f"{count} regression{'s' if count != 1 else ''} beyond {comparison.threshold:.0%} "
         f"({len(table)} cases compared; verdict 'same' = ranges overlap or change within combined spread)"
     )
+    title = f"NEW {new} vs BASE {base}"
     if fmt == "markdown":
-        return (
-            "\n".join([f"### {new} vs {base}", "", *tables.md_table(header, rows), "", *(f"- {n}" for n in notes)])
-            + "\n"
-        )
-    return tables.plain_text(tables.rich_table(f"{new} vs {base}", header, rows), *notes)
+        return "\n".join([f"### {title}", "", *tables.md_table(header, rows), "", *(f"- {n}" for n in notes)]) + "\n"
+    return tables.plain_text(tables.rich_table(title, header, rows), *notes)
 
 
 def _flag_change(base: str, new: str) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from gdsbench import runners
-from gdsbench.cases import CORE_AXES, Case, Pattern, Transfer, cross_product, matches, unique
+from gdsbench.cases import CORE_AXES, Case, Pattern, Transfer, cross_product, matches, plain, unique
 from gdsbench.errors import ConfigError
 from gdsbench.hosts import HostError, parse_hosts
 from gdsbench.keys import (
@@ -301,3 +301,10 @@ def _excludes(source: str, rules: Any) -> list[dict[str, Any]]:
                 raise ConfigError(source, f"exclude[{index}].{name}", "a matrix axis: " + ", ".join(keys))
         parsed.append({name: _parse(source, f"exclude[{index}].{name}", keys[name], v) for name, v in rule.items()})
     return parsed
+
+
+def case_defaults() -> dict[str, str]:
+    """Every case parameter's default as a case string spells it (`unlink` -> `False`): a parameter that a
+    results file does not name had this value (files written before the parameter existed)."""
+    keys = {**AXIS_KEYS, **runners.option_keys()}
+    return {name: str(plain(key.default)) for name, key in keys.items()}

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     import pandas
 
 #: Columns every results file has, in this order; runner options follow them as extra columns.
+#: The results schema this version writes (in the sidecar's `schema_version`). 1: files written before it was
+#: recorded, read the same way (a column they lack is empty; a case parameter they lack matches its default).
+SCHEMA_VERSION = 2
+
 COLUMNS = (
     "run_id",
     "host",

@@ -307,6 +307,7 @@ def metadata(config: SweepConfig, run_id: str) -> dict[str, Any]:
     facts = sysinfo.collect(Path(config.directory), config.options)
     return {
         "run_id": run_id,
+        "schema_version": results.SCHEMA_VERSION,
         "config_file": str(Path(config.source).resolve()),
         "config": dict(config.raw),
         "settings": {**config.settings, "hosts": [host.label for host in config.hosts]},

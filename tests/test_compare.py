@@ -99,7 +99,7 @@ def test_failed_cases_are_regressions_and_one_sided_cases_listed(tmp_path: Path)
     assert result.only_new == ()
     assert result.regressions["verdict"].tolist() == ["failed"]
     text = compare.render(result, "markdown", "base.csv", "new.csv")
-    assert text.startswith("### new.csv vs base.csv")
+    assert text.startswith("### NEW new.csv vs BASE base.csv")
     assert "| pattern | transfer | io_size | threads | base bw | new bw | new/base | verdict |" in text
     assert "- only in base.csv: engine=fio,pattern=read,transfer=CPU_CACHED,io_size=4096," in text
     assert "| write | CPU_ONLY | 4K | 1 |" in text
@@ -116,3 +116,41 @@ def test_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     run = CliRunner().invoke(cli, ["compare", str(SAMPLE), str(tmp_path / "nope.csv")])
     assert_exits(run, 2, one_line_error=True)
     assert "no such results file" in run.output
+
+
+def with_new_default_key(frame: pd.DataFrame) -> pd.DataFrame:
+    """The same rows as a newer version writes them: `unlink=False` (its default) in every fio case."""
+    return frame.assign(case=frame["case"].str.replace(",gpu=", ",unlink=False,gpu=", regex=False))
+
+
+def test_a_baseline_from_an_earlier_version_still_matches_every_case(tmp_path: Path) -> None:
+    """The committed sample has no `unlink` key; current rows name it at its default: every case matches
+    (0 cases matched, and the gate passed, before)."""
+    new = variant(tmp_path, "new", with_new_default_key)
+    assert "unlink=False" in results.load([new])["case"].iloc[0]
+    result = compare.compare_files(SAMPLE, new)
+    assert len(result.table) == results.load([SAMPLE])["case"].nunique()
+    assert not result.only_base and not result.only_new and set(result.table["verdict"]) <= {"same", "skipped"}
+
+
+def test_a_non_default_value_still_tells_cases_apart(tmp_path: Path) -> None:
+    new = variant(tmp_path, "new", lambda f: f.assign(case=f["case"].str.replace(",gpu=", ",unlink=True,gpu=")))
+    with pytest.raises(Exception, match="no case in common"):
+        compare.compare_files(SAMPLE, new)
+
+
+def test_runs_with_no_case_in_common_are_an_error_not_a_pass(tmp_path: Path) -> None:
+    new = variant(tmp_path, "new", lambda f: f.assign(case=f["case"].str.replace("iodepth=8", "iodepth=3")))
+    result = CliRunner().invoke(cli, ["compare", str(SAMPLE), str(new)])
+    assert_exits(result, 2, one_line_error=True)
+    assert "no case in common" in result.output and "nothing was compared" in result.output
+
+
+def test_a_partial_match_says_how_many_cases_each_side_left_out(tmp_path: Path) -> None:
+    def drop_one(frame: pd.DataFrame) -> pd.DataFrame:
+        first = frame["case"].iloc[0]
+        return frame[frame["case"] != first]
+
+    new = variant(tmp_path, "new", drop_one)
+    text = compare.render(compare.compare_files(SAMPLE, new), "text", "base.csv", "new.csv")
+    assert "left out: 1 case(s) of BASE and 0 of NEW have no match" in text
