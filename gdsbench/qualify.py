@@ -265,7 +265,10 @@ def evaluate(check: Check, frame: pd.DataFrame) -> Outcome:
     if rows.empty:
         scope = f" on host {check.host}" if check.host is not None else ""
         return Outcome(
-            check.name, FAIL, f"no rows match {where_text(check.where)}{scope}; check where: against the sweep"
+            check.name,
+            FAIL,
+            f"no rows match {where_text(check.where)}{scope}; check where: against the sweep",
+            failure="NoMatchingRows",
         )
     ok, failed = rows[rows["status"] == "ok"], rows[rows["status"] == "failed"]
     seconds = float(ok["seconds"].fillna(0).sum()) if "seconds" in ok else 0.0
@@ -277,19 +280,21 @@ def evaluate(check: Check, frame: pd.DataFrame) -> Outcome:
             f"{failed['case'].nunique()} case(s) failed: {first['error']}",
             details=first["case"],
             seconds=seconds,
+            failure="CaseFailed",
         )
     if ok.empty:
         reason = str(rows.iloc[0]["error"]).removeprefix("skipped: ")
         return Outcome(check.name, SKIP, f"all {rows['case'].nunique()} matching case(s) skipped: {reason}")
-    flagged = _flagged(check, ok)
-    if flagged is not None:
-        return Outcome(check.name, FAIL, flagged[0], flagged[1], seconds)
     status, message, details = JUDGES[check.kind](check, ok)
-    return Outcome(check.name, status, message, details, seconds)
+    flagged = _flagged(check, ok, message)
+    if flagged is not None:
+        return Outcome(check.name, FAIL, flagged[0], f"{flagged[1]}\n{details}".strip(), seconds, "Flagged")
+    return Outcome(check.name, status, message, details, seconds, "ThresholdNotMet")
 
 
-def _flagged(check: Check, ok: pd.DataFrame) -> tuple[str, str] | None:
-    """(message, details) when rows carry guard-rail flags the check does not allow, else None."""
+def _flagged(check: Check, ok: pd.DataFrame, measured: str) -> tuple[str, str] | None:
+    """(message, details) when rows carry guard-rail flags the check does not allow, else None: what was
+    measured, which flag on which row, and the exact line that accepts it."""
     if "flags" not in ok:
         return None
     names = ok["flags"].map(lambda cell: [n for n in flags.parse(cell) if n not in check.allow])
@@ -297,8 +302,12 @@ def _flagged(check: Check, ok: pd.DataFrame) -> tuple[str, str] | None:
     if hit.empty:
         return None
     raised = flags.text(n for found in names for n in found)
-    message = f"{len(hit)} row(s) flagged {raised} (allow_flags: [...] accepts them): " + "; ".join(
-        flags.remedies(raised.split(","))
+    first = hit.iloc[0]
+    accept = f"allow_flags: [{', '.join(sorted({*check.allow, *raised.split(',')}))}]"
+    message = (
+        f"flagged {raised} on {len(hit)} row(s), first {first['case']} rep {first['repetition']} "
+        f"(measured: {measured}); if the flag is expected here, add `{accept}` to this check: "
+        + "; ".join(flags.remedies(raised.split(",")))
     )
     details = "\n".join(
         f"{r['case']} host={r.get('host')} rep={r['repetition']}: {r['flags']}" for _, r in hit.iterrows()

@@ -267,3 +267,21 @@ def test_bad_where_values_name_the_key(where: dict, key: str) -> None:
     with pytest.raises(ConfigError) as caught:
         qualify.parse_check("q.yaml", "checks[0]", {"where": where, "min_bw": "1GiB/s"})
     assert caught.value.key == key
+
+
+def test_a_flagged_check_says_what_was_measured_which_flag_where_and_the_line_to_add(tmp_path: Path) -> None:
+    """The checkpoint sample's repetitions swing (flagged unstable) though every value passes: the FAIL line
+    gives the measured value, the flag, the row and the exact allow_flags line; JUnit says Flagged, not
+    ThresholdNotMet (it printed neither value nor line, and `(allow_flags: [...] accepts them)` literally)."""
+    checks = [{"name": "saves", "where": {"pattern": "load", "engine": "fastpersist"}, "min_bw": "1MiB/s"}]
+    document = {**yaml.safe_load((ROOT / "configs" / "checkpoint.yaml").read_text()), "checks": checks}
+    path = tmp_path / "q.yaml"
+    path.write_text(yaml.safe_dump(document))
+    junit = tmp_path / "q.xml"
+    result = run("qualify", str(path), "--results", str(CHECKPOINT_SAMPLE), "--junit", str(junit))
+    assert_exits(result, 1)
+    line = next(line for line in result.output.splitlines() if line.startswith("FAIL saves:"))
+    assert "flagged unstable on" in line and "rep " in line and "(measured: " in line and "worst " in line
+    assert "add `allow_flags: [unstable]` to this check" in line and "[...]" not in line
+    failure = suite(junit).find("testcase/failure")
+    assert failure is not None and failure.get("type") == "Flagged"

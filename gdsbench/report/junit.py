@@ -26,6 +26,7 @@ class Outcome:
     message: str
     details: str = ""
     seconds: float = 0.0
+    failure: str = "ThresholdNotMet"  # the JUnit failure type: ThresholdNotMet, Flagged, CaseFailed, NoMatchingRows
 
 
 def to_xml(
@@ -65,7 +66,7 @@ def _testcase(outcome: Outcome, suite: str) -> ET.Element:
     """One <testcase>, with <failure> or <skipped> when it did not pass."""
     case = ET.Element("testcase", name=outcome.name, classname=f"qualify.{suite}", time=f"{outcome.seconds:.3f}")
     if outcome.status == FAIL:
-        ET.SubElement(case, "failure", message=outcome.message, type="ThresholdNotMet").text = outcome.details
+        ET.SubElement(case, "failure", message=outcome.message, type=outcome.failure).text = outcome.details
     elif outcome.status == SKIP:
         ET.SubElement(case, "skipped", message=outcome.message)
     out = ET.SubElement(case, "system-out")
