@@ -35,6 +35,8 @@ LINK_MARGIN = 1.02
 THROTTLE_DROP = 0.75
 #: Windows a job's series needs (beyond the first and the last, partial ones) to judge throttling.
 THROTTLE_WINDOWS = 6
+#: Throttling (heat, an SSD's write cache running out) shows over sustained load: shorter runs are not judged.
+THROTTLE_MIN_S = 5.0
 BUFFERED = ("CPU_CACHED", "CPU_CACHED_GPU")
 READS = ("read", "randread")
 WRITES = ("write", "randwrite")
@@ -108,7 +110,7 @@ def row_flags(row: Mapping[str, Any], series: Sequence[Sequence[Any]] = ()) -> l
     seconds = row.get("seconds")
     if isinstance(seconds, (int, float)) and seconds < TOO_SHORT_S:
         found.append("too_short")
-    if throttled(series):
+    if isinstance(seconds, (int, float)) and seconds >= THROTTLE_MIN_S and throttled(series):
         found.append("throttled")
     return found
 
@@ -201,7 +203,7 @@ def unstable(frame: pd.DataFrame, sidecars: Mapping[str, Any]) -> list[Any]:
     for run in _runs(frame):
         for _, group in run.groupby(["host", "case"], sort=False):
             bw = group["bw_bytes"].dropna()
-            if len(bw) < 2 or bw.median() <= 0:
+            if len(bw) < 2 or bw.median() <= 0 or _any_too_short(group):
                 continue
             spread = (bw - bw.median()).abs().median() / bw.median()
             ordered = group.sort_values("repetition")["bw_bytes"]
@@ -209,6 +211,12 @@ def unstable(frame: pd.DataFrame, sidecars: Mapping[str, Any]) -> list[Any]:
             if spread > UNSTABLE_MAD or lagged:
                 flagged += list(group.index)
     return flagged
+
+
+def _any_too_short(group: pd.DataFrame) -> bool:
+    """A repetition too short to judge (flagged too_short only: its spread is start-up noise)."""
+    seconds = group.get("seconds")
+    return seconds is not None and bool((seconds.astype(float) < TOO_SHORT_S).any())
 
 
 def above_link(frame: pd.DataFrame, sidecars: Mapping[str, Any]) -> list[Any]:
