@@ -302,3 +302,18 @@ def test_formats_are_the_modules_that_register_themselves():
     assert list(option.type.choices) == list(report.format_names())
     with pytest.raises(UsageError, match="--format: expected one of csv, markdown, text"):
         report.renderer("yaml")
+
+
+def test_by_never_pools_reads_with_writes_and_names_what_it_pooled():
+    """`--by transfer,io_size` on reads and writes at 1 and 4 threads: pattern stays apart, and the notes say
+    that threads were pooled (the README's example silently pooled both before)."""
+    rows = [
+        row(pattern=pattern, threads=threads, repetition=rep, bw_bytes=bw * threads, transfer="CPU_ONLY")
+        for pattern, bw in (("read", 100 << 20), ("write", 10 << 20))
+        for threads in (1, 4)
+        for rep in (1, 2, 3)
+    ]
+    built = summary.build(pd.DataFrame(rows), ["transfer", "io_size"])
+    assert built.groups[0] == "pattern" and len(built.summary) == 2
+    notes = "\n".join(built.notes.warnings)
+    assert "also grouped by pattern (never pooled)" in notes and "pools rows over threads (1, 4)" in notes

@@ -26,6 +26,31 @@ def default_groups(frame: pd.DataFrame) -> list[str]:
     return runs + (varying or ["engine", "pattern"])
 
 
+NEVER_POOLED = ("engine", "pattern")  # reads with writes, or one engine with another, are never one figure
+
+
+def asked_groups(frame: pd.DataFrame, groups: list[str]) -> tuple[list[str], list[str]]:
+    """--by's columns plus engine and pattern where they vary (never pooled), and the varying parameters
+    pooled into each group (named in a note)."""
+    ok = frame[frame["status"] == "ok"]
+    varying = [c for c in parameters(ok.columns) if ok[c].nunique(dropna=True) > 1]
+    added = [c for c in NEVER_POOLED if c in varying and c not in groups]
+    pooled = [c for c in varying if c not in groups and c not in added]
+    return [*added, *groups], pooled
+
+
+def pooled_note(frame: pd.DataFrame, asked: list[str], added: list[str], pooled: list[str]) -> list[str]:
+    """What --by did beyond the columns asked for: the columns it kept apart, those it pooled over."""
+    notes = []
+    if added:
+        notes.append(f"--by {','.join(asked)}: also grouped by {', '.join(added)} (never pooled)")
+    if pooled:
+        ok = frame[frame["status"] == "ok"]
+        values = "; ".join(f"{c} ({', '.join(map(str, sorted(ok[c].dropna().unique(), key=str)))})" for c in pooled)
+        notes.append(f"--by {','.join(asked)}: each group pools rows over {values}")
+    return notes
+
+
 def check_columns(frame: pd.DataFrame, groups: list[str]) -> None:
     """Refuse grouping by a column the results do not have, naming those it has."""
     unknown = [c for c in groups if c not in frame.columns]
@@ -88,8 +113,12 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
     Every guard rail is judged first (flags.annotate): flags show per group, with their remedies,
     stragglers and links below their maximum in the notes.
     """
+    asked, pooling = list(groups or []), list[str]()
+    if groups:
+        check_columns(frame, groups)
+        groups, pooling = asked_groups(frame, groups)
     groups = groups or default_groups(frame)
-    check_columns(frame, groups)
+    pooled = pooled_note(frame, asked, [g for g in groups if g not in asked], pooling) if asked else []
     metas = trust.sidecars(frame)
     frame = flags.annotate(frame, metas)
     summary = aggregate(frame, groups)
@@ -104,7 +133,8 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
             NOTES_TITLE,
             tuple(tables.problems(frame)),
             tuple(
-                tables.warnings(summary)
+                pooled
+                + tables.warnings(summary)
                 + ceilings.warnings(ratios)
                 + trust.flag_notes(frame)
                 + trust.straggler_notes(frame, groups)
