@@ -75,9 +75,10 @@ OPTIONS: tuple[Key, ...] = (
     Key(
         "cache",
         one_of(*CACHE_STATES),
-        "cold or warm",
+        "cold, cold-machine or warm",
         "cold",
-        "page cache before a checkpoint load: cold (dropped or fadvised away) or warm (files read once)",
+        "page cache before a checkpoint load: cold (the checkpoint's files evicted: fsync + posix_fadvise), "
+        "cold-machine (the whole page cache dropped, root only) or warm (files read once)",
     ),
     Key("seed", non_negative_int, "a non-negative integer", 0, "seed of the preset's random values"),
     Key(
