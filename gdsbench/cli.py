@@ -87,6 +87,8 @@ def sweep(
         raise UsageError("--skip-failed: only with --resume RESULTS.csv")
     config_file = config_file or _config_of(resume)
     config = config_mod.load(config_file)
+    if gdsio_path and not (Path(gdsio_path).is_file() and os.access(gdsio_path, os.X_OK)):
+        raise UsageError(f"--gdsio {gdsio_path}: no executable file there")
     if gdsio_path:
         config = dataclasses.replace(config, options={**config.options, "gdsio": gdsio_path})
     if dry_run:
@@ -110,6 +112,9 @@ def _execute(
     run_id = meta.get("run_id") or sweep_mod.new_run_id()
     ctx = sweep_mod.context(config, csv_path)
     sweep_mod.prepare_target(ctx.directory)
+    torn = results.cut_torn_line(csv_path) if resume else 0
+    if torn:
+        err.print(f"[yellow]{csv_path}: its last row was torn ({torn} bytes cut off); it runs again[/]")
     done = sweep_mod.resume(config, csv_path, skip_failed) if resume else frozenset()
     writer = results.ResultWriter(csv_path, sweep_mod.columns(config))
     if not resume:
@@ -131,7 +136,7 @@ def _execute(
     except KeyboardInterrupt as stop:
         writer.close()
         sweep_mod.record_told(csv_path, ctx)
-        kept = sum(1 for r in rows if r["status"] != "warmup")
+        kept = len(results.read_rows(csv_path)[1])
         err.print(f"\ninterrupted: kept {kept} finished rows in {csv_path}")
         err.print(f"continue with: gdsbench sweep --resume {shlex.quote(str(csv_path))}")
         sys.exit(128 + signal.SIGTERM if isinstance(stop, _Terminated) else 130)

@@ -123,7 +123,8 @@ def series_path(csv_path: Path) -> Path:
 
 @dataclass
 class ResultWriter:
-    """Appends rows to a CSV, flushing after each so an interrupted sweep keeps every finished row."""
+    """Appends rows to a CSV, flushed and fsynced after each so an interrupted sweep (or a power loss) keeps
+    every finished row."""
 
     path: Path
     columns: tuple[str, ...]
@@ -143,10 +144,25 @@ class ResultWriter:
         """Append one row and push it to disk."""
         self._csv.writerow({name: _cell(row.get(name)) for name in self.columns})
         self._file.flush()
+        os.fsync(self._file.fileno())
 
     def close(self) -> None:
         """Close the file."""
         self._file.close()
+
+
+def cut_torn_line(path: Path) -> int:
+    """Cut a last line that does not end in a newline (a row torn by a crash mid-write) off a results CSV
+    gdsbench wrote; the number of bytes cut (0 when the file ends cleanly)."""
+    data = path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return 0
+    keep = data.rfind(b"\n") + 1
+    with path.open("r+b") as f:
+        f.truncate(keep)
+        f.flush()
+        os.fsync(f.fileno())
+    return len(data) - keep
 
 
 def _cell(value: Any) -> Any:

@@ -111,3 +111,9 @@ def test_exit_1_when_a_case_failed(tmp_path):
     result = invoke("sweep", path, "-o", tmp_path / "out")
     assert_exits(result, 1)
     assert "rows: 0 ok, 1 failed, 0 skipped" in result.output
+
+
+def test_an_explicit_gdsio_that_does_not_exist_exits_2(tmp_path):
+    result = invoke("sweep", write_config(tmp_path), "--gdsio", tmp_path / "no-such-gdsio", "-o", tmp_path / "out")
+    assert_exits(result, 2, one_line_error=True)
+    assert "--gdsio" in result.output and "no executable file there" in result.output

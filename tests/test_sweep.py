@@ -252,3 +252,19 @@ def test_environment_overrides_are_recorded_in_the_sidecar_and_the_rows_they_cha
     assert commands["fastpersist"].startswith("GDSBENCH_IO_CHUNK_BYTES=1048576 ")
     assert "GDSBENCH_IO" not in commands["fio"]
     assert results.read_sidecar(csv_path)["environment"]["GDSBENCH_IO_CHUNK_BYTES"] == "1048576"
+
+
+def test_resume_cuts_a_torn_last_row_and_runs_it_again(tmp_path):
+    """Power lost mid-row leaves a last line without its newline: --resume cuts it (it was merged into the
+    next row before) and runs that repetition again; every row parses."""
+    path = write_config(tmp_path, matrix={"engine": ["fio"], "pattern": ["write"], "io_size": ["1M"]})
+    assert sweep_cli(path, "-o", tmp_path / "out") == 0
+    [csv_path] = (tmp_path / "out").glob("*.csv")
+    whole = csv_path.read_bytes()
+    last = whole.rstrip(b"\n").rfind(b"\n") + 1
+    csv_path.write_bytes(whole[: last + (len(whole) - last) // 2])  # the second row cut in its middle
+    assert sweep_cli("--resume", csv_path) == 0
+    rows = data_rows(csv_path)
+    assert [(r["repetition"], r["status"]) for r in rows] == [("1", "ok"), ("2", "ok")]
+    assert all(r["run_id"] == rows[0]["run_id"] and r["case"] for r in rows)
+    assert csv_path.read_bytes().endswith(b"\n")
