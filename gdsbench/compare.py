@@ -1,8 +1,9 @@
 """Compare two results files case by case: new median bandwidth / base median, with a noise-aware verdict.
 
-Cases match on the `case` column (engine and every parameter, a parameter one file does not name counting
-as its default: files written before a parameter existed still match) and, in multi-host sweeps, on the host:
-a fio server's label or `all` (a host present in one run only is named). The machine a sweep ran on
+Cases match on the `case` column (engine and every parameter, in any order, a parameter one file does not
+name counting as its default: files written before a parameter existed still match) and, in multi-host
+sweeps, on the host: a fio server's label or `all` (a host present in one run only is named). No case in
+common is a UsageError (exit 2): a gate that compared nothing must not pass. The machine a sweep ran on
 is not part of the match, so a run compares with an older run of the same sweep on another day or
 machine; when the two runs' topology fingerprints differ (sidecars), the differing fields are named.
 Each case shows the guard-rail flags of both sides (flags.annotate).
@@ -68,10 +69,11 @@ def host_keys(frame: pd.DataFrame, servers: set[str]) -> pd.Series:
 
 
 def match_key(case: str, defaults: Mapping[str, str]) -> str:
-    """A case's identity for matching: its parameters, less those at their default value."""
+    """A case's identity for matching: its parameters, less those at their default value, in name order
+    (so a version that names its parameters in another order still matches)."""
     parts = [part.split("=", 1) for part in case.split(",")]
     kept = [f"{k}={v}" for k, v in (p if len(p) == 2 else (p[0], "") for p in parts) if defaults.get(k) != v]
-    return ",".join(kept)
+    return ",".join(sorted(kept))
 
 
 def summarise(
@@ -114,10 +116,12 @@ def compare(
     threshold: float = DEFAULT_THRESHOLD,
     servers: set[str] | None = None,
     warnings: tuple[str, ...] = (),
+    sides: tuple[str, str] = ("BASE", "NEW"),
 ) -> Comparison:
     """Match (case, host) pairs and compute ratio, verdict and regression for each; `servers` are the
     fio server labels of multi-host sweeps (rows of other hosts match whatever machine they ran on).
-    UsageError when the two runs have no case in common: a gate that compared nothing must not pass."""
+    UsageError when the two runs (`sides` names them) have no case in common: a gate that compared
+    nothing must not pass."""
     from gdsbench.config import case_defaults
 
     defaults = case_defaults()
@@ -125,8 +129,8 @@ def compare(
     common = [key for key in left.index if key in right.index]
     if not common:
         raise UsageError(
-            f"compare: no case in common ({len(left)} in BASE, {len(right)} in NEW): nothing was compared; "
-            "are these runs of the same sweep?"
+            f"compare: no case in common between {sides[0]} ({len(left)} cases) and {sides[1]} ({len(right)}): "
+            "nothing was compared; are these runs of the same sweep?"
         )
     rows = []
     for key in common:
@@ -191,7 +195,19 @@ def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD) -
     metas = results.read_sidecar(base), results.read_sidecar(new)
     servers = {label for meta in metas for label in (meta.get("settings") or {}).get("hosts") or []}
     frames = [flags.annotate(results.load([path])) for path in (base, new)]
-    return compare(frames[0], frames[1], threshold, servers, tuple(fingerprint_changes(*metas)))
+    notes = (*schema_change(*metas), *fingerprint_changes(*metas))
+    return compare(frames[0], frames[1], threshold, servers, notes, (f"BASE {base}", f"NEW {new}"))
+
+
+def schema_change(base: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """'results schema differs: BASE 1 -> NEW 2 (...)' when the runs' sidecars record different versions."""
+    versions = results.schema_version(base), results.schema_version(new)
+    if versions[0] == versions[1]:
+        return []
+    return [
+        f"results schema differs: BASE {versions[0]} -> NEW {versions[1]} (a case parameter one file does not "
+        "name is matched at its default)"
+    ]
 
 
 #: Fingerprint fields that say how a fact was gathered, not what the host is.
@@ -259,8 +275,7 @@ def render(comparison: Comparison, fmt: str, base: str = "BASE", new: str = "NEW
         ]
         for cell, r in zip(cells, table.itertuples())
     ]
-    notes = [f"only in {base}: {case}" for case in comparison.only_base]
-    notes += [f"only in {new}: {case}" for case in comparison.only_new]
+    notes = [*_one_sided(base, comparison.only_base), *_one_sided(new, comparison.only_new)]
     if comparison.only_base or comparison.only_new:
         notes.append(
             f"left out: {len(comparison.only_base)} case(s) of BASE and {len(comparison.only_new)} of NEW have no "
@@ -276,6 +291,12 @@ def render(comparison: Comparison, fmt: str, base: str = "BASE", new: str = "NEW
     if fmt == "markdown":
         return "\n".join([f"### {title}", "", *tables.md_table(header, rows), "", *(f"- {n}" for n in notes)]) + "\n"
     return tables.plain_text(tables.rich_table(title, header, rows), *notes)
+
+
+def _one_sided(side: str, cases: tuple[str, ...], most: int = 5) -> list[str]:
+    """'only in <side>: <case>' for the first `most` cases one side has alone, then how many more."""
+    lines = [f"only in {side}: {case}" for case in cases[:most]]
+    return lines + ([f"... and {len(cases) - most} more only in {side}"] if len(cases) > most else [])
 
 
 def _flag_change(base: str, new: str) -> str:

@@ -11,8 +11,9 @@ Each check selects rows with `where:` (parameter values, e.g. {pattern: read, io
 
 In a multi-host sweep a check judges every host's rows and the aggregate's unless it names `host:` (a
 server's label, or `all` for the aggregate); `per_host: true` makes it one check per host (one JUnit
-case each), the aggregate left out. A check fails on a row flagged by a guard rail (gdsbench.flags)
-unless the config allows that flag: `allow_flags: [page_cache]` at the top level or in the check.
+case each), the aggregate left out. A check that passed fails on a row flagged by a guard rail
+(gdsbench.flags) unless the config allows that flag: `allow_flags: [page_cache]` at the top level or in
+the check (JUnit type Flagged); one that missed its threshold fails as ThresholdNotMet, its flags named.
 
 A check whose rows all failed or that matched no rows fails; one whose rows were all skipped is skipped
 (with the runner's reason); skipped rows beside ok ones are ignored. Checks are validated when the config
@@ -285,34 +286,42 @@ def evaluate(check: Check, frame: pd.DataFrame) -> Outcome:
     if ok.empty:
         reason = str(rows.iloc[0]["error"]).removeprefix("skipped: ")
         return Outcome(check.name, SKIP, f"all {rows['case'].nunique()} matching case(s) skipped: {reason}")
+    return _judged(check, ok, seconds)
+
+
+def _judged(check: Check, ok: pd.DataFrame, seconds: float) -> Outcome:
+    """The threshold's verdict on the ok rows, then their flags: a check that passed fails as Flagged on a
+    flag it does not allow; one that missed its threshold stays ThresholdNotMet (allowing would not help)."""
     status, message, details = JUDGES[check.kind](check, ok)
-    flagged = _flagged(check, ok, message)
-    if flagged is not None:
-        return Outcome(check.name, FAIL, flagged[0], f"{flagged[1]}\n{details}".strip(), seconds, "Flagged")
-    return Outcome(check.name, status, message, details, seconds, "ThresholdNotMet")
-
-
-def _flagged(check: Check, ok: pd.DataFrame, measured: str) -> tuple[str, str] | None:
-    """(message, details) when rows carry guard-rail flags the check does not allow, else None: what was
-    measured, which flag on which row, and the exact line that accepts it."""
-    if "flags" not in ok:
-        return None
-    names = ok["flags"].map(lambda cell: [n for n in flags.parse(cell) if n not in check.allow])
+    names = _unallowed(check, ok)
     hit = ok[names.map(bool)]
     if hit.empty:
-        return None
+        return Outcome(check.name, status, message, details, seconds, "ThresholdNotMet")
     raised = flags.text(n for found in names for n in found)
+    listing = "\n".join(
+        f"{r['case']} host={r.get('host')} rep={r['repetition']}: {r['flags']}" for _, r in hit.iterrows()
+    )
+    details = f"{listing}\n{details}".strip()
+    if status == FAIL:
+        return Outcome(check.name, FAIL, f"{message} (rows also flagged {raised})", details, seconds, "ThresholdNotMet")
+    return Outcome(check.name, FAIL, _flagged(check, hit, raised, message), details, seconds, "Flagged")
+
+
+def _unallowed(check: Check, ok: pd.DataFrame) -> pd.Series:
+    """Each row's guard-rail flags that the check does not allow (an empty list for a clean row)."""
+    cells = ok["flags"] if "flags" in ok else pd.Series("", index=ok.index)
+    return cells.map(lambda cell: [n for n in flags.parse(cell) if n not in check.allow])
+
+
+def _flagged(check: Check, hit: pd.DataFrame, raised: str, measured: str) -> str:
+    """A passed check's FAIL message: what was measured, which flag on which row, the exact line that accepts it."""
     first = hit.iloc[0]
     accept = f"allow_flags: [{', '.join(sorted({*check.allow, *raised.split(',')}))}]"
-    message = (
+    return (
         f"flagged {raised} on {len(hit)} row(s), first {first['case']} rep {first['repetition']} "
         f"(measured: {measured}); if the flag is expected here, add `{accept}` to this check: "
         + "; ".join(flags.remedies(raised.split(",")))
     )
-    details = "\n".join(
-        f"{r['case']} host={r.get('host')} rep={r['repetition']}: {r['flags']}" for _, r in hit.iterrows()
-    )
-    return message, details
 
 
 def _limit(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:

@@ -194,6 +194,13 @@ def read_sidecar(csv_path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
 
 
+def schema_version(metadata: Mapping[str, Any]) -> int:
+    """The results schema a run was written with (its sidecar's `schema_version`); 1 for files written before
+    gdsbench recorded it, or without a sidecar."""
+    version = metadata.get("schema_version")
+    return version if isinstance(version, int) and not isinstance(version, bool) else 1
+
+
 #: What --resume tracks per row: (case, repetition, host); a host of "*" stands for any host.
 Key = tuple[str, int, str]
 ANY_HOST = "*"

@@ -144,6 +144,7 @@ def test_runs_with_no_case_in_common_are_an_error_not_a_pass(tmp_path: Path) -> 
     result = CliRunner().invoke(cli, ["compare", str(SAMPLE), str(new)])
     assert_exits(result, 2, one_line_error=True)
     assert "no case in common" in result.output and "nothing was compared" in result.output
+    assert f"between BASE {SAMPLE} (48 cases) and NEW {new} (48)" in result.output
 
 
 def test_a_partial_match_says_how_many_cases_each_side_left_out(tmp_path: Path) -> None:
@@ -154,3 +155,31 @@ def test_a_partial_match_says_how_many_cases_each_side_left_out(tmp_path: Path) 
     new = variant(tmp_path, "new", drop_one)
     text = compare.render(compare.compare_files(SAMPLE, new), "text", "base.csv", "new.csv")
     assert "left out: 1 case(s) of BASE and 0 of NEW have no match" in text
+
+
+def test_a_long_one_sided_list_is_cut_short_and_counted(tmp_path: Path) -> None:
+    def drop_seven(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame[~frame["case"].isin(frame["case"].unique()[:7])]
+
+    text = compare.render(compare.compare_files(SAMPLE, variant(tmp_path, "new", drop_seven)), "text", "b.csv", "n.csv")
+    assert text.count("only in b.csv: engine=") == 5 and "... and 2 more only in b.csv" in text
+    assert "left out: 7 case(s) of BASE and 0 of NEW have no match" in text
+
+
+def test_parameters_named_in_another_order_still_match(tmp_path: Path) -> None:
+    def reorder(frame: pd.DataFrame) -> pd.DataFrame:
+        return frame.assign(case=frame["case"].map(lambda c: ",".join(reversed(c.split(",")))))
+
+    result = compare.compare_files(SAMPLE, variant(tmp_path, "new", reorder))
+    assert len(result.table) == 48 and not result.only_base and not result.only_new
+
+
+def test_files_without_a_schema_version_are_version_1_and_the_change_is_named(tmp_path: Path) -> None:
+    """The committed sample predates schema_version: it reads as 1; a current run (2) still matches it."""
+    assert results.schema_version(results.read_sidecar(SAMPLE)) == 1 and results.SCHEMA_VERSION == 2
+    new = variant(tmp_path, "new", with_new_default_key)
+    results.write_sidecar(new, {"schema_version": results.SCHEMA_VERSION})
+    result = compare.compare_files(SAMPLE, new)
+    assert len(result.table) == 48 and "results schema differs: BASE 1 -> NEW 2" in result.warnings[0]
+    run = CliRunner().invoke(cli, ["compare", str(SAMPLE), str(new)])
+    assert run.exit_code == 0 and f"results schema differs: {SAMPLE} 1 -> {new} 2" in run.output

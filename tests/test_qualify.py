@@ -269,19 +269,37 @@ def test_bad_where_values_name_the_key(where: dict, key: str) -> None:
     assert caught.value.key == key
 
 
-def test_a_flagged_check_says_what_was_measured_which_flag_where_and_the_line_to_add(tmp_path: Path) -> None:
-    """The checkpoint sample's repetitions swing (flagged unstable) though every value passes: the FAIL line
-    gives the measured value, the flag, the row and the exact allow_flags line; JUnit says Flagged, not
-    ThresholdNotMet (it printed neither value nor line, and `(allow_flags: [...] accepts them)` literally)."""
-    checks = [{"name": "saves", "where": {"pattern": "load", "engine": "fastpersist"}, "min_bw": "1MiB/s"}]
+def fastpersist_loads_failing(tmp_path: Path, min_bw: str) -> tuple[str, Path]:
+    """qualify the checkpoint sample's fastpersist loads (flagged unstable) against `min_bw`: the FAIL line
+    and the JUnit file."""
+    checks = [{"name": "saves", "where": {"pattern": "load", "engine": "fastpersist"}, "min_bw": min_bw}]
     document = {**yaml.safe_load((ROOT / "configs" / "checkpoint.yaml").read_text()), "checks": checks}
     path = tmp_path / "q.yaml"
     path.write_text(yaml.safe_dump(document))
     junit = tmp_path / "q.xml"
     result = run("qualify", str(path), "--results", str(CHECKPOINT_SAMPLE), "--junit", str(junit))
     assert_exits(result, 1)
-    line = next(line for line in result.output.splitlines() if line.startswith("FAIL saves:"))
+    return next(line for line in result.output.splitlines() if line.startswith("FAIL saves:")), junit
+
+
+def test_a_flagged_check_says_what_was_measured_which_flag_where_and_the_line_to_add(tmp_path: Path) -> None:
+    """The checkpoint sample's repetitions swing (flagged unstable) though every value passes: the FAIL line
+    gives the measured value, the flag, the row and the exact allow_flags line; JUnit says Flagged, not
+    ThresholdNotMet (it printed neither value nor line, and `(allow_flags: [...] accepts them)` literally)."""
+    min_bw = "1MiB/s"
+    line, junit = fastpersist_loads_failing(tmp_path, min_bw)
     assert "flagged unstable on" in line and "rep " in line and "(measured: " in line and "worst " in line
     assert "add `allow_flags: [unstable]` to this check" in line and "[...]" not in line
     failure = suite(junit).find("testcase/failure")
     assert failure is not None and failure.get("type") == "Flagged"
+
+
+def test_a_flagged_check_that_missed_its_threshold_fails_on_the_threshold_not_the_flag(tmp_path: Path) -> None:
+    """The same unstable rows under a threshold none of them reaches: allowing the flag would not pass the
+    check, so it is ThresholdNotMet with the flag named, no allow_flags advice (it said Flagged before)."""
+    min_bw = "1000GiB/s"
+    line, junit = fastpersist_loads_failing(tmp_path, min_bw)
+    assert "5 of 5 case(s) miss >= 1000GiB/s" in line and "worst " in line
+    assert line.endswith("(rows also flagged unstable)") and "allow_flags" not in line
+    failure = suite(junit).find("testcase/failure")
+    assert failure is not None and failure.get("type") == "ThresholdNotMet"
