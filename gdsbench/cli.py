@@ -367,7 +367,7 @@ def smoke(output: Path, directory: Path, gpu: bool, install: bool, quick: bool) 
     show_default=True,
     help="A slower case fails the comparison when new/base is below 1 - threshold.",
 )
-@click.option("--format", "fmt", type=click.Choice(["text", "markdown"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
 def compare(base: Path, new: Path, threshold: str, fmt: str) -> None:
     """Compare NEW results with BASE case by case; exit 1 on a regression beyond --threshold."""
     from gdsbench import compare as compare_mod
@@ -395,7 +395,15 @@ def compare(base: Path, new: Path, threshold: str, fmt: str) -> None:
     help="Check these existing results CSVs instead of running the sweep (repeatable).",
 )
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Write the check outcomes as JUnit XML.")
-def qualify(config_file: Path, output: Path, results_files: tuple[Path, ...], junit: Path | None) -> None:
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="How to print the outcomes on stdout (the sweep's progress goes to stderr).",
+)
+def qualify(config_file: Path, output: Path, results_files: tuple[Path, ...], junit: Path | None, fmt: str) -> None:
     """Run CONFIG_FILE's sweep (or read --results) and judge its `checks:`; exit 1 if any check fails."""
     from gdsbench import config as config_mod
     from gdsbench import flags, results
@@ -410,15 +418,18 @@ def qualify(config_file: Path, output: Path, results_files: tuple[Path, ...], ju
         results_files = (csv_path,)
     frame = flags.annotate(results.load(results_files))
     outcomes = qualify_mod.evaluate_all(checks, frame)
-    for line in qualify_mod.summary_lines(outcomes):
-        click.echo(line)
+    props = {
+        "config": str(config_file),
+        "results": " ".join(map(str, results_files)),
+        "run_id": ",".join(sorted(frame["run_id"].astype(str).unique())),
+    }
+    if fmt == "json":
+        click.echo(qualify_mod.to_json(outcomes, config.name, props), nl=False)
+    else:
+        for line in qualify_mod.summary_lines(outcomes):
+            click.echo(line)
     if junit:
         hosts = ",".join(sorted(frame["host"].astype(str).unique()))
-        props = {
-            "config": str(config_file),
-            "results": " ".join(map(str, results_files)),
-            "run_id": ",".join(sorted(frame["run_id"].astype(str).unique())),
-        }
         junit.parent.mkdir(parents=True, exist_ok=True)
         junit.write_text(junit_mod.to_xml(outcomes, config.name, hosts, properties=props))
         err.print(f"junit: {junit}")

@@ -20,6 +20,8 @@ repetition a side the ranges are points, so any difference is faster or slower: 
 
 from __future__ import annotations
 
+import json
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +32,7 @@ import pandas as pd
 from gdsbench import flags, results
 from gdsbench.errors import UsageError
 from gdsbench.hosts import AGGREGATE
-from gdsbench.report import tables
+from gdsbench.report import tables, textout
 
 DEFAULT_THRESHOLD = 0.10
 
@@ -252,29 +254,59 @@ def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-#: Short case labels (the parameters that differ), shared with the HTML report.
-labels = tables.case_labels
-
-
 def render(comparison: Comparison, fmt: str, base: str = "BASE", new: str = "NEW") -> str:
-    """The comparison as a text or markdown table, then one-sided cases, warnings and the regression summary."""
-    table = comparison.table
-    names, cells = labels(list(table["case"]))
+    """The comparison as text (fitted to the terminal), markdown or JSON: a table per family of cases
+    (storage I/O, checkpoints), then one-sided cases, warnings and the regression summary."""
+    if fmt == "json":
+        return to_json(comparison, base, new)
+    title = f"NEW {new} vs BASE {base}"
+    blocks = [(name or "cases", *case_rows(part)) for name, part in _families(comparison.table)]
+    notes = summary_notes(comparison, base, new)
+    if fmt == "markdown":
+        drawn = [
+            line for t, header, rows, _ in blocks for line in (f"#### {t}", "", *textout.md_table(header, rows), "")
+        ]
+        return "\n".join([f"### {title}", "", *drawn, *(f"- {n}" for n in notes)]) + "\n"
+    width = textout.terminal_width()
+    drawn = [textout.text_table(t, header, rows, keys, width) for t, header, rows, keys in blocks]
+    wrapped = [textwrap.fill(n, width, subsequent_indent="  ", break_long_words=False) for n in notes]
+    return "\n\n".join([title, *drawn, "\n".join(wrapped)]) + "\n"
+
+
+def _families(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The compared cases split into storage I/O and checkpoints (unnamed when only one kind is there)."""
+    patterns = table["case"].map(lambda case: tables.parse_case(case).get("pattern", ""))
+    parts = tables.families(table.assign(pattern=patterns))
+    return [("" if len(parts) == 1 else name, part) for name, part in parts] or [("", table)]
+
+
+def case_rows(table: pd.DataFrame) -> tuple[list[str], list[list[str]], int]:
+    """Header, cells and the number of identity columns of a comparison table: the parameters that differ
+    between its cases (blank where one does not apply), the host in a multi-host sweep, both medians,
+    the ratio, the verdict, the repetitions and the flags (columns empty everywhere left out)."""
+    names, cells = tables.case_labels(list(table["case"]))
     hosts = bool(table["host"].astype(bool).any())
-    flagged = bool((table["base_flags"].astype(bool) | table["new_flags"].astype(bool)).any())
-    header = [*names, *(["host"] * hosts), "base bw", "new bw", "new/base", "verdict", *(["flags"] * flagged)]
+    header = [*names, *(["host"] * hosts), "base bw", "new bw", "new/base", "verdict", "n base/new", "flags"]
     rows = [
         [
             *cell,
             *([r.host] * hosts),
-            f"{tables.bw_text(r.base_bw)} n={r.base_n}",
-            f"{tables.bw_text(r.new_bw)} n={r.new_n}",
+            tables.bw_text(r.base_bw),
+            tables.bw_text(r.new_bw),
             tables.number(r.ratio, 2),
             r.verdict + (" REGRESSION" if r.regression else ""),
-            *([_flag_change(r.base_flags, r.new_flags)] * flagged),
+            f"{r.base_n}/{r.new_n}",
+            _flag_change(r.base_flags, r.new_flags),
         ]
         for cell, r in zip(cells, table.itertuples())
     ]
+    keys = len(names) + hosts
+    header, rows = tables.drop_empty(header, rows, keys)
+    return header, rows, keys
+
+
+def summary_notes(comparison: Comparison, base: str, new: str) -> list[str]:
+    """One-sided cases, how many each side left out, warnings, and the count of regressions."""
     notes = [*_one_sided(base, comparison.only_base), *_one_sided(new, comparison.only_new)]
     if comparison.only_base or comparison.only_new:
         notes.append(
@@ -285,17 +317,34 @@ def render(comparison: Comparison, fmt: str, base: str = "BASE", new: str = "NEW
     count = len(comparison.regressions)
     notes.append(
         f"{count} regression{'s' if count != 1 else ''} beyond {comparison.threshold:.0%} "
-        f"({len(table)} cases compared; verdict 'same' = ranges overlap or change within combined spread)"
+        f"({len(comparison.table)} cases compared; verdict 'same' = ranges overlap or change within combined spread)"
     )
-    title = f"NEW {new} vs BASE {base}"
-    if fmt == "markdown":
-        return "\n".join([f"### {title}", "", *tables.md_table(header, rows), "", *(f"- {n}" for n in notes)]) + "\n"
-    return tables.plain_text(tables.rich_table(title, header, rows), *notes)
+    return notes
+
+
+def to_json(comparison: Comparison, base: str, new: str) -> str:
+    """The comparison for machines: both files, the threshold, every matched case in base units (its
+    parameters parsed), the one-sided cases, the warnings and the number of regressions."""
+    cases = json.loads(comparison.table.to_json(orient="records"))
+    for case in cases:
+        case["parameters"] = tables.parse_case(case["case"])
+    document = {
+        "schema": "gdsbench.compare/1",
+        "base": base,
+        "new": new,
+        "threshold": comparison.threshold,
+        "regressions": len(comparison.regressions),
+        "cases": cases,
+        "only_base": list(comparison.only_base),
+        "only_new": list(comparison.only_new),
+        "warnings": list(comparison.warnings),
+    }
+    return json.dumps(document, indent=2) + "\n"
 
 
 def _one_sided(side: str, cases: tuple[str, ...], most: int = 5) -> list[str]:
     """'only in <side>: <case>' for the first `most` cases one side has alone, then how many more."""
-    lines = [f"only in {side}: {case}" for case in cases[:most]]
+    lines = [f"only in {side}: {tables.case_text(case)}" for case in cases[:most]]
     return lines + ([f"... and {len(cases) - most} more only in {side}"] if len(cases) > most else [])
 
 

@@ -23,6 +23,7 @@ is read: a bad entry raises ConfigError naming `checks[i].key`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from gdsbench.cases import plain
 from gdsbench.errors import ConfigError
 from gdsbench.report import tables
 from gdsbench.report.junit import FAIL, PASS, SKIP, Outcome
-from gdsbench.units import parse_duration, parse_size
+from gdsbench.units import latency_text, parse_duration, parse_size
 
 RUN_COLUMNS = ("host", "run_id")
 
@@ -61,11 +62,6 @@ def parse_number(text: Any) -> float:
     return float(text)
 
 
-def lat_text(microseconds: float) -> str:
-    """A latency for messages: 850.0us, 2.10ms."""
-    return f"{microseconds / 1000:.2f}ms" if microseconds >= 1000 else f"{microseconds:.1f}us"
-
-
 @dataclass(frozen=True)
 class Limit:
     """An absolute threshold kind: the column it reads, the comparison, how to parse and print values."""
@@ -82,8 +78,8 @@ LIMITS: dict[str, Limit] = {
     "min_bw": Limit("bw_bytes", operator.ge, ">=", parse_bandwidth, tables.bw_text, "a bandwidth such as 20GiB/s"),
     "max_bw": Limit("bw_bytes", operator.le, "<=", parse_bandwidth, tables.bw_text, "a bandwidth such as 20GiB/s"),
     "min_iops": Limit("iops", operator.ge, ">=", parse_number, lambda v: f"{v:.0f} IOPS", "a positive number"),
-    "max_lat_mean": Limit("lat_mean_us", operator.le, "<=", parse_latency_us, lat_text, "a duration such as 500us"),
-    "max_lat_p99": Limit("lat_p99_us", operator.le, "<=", parse_latency_us, lat_text, "a duration such as 2ms"),
+    "max_lat_mean": Limit("lat_mean_us", operator.le, "<=", parse_latency_us, latency_text, "a duration such as 500us"),
+    "max_lat_p99": Limit("lat_p99_us", operator.le, "<=", parse_latency_us, latency_text, "a duration such as 2ms"),
     "max_blocking": Limit(
         "blocking_seconds", operator.le, "<=", parse_duration, lambda v: f"{v:.3f}s", "a duration such as 500ms"
     ),
@@ -279,7 +275,7 @@ def evaluate(check: Check, frame: pd.DataFrame) -> Outcome:
             check.name,
             FAIL,
             f"{failed['case'].nunique()} case(s) failed: {first['error']}",
-            details=first["case"],
+            details=tables.case_text(first["case"]),
             seconds=seconds,
             failure="CaseFailed",
         )
@@ -299,7 +295,8 @@ def _judged(check: Check, ok: pd.DataFrame, seconds: float) -> Outcome:
         return Outcome(check.name, status, message, details, seconds, "ThresholdNotMet")
     raised = flags.text(n for found in names for n in found)
     listing = "\n".join(
-        f"{r['case']} host={r.get('host')} rep={r['repetition']}: {r['flags']}" for _, r in hit.iterrows()
+        f"{tables.case_text(r['case'])} host={r.get('host')} rep={r['repetition']}: {r['flags']}"
+        for _, r in hit.iterrows()
     )
     details = f"{listing}\n{details}".strip()
     if status == FAIL:
@@ -318,7 +315,7 @@ def _flagged(check: Check, hit: pd.DataFrame, raised: str, measured: str) -> str
     first = hit.iloc[0]
     accept = f"allow_flags: [{', '.join(sorted({*check.allow, *raised.split(',')}))}]"
     return (
-        f"flagged {raised} on {len(hit)} row(s), first {first['case']} rep {first['repetition']} "
+        f"flagged {raised} on {len(hit)} row(s), first {tables.case_text(first['case'])} rep {first['repetition']} "
         f"(measured: {measured}); if the flag is expected here, add `{accept}` to this check: "
         + "; ".join(flags.remedies(raised.split(",")))
     )
@@ -335,7 +332,7 @@ def _limit(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
     bad = medians[~medians.map(lambda v: limit.compare(v, threshold))]
     worst = medians.min() if limit.symbol == ">=" else medians.max()
     need = f"{limit.symbol} {limit.text(threshold)}"
-    details = "\n".join(f"{case}: {limit.text(v)}" for (_, _, case), v in medians.items())
+    details = "\n".join(f"{tables.case_text(case)}: {limit.text(v)}" for (_, _, case), v in medians.items())
     if len(bad):
         return FAIL, f"{len(bad)} of {len(medians)} case(s) miss {need}: worst {limit.text(worst)}", details
     return PASS, f"{len(medians)} case(s), worst {limit.text(worst)} {need}", details
@@ -371,7 +368,7 @@ def _bounded(check: Check, ratios: pd.Series, what: str) -> tuple[str, str, str]
 
 def _label(key: Any) -> str:
     """A group key (tuple or case string) as text for details."""
-    return " ".join(map(str, key)) if isinstance(key, tuple) else str(key)
+    return " ".join(map(str, key)) if isinstance(key, tuple) else tables.case_text(str(key))
 
 
 def _baseline(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
@@ -413,6 +410,15 @@ def per_host(check: Check, frame: pd.DataFrame) -> list[Check]:
         return [check]
     hosts = [h for h in dict.fromkeys(select(frame, check.where)["host"].astype(str)) if h != AGGREGATE]
     return [dataclasses.replace(check, name=f"{check.name} [{host}]", host=host, per_host=False) for host in hosts]
+
+
+def to_json(outcomes: list[Outcome], suite: str, properties: dict[str, str]) -> str:
+    """The outcomes for machines: the suite, what was judged, each check (status, message, failure type
+    when it failed, details) and the totals."""
+    counts = {s: sum(o.status == s for o in outcomes) for s in (PASS, FAIL, SKIP)}
+    checks = [{**dataclasses.asdict(o), "failure": o.failure if o.status == FAIL else None} for o in outcomes]
+    document = {"schema": "gdsbench.qualify/1", "suite": suite, **properties, "counts": counts, "checks": checks}
+    return json.dumps(document, indent=2) + "\n"
 
 
 def summary_lines(outcomes: list[Outcome]) -> list[str]:

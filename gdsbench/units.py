@@ -106,3 +106,15 @@ def format_bandwidth(bytes_per_s: float) -> str:
     """One bandwidth as fio prints it, power-of-2 with power-of-10 in brackets."""
     pow2, pow10 = bandwidth_pair(bytes_per_s)
     return f"{pow2} ({pow10})"
+
+
+def latency_text(microseconds: float) -> str:
+    """A latency in the unit fio would print it in (fio switches unit at 10,000): 850ns, 87.5us, 4021us,
+    63.1ms, 12.4s; '-' when missing."""
+    if microseconds is None or microseconds != microseconds:
+        return "-"
+    for limit, scale, unit in ((10, 1e-3, "ns"), (10_000, 1, "us"), (10_000_000, 1e3, "ms")):
+        if microseconds < limit:
+            value = microseconds / scale
+            return f"{value:.0f}{unit}" if value >= 100 else f"{value:.1f}{unit}"
+    return f"{microseconds / 1e6:.1f}s"

@@ -101,7 +101,7 @@ def test_failed_cases_are_regressions_and_one_sided_cases_listed(tmp_path: Path)
     text = compare.render(result, "markdown", "base.csv", "new.csv")
     assert text.startswith("### NEW new.csv vs BASE base.csv")
     assert "| pattern | transfer | io_size | threads | base bw | new bw | new/base | verdict |" in text
-    assert "- only in base.csv: engine=fio,pattern=read,transfer=CPU_CACHED,io_size=4096," in text
+    assert "- only in base.csv: engine=fio,pattern=read,transfer=CPU_CACHED,io_size=4K," in text
     assert "| write | CPU_ONLY | 4K | 1 |" in text
 
 

@@ -89,7 +89,7 @@ def test_failures_missing_rows_and_ratios_fail_with_messages(tmp_path: Path) -> 
     assert (
         "FAIL cache 5x direct: transfer=CPU_CACHED / transfer=CPU_ONLY: 2 of 2 ratio(s) outside >= 5" in result.output
     )
-    assert "FAIL latency: 2 of 2 case(s) miss <= 1.00ms" in result.output
+    assert "FAIL latency: 2 of 2 case(s) miss <= 1000us" in result.output
     assert "PASS fine" in result.output
     node = suite(junit)
     assert (node.get("tests"), node.get("failures"), node.get("skipped")) == ("5", "4", "0")

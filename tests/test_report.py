@@ -107,21 +107,20 @@ def test_default_groups_are_the_varying_parameters():
 
 def test_markdown_report():
     text = report.render(frame(), ["threads"], "markdown")
-    assert text.startswith("### Run status (fio style, median repetition of each group)\n\n```\n# threads=1\n")
+    assert text.startswith(
+        "### Run status, fio style (median repetition; the lower of two middle ones)\n\n```\n# threads=1\n"
+    )
     assert "# threads=1\n  WRITE: bw=110MiB/s (115MB/s), 110MiB/s-110MiB/s (115MB/s-115MB/s)," in text
     assert (
         textwrap.dedent("""\
-        | threads | n | bw (median) | min-max | IOPS | lat mean us | lat p99 us |
+        | threads | n | bw (median) | min-max | IOPS | lat mean | lat p99 |
         |---|---|---|---|---|---|---|
-        | 1 | 3 | 110MiB/s (115MB/s) | 100MiB/s-120MiB/s | 1886 | 4000.0 | 8000.0 |
-        | 4 | 3 | 300MiB/s (315MB/s) | 290MiB/s-310MiB/s | 1886 | 4000.0 | 8000.0 |
+        | 1 | 3 | 110MiB/s (115MB/s) | 100-120MiB/s | 1886 | 4000us | 8000us |
+        | 4 | 3 | 300MiB/s (315MB/s) | 290-310MiB/s | 1886 | 4000us | 8000us |
         """)
         in text
     )
-    assert (
-        "- skipped: engine=fio,pattern=randread,io_size=1048576,threads=1: skipped: fio has no GPU_BATCH transfer"
-        in text
-    )
+    assert "- skipped: engine=fio,pattern=randread,io_size=1M,threads=1: skipped: fio has no GPU_BATCH transfer" in text
 
 
 def test_text_report_has_lines_table_and_warnings():
@@ -273,8 +272,9 @@ def test_every_format_renders_the_sections_in_the_reports_order():
     built = summary.build(frame, ["engine", "pattern"])
     titles = [section.title for section in built.sections]
     assert titles == [
-        "Run status (fio style, median repetition of each group)",
-        "Results: median and min-max over repetitions",
+        "Run status, fio style (median repetition; the lower of two middle ones)",
+        "Results: median and min-max over repetitions, storage I/O",
+        "Results: median and min-max over repetitions, checkpoints",
         "Checkpoint engines against the fio ceiling of the same run",
         "Notes",
     ]
@@ -296,11 +296,11 @@ def test_formats_are_the_modules_that_register_themselves():
     from gdsbench.report import formats
 
     modules = sorted(m.name for m in pkgutil.iter_modules(formats.__path__))
-    assert sorted(report.format_names()) == modules == ["csv", "markdown", "text"]
+    assert sorted(report.format_names()) == modules == ["csv", "json", "markdown", "text"]
     assert all(report.renderer(name).__module__ == f"gdsbench.report.formats.{name}" for name in modules)
     [option] = [p for p in report_command.params if p.name == "fmt"]
     assert list(option.type.choices) == list(report.format_names())
-    with pytest.raises(UsageError, match="--format: expected one of csv, markdown, text"):
+    with pytest.raises(UsageError, match="--format: expected one of csv, json, markdown, text"):
         report.renderer("yaml")
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from gdsbench.report import tables
 from gdsbench.results import parameters
 
 #: Patterns of checkpoint engines and the fio pattern whose bandwidth is their ceiling.
@@ -46,14 +47,9 @@ def engine_labels(rows: pd.DataFrame) -> pd.Series:
     for _, group in rows.groupby(["engine", "pattern"], sort=False):
         varying = [c for c in params if group[c].nunique(dropna=False) > 1]
         if varying:
-            text = group[varying].apply(lambda r: ", ".join(f"{c}={_plain(v)}" for c, v in r.items()), axis=1)
+            text = group[varying].apply(lambda r: ", ".join(f"{c}={tables.cell(c, v)}" for c, v in r.items()), axis=1)
             labels.loc[group.index] = group["engine"].astype(str) + " (" + text + ")"
     return labels
-
-
-def _plain(value: object) -> str:
-    """A parameter value as a config writes it: 4, not the 4.0 a column with gaps turns it into."""
-    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def _best(fio: pd.DataFrame) -> float:
@@ -147,8 +143,9 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def warnings(ratios: pd.DataFrame) -> list[str]:
-    """Runs whose saves had no durable fio write to be compared with, and what they were compared with."""
+def warnings(ratios: pd.DataFrame, labels: dict[str, str] | None = None) -> list[str]:
+    """Runs whose saves had no durable fio write to be compared with, and what they were compared with
+    (each run by its label when several are reported)."""
     if ratios.empty:
         return []
     saves = ratios[(ratios["pattern"] == "save") & ~ratios["durable"].astype(bool)]
@@ -160,7 +157,7 @@ def warnings(ratios: pd.DataFrame) -> list[str]:
             else "nothing (no direct-I/O fio write either)"
         )
         notes.append(
-            f"run {run_id} on {host} has no durable fio write (end_fsync=1); saves are compared with {fallback}: "
+            f"{(labels or {}).get(run_id) or f'run {run_id}'} on {host} has no durable fio write (end_fsync=1); saves are compared with {fallback}: "
             "add a fio write case with end_fsync: [true]"
         )
     return notes

@@ -22,7 +22,7 @@ import pandas as pd
 from gdsbench import __version__, flags
 from gdsbench.report import plots, summary, tables
 from gdsbench.report import series as series_plots
-from gdsbench.report.sections import Lines, Notes, Section, Table
+from gdsbench.report.sections import Legend, Lines, Notes, Section, Table
 from gdsbench.results import load_series, read_sidecar
 from gdsbench.units import num2str
 
@@ -191,7 +191,12 @@ def _notes(section: Notes) -> str:
     return f"<h2>{_e(section.title)}</h2><ul>{''.join(items)}</ul>"
 
 
-SECTIONS = {Lines: _lines, Table: _table, Notes: _notes}
+def _legend(section: Legend) -> str:
+    """The run labels: the Runs table above already numbers the runs alike, so nothing more is drawn."""
+    return ""
+
+
+SECTIONS = {Legend: _legend, Lines: _lines, Table: _table, Notes: _notes}
 
 
 def section_html(section: Section) -> str:

@@ -28,6 +28,15 @@ class Table:
     title: str
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
+    keys: int = 0  # the first `keys` columns name the row: repeated when a narrow terminal splits the table
+
+
+@dataclass(frozen=True)
+class Legend:
+    """What the short labels of a report stand for: `run 1` is this results file, this run id."""
+
+    title: str
+    items: tuple[tuple[str, str], ...]  # (label, what it stands for)
 
 
 @dataclass(frozen=True)
@@ -44,7 +53,7 @@ class Notes:
         return self.problems + tuple(f"warning: {note}" for note in self.warnings)
 
 
-Section = Lines | Table | Notes
+Section = Legend | Lines | Table | Notes
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,12 +63,15 @@ class Report:
     groups: tuple[str, ...]
     summary: pd.DataFrame  # median and min-max per group, in base units (the csv format)
     status: Lines
-    results: Table
+    results: tuple[Table, ...]  # one table per family of rows: storage I/O, checkpoints
     ceilings: Table | None  # checkpoint engines against fio, when the results have checkpoint rows
     notes: Notes
+    runs: Legend | None = None  # when several runs are reported: `run N` -> file and run id
+    ratios: pd.DataFrame | None = None  # the ceilings table in base units (the json format)
 
     @property
     def sections(self) -> tuple[Section, ...]:
         """The sections in reading order (the only place the order is written); empty ones left out."""
         notes = (self.notes,) if self.notes.lines else ()
-        return (self.status, self.results, *((self.ceilings,) if self.ceilings else ()), *notes)
+        runs = (self.runs,) if self.runs else ()
+        return (*runs, self.status, *self.results, *((self.ceilings,) if self.ceilings else ()), *notes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -9,10 +10,11 @@ import pandas as pd
 from gdsbench import flags
 from gdsbench.errors import UsageError
 from gdsbench.report import ceilings, fio_style, tables, trust
-from gdsbench.report.sections import Lines, Notes, Report, Table
+from gdsbench.report.sections import Legend, Lines, Notes, Report, Table
 from gdsbench.results import parameters
 
-STATUS_TITLE = "Run status (fio style, median repetition of each group)"
+STATUS_TITLE = "Run status, fio style (median repetition; the lower of two middle ones)"
+RUNS_TITLE = "Runs"
 RESULTS_TITLE = "Results: median and min-max over repetitions"
 CEILINGS_TITLE = "Checkpoint engines against the fio ceiling of the same run"
 NOTES_TITLE = "Notes"
@@ -93,18 +95,48 @@ def median_rows(frame: pd.DataFrame, groups: list[str]) -> list[tuple[tuple, dic
     return picked
 
 
-def status_lines(frame: pd.DataFrame, groups: list[str]) -> Lines:
+def run_labels(frame: pd.DataFrame) -> dict[str, str]:
+    """`run 1`, `run 2`, ... for each run id in order of appearance, when the frame holds several runs."""
+    if "run_id" not in frame or frame["run_id"].nunique() < 2:
+        return {}
+    return {run: f"run {index}" for index, run in enumerate(frame["run_id"].dropna().unique(), 1)}
+
+
+def runs_legend(frame: pd.DataFrame, labels: dict[str, str]) -> Legend | None:
+    """What each run label stands for: its results file and run id."""
+    if not labels:
+        return None
+    items = []
+    for run, label in labels.items():
+        files = frame.loc[frame["run_id"] == run, "source"].dropna().unique() if "source" in frame else []
+        where = ", ".join(Path(str(f)).stem for f in files)
+        items.append((label, f"{where} (run_id {run})" if where else f"run_id {run}"))
+    return Legend(RUNS_TITLE, tuple(items))
+
+
+def status_lines(frame: pd.DataFrame, groups: list[str], labels: dict[str, str] | None = None) -> Lines:
     """fio's run-status line of each group's median repetition, titled by the group's values."""
     items = [
-        (" ".join(f"{g}={tables.cell(g, v)}" for g, v in zip(groups, values)), fio_style.status_line(row))
+        (tables.group_title(groups, values, labels or {}), fio_style.status_line(row))
         for values, row in median_rows(frame, groups)
     ]
     return Lines(STATUS_TITLE, tuple(items))
 
 
-def _table(title: str, header: list[str], rows: list[list[str]]) -> Table:
+def _table(title: str, header: list[str], rows: list[list[str]], keys: int = 0) -> Table:
     """A Table section from a header and rows of text cells."""
-    return Table(title, tuple(header), tuple(tuple(row) for row in rows))
+    return Table(title, tuple(header), tuple(tuple(row) for row in rows), keys)
+
+
+def results_tables(summary: pd.DataFrame, groups: list[str], labels: dict[str, str]) -> tuple[Table, ...]:
+    """The results table of each family of rows (storage I/O, checkpoints), titled by it when there are two."""
+    parts = tables.families(summary)
+    made = []
+    for name, part in parts:
+        header, rows = tables.table_rows(groups, part, labels)
+        title = f"{RESULTS_TITLE}, {name}" if len(parts) > 1 else RESULTS_TITLE
+        made.append(_table(title, header, rows, len(tables.identity(groups, part))))
+    return tuple(made) or (_table(RESULTS_TITLE, *tables.table_rows(groups, summary, labels)),)
 
 
 def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
@@ -123,22 +155,28 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
     frame = flags.annotate(frame, metas)
     summary = aggregate(frame, groups)
     ratios = ceilings.ceiling_ratios(frame)
+    labels = run_labels(frame)
+    ratio_header, ratio_cells = tables.ratio_rows(ratios, labels) if not ratios.empty else ([], [])
     return Report(
         groups=tuple(groups),
         summary=summary,
-        status=status_lines(frame, groups),
-        results=_table(RESULTS_TITLE, *tables.table_rows(groups, summary)),
-        ceilings=_table(CEILINGS_TITLE, *tables.ratio_rows(ratios)) if not ratios.empty else None,
+        status=status_lines(frame, groups, labels),
+        results=results_tables(summary, groups, labels),
+        ceilings=_table(CEILINGS_TITLE, ratio_header, ratio_cells, ratio_header.index("pattern") + 1)
+        if ratio_header
+        else None,
         notes=Notes(
             NOTES_TITLE,
             tuple(tables.problems(frame)),
             tuple(
                 pooled
                 + tables.warnings(summary)
-                + ceilings.warnings(ratios)
+                + ceilings.warnings(ratios, labels)
                 + trust.flag_notes(frame)
-                + trust.straggler_notes(frame, groups)
+                + trust.straggler_notes(frame, groups, labels)
                 + trust.link_warnings(metas)
             ),
         ),
+        runs=runs_legend(frame, labels),
+        ratios=ratios,
     )

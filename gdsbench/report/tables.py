@@ -1,53 +1,117 @@
-"""Report cells in fio's units (sizes as 4K/16M, bandwidths as 1886MiB/s (1978MB/s)), the rows of the
-report's tables, and the plain-text and markdown table writers that reports and compare share."""
+"""Report cells in fio's units (sizes as 4K/16M, bandwidths as 1886MiB/s (1978MB/s), latencies in fio's unit),
+the identity of rows (only what varies and applies), and the rows of the report's tables."""
 
 from __future__ import annotations
 
-import io
 import math
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
 from gdsbench.report.fio_style import iops_text
-from gdsbench.units import format_bandwidth, num2str, size_label
+from gdsbench.units import format_bandwidth, latency_text, num2str, size_label
 
 if TYPE_CHECKING:
     import pandas as pd
 
 SPREAD_WARNING = 0.10
 #: Parameter columns that hold sizes in bytes, shown as people write them (4K, 16M, 4G).
-SIZE_COLUMNS = ("io_size", "checkpoint_size")
+SIZE_COLUMNS = ("io_size", "file_size", "checkpoint_size", "staging", "alignment", "block_size")
+#: Checkpoint patterns; every other pattern is storage I/O (fio, gdsio). The two never share a table.
+CHECKPOINT_PATTERNS = ("save", "load")
+#: The header of the run_id column in tables: runs are labelled `run 1`, `run 2` (report.summary.run_labels).
+RUN = "run"
 
 
-def cell(column: str, value: Any) -> str:
-    """A parameter value as people read it: sizes as 4K/16M, missing as '-'."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if column in SIZE_COLUMNS:
-        return size_label(int(value))
+def missing(value: Any) -> bool:
+    """True for an empty cell: None or NaN (a key that does not apply to the row's engine)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def cell(column: str, value: Any, empty: str = "-") -> str:
+    """A parameter value as people read it: sizes as 4K/16M, 4.0 as 4, missing as `empty`."""
+    if missing(value):
+        return empty
+    if column in SIZE_COLUMNS and _integral(value):
+        return size_label(int(float(value)))
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value)
 
 
-def case_labels(cases: list[str]) -> tuple[list[str], list[list[str]]]:
-    """The parameters that differ between cases, as columns and cells (4K/16M sizes), instead of long keys."""
-    parsed = [dict(part.split("=", 1) for part in case.split(",") if "=" in part) for case in cases]
-    names = list(dict.fromkeys(name for params in parsed for name in params))
-    varying = [n for n in names if len({p.get(n) for p in parsed}) > 1] or ["engine"]
-    return varying, [
-        [cell(n, _number(p.get(n))) if n in SIZE_COLUMNS else p.get(n, "-") for n in varying] for p in parsed
+def _integral(value: Any) -> bool:
+    """True for a whole number, or text that reads as one (a size cell of a case key)."""
+    try:
+        return float(value).is_integer()
+    except (TypeError, ValueError):
+        return False
+
+
+def parse_case(case: str) -> dict[str, str]:
+    """A case key `engine=fio,pattern=write,...` as a dict."""
+    return dict(part.split("=", 1) for part in str(case).split(",") if "=" in part)
+
+
+def case_text(case: str) -> str:
+    """A case key with its sizes as people write them: io_size=16M, not 16777216."""
+    return ",".join(f"{name}={cell(name, value)}" for name, value in parse_case(case).items())
+
+
+def varying(frame: pd.DataFrame, columns: list[str]) -> list[str]:
+    """The columns worth showing for these rows: filled in some row, not the same in every row, and (beside
+    `engine`) telling apart some rows of one engine: an option of one engine, the same in all its rows
+    (dcp's world_size=1), says nothing the engine column does not."""
+
+    def tells_apart(column: str) -> bool:
+        if column == "engine" or "engine" not in frame:
+            return True
+        return bool((frame.groupby("engine", dropna=False)[column].nunique(dropna=False) > 1).any())
+
+    return [
+        c
+        for c in columns
+        if c in frame and frame[c].notna().any() and frame[c].nunique(dropna=False) > 1 and tells_apart(c)
     ]
 
 
-def _number(text: str | None) -> float | None:
-    """A parsed number for size cells, None when missing or not numeric."""
-    try:
-        return float(text) if text is not None else None
-    except ValueError:
-        return None
+def case_labels(cases: list[str]) -> tuple[list[str], list[list[str]]]:
+    """The parameters that tell cases apart, as columns and cells (4K/16M sizes, blank where a key does not
+    apply to the case's engine), instead of long keys."""
+    import pandas as pd
+
+    parsed = [parse_case(case) for case in cases]
+    names = list(dict.fromkeys(name for params in parsed for name in params))
+    shown = varying(pd.DataFrame(parsed, columns=names), names) or ["engine"]
+    return shown, [[cell(n, p.get(n), "") for n in shown] for p in parsed]
+
+
+def group_title(groups: list[str], values: tuple, labels: dict[str, str]) -> str:
+    """A group's values as `k=v` words, leaving out keys that do not apply (empty), runs by their label."""
+    words = []
+    for column, value in zip(groups, values):
+        if column == "run_id" and value in labels:
+            words.append(labels[value])
+        elif not missing(value):
+            words.append(f"{column}={cell(column, value)}")
+    return " ".join(words)
+
+
+def families(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The rows split into storage I/O (fio, gdsio) and checkpoint engines, each named, empty ones left out."""
+    if "pattern" not in frame:
+        return [("", frame)]
+    saves = frame["pattern"].isin(CHECKPOINT_PATTERNS)
+    parts = [("storage I/O", frame[~saves]), ("checkpoints", frame[saves])]
+    return [(name, part) for name, part in parts if not part.empty]
+
+
+def identity(groups: list[str], table: pd.DataFrame) -> list[str]:
+    """The group columns a table of these rows shows: those that vary and apply (engine when none does)."""
+    fallback = [str(g) for g in ("engine", "pattern") if g in groups][:1] or groups[:1]
+    return varying(table, groups) or fallback
+
+
+def header_of(column: str) -> str:
+    """A group column's header: `run` for run_id (its cells are run labels)."""
+    return RUN if column == "run_id" else column
 
 
 def bw_text(value: float) -> str:
@@ -56,50 +120,74 @@ def bw_text(value: float) -> str:
 
 
 def bw_range(low: float, high: float) -> str:
-    """min-max bandwidth in power-of-2 units."""
-    return f"{num2str(int(low), unit='B/s')}-{num2str(int(high), unit='B/s')}"
+    """min-max bandwidth in power-of-2 units, the unit written once when both share it: 2806-2900MiB/s."""
+    if missing(low) or missing(high):
+        return "-"
+    low_text, high_text = num2str(int(low), unit="B/s"), num2str(int(high), unit="B/s")
+    (number_low, unit_low), unit_high = _split_unit(low_text), _split_unit(high_text)[1]
+    return f"{number_low}-{high_text}" if unit_low == unit_high else f"{low_text}-{high_text}"
+
+
+def _split_unit(text: str) -> tuple[str, str]:
+    """'2806MiB/s' -> ('2806', 'MiB/s')."""
+    digits = len(text) - len(text.lstrip("0123456789."))
+    return text[:digits], text[digits:]
 
 
 def number(value: float, digits: int = 1) -> str:
     """A float with a fixed number of digits, '-' when missing."""
-    return "-" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+    return "-" if missing(value) else f"{value:.{digits}f}"
 
 
-def table_rows(groups: list[str], table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
-    """Header and text cells of the aggregate table (a `flags` column when any group is flagged)."""
-    flagged = int("flags" in table and bool(table["flags"].fillna("").astype(bool).any()))
-    header = [*groups, "n", "bw (median)", "min-max", "IOPS", "lat mean us", "lat p99 us", *(["flags"] * flagged)]
-    rows = []
-    for _, row in table.iterrows():
-        iops = row["iops_median"]
-        rows.append(
-            [
-                *(cell(c, row[c]) for c in groups),
-                str(int(row["n"])),
-                bw_text(row["bw_median"]),
-                bw_range(row["bw_min"], row["bw_max"]),
-                "-" if math.isnan(iops) else iops_text(iops),
-                number(row["lat_mean_us"]),
-                number(row["lat_p99_us"]),
-                *([row["flags"] or ""] * flagged),
-            ]
-        )
-    return header, rows
+def flags_cell(value: Any) -> str:
+    """A flags cell, names separated by a comma and a space (so a narrow column wraps between them)."""
+    return "" if missing(value) or not value else ", ".join(str(value).split(","))
+
+
+def drop_empty(header: list[str], rows: list[list[str]], keep: int) -> tuple[list[str], list[list[str]]]:
+    """Leave out the columns after the first `keep` that are empty ('-' or '') in every row."""
+    shown = [i for i, _ in enumerate(header) if i < keep or any(row[i] not in ("-", "") for row in rows)]
+    return [header[i] for i in shown], [[row[i] for i in shown] for row in rows]
+
+
+def table_rows(
+    groups: list[str], table: pd.DataFrame, runs: dict[str, str] | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """Header and text cells of the aggregate table of these rows: the group columns that vary and apply
+    (run labels for run_id), then the figures; columns empty in every row left out."""
+    shown = identity(groups, table)
+    header = [*map(header_of, shown), "n", "bw (median)", "min-max", "IOPS", "lat mean", "lat p99", "flags"]
+    rows = [
+        [
+            *(runs.get(row[c], row[c]) if c == "run_id" and runs else cell(c, row[c], "") for c in shown),
+            str(int(row["n"])),
+            bw_text(row["bw_median"]),
+            bw_range(row["bw_min"], row["bw_max"]),
+            "-" if missing(row["iops_median"]) else iops_text(row["iops_median"]),
+            latency_text(row["lat_mean_us"]),
+            latency_text(row["lat_p99_us"]),
+            flags_cell(row.get("flags")),
+        ]
+        for _, row in table.iterrows()
+    ]
+    return drop_empty(header, rows, len(shown))
 
 
 #: Columns of the checkpoint table shown only when some row has them: header -> (ratio column, digits).
 OPTIONAL_RATIOS = {"x dcp": ("x_dcp", 2), "blocked s": ("blocking_s", 3), "size ratio": ("compression_ratio", 2)}
 
 
-def ratio_rows(ratios: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+def ratio_rows(ratios: pd.DataFrame, runs: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the checkpoint-vs-fio table: the ratio to fio's ceiling (durable for saves),
     to fio's write without fsync (a reference, saves only) and to torch_save; for distributed engines the
-    ratio to DCP's own storage, the time the caller was blocked and the compression ratio; the ceiling."""
-    extra = {h: c for h, c in OPTIONAL_RATIOS.items() if c[0] in ratios and ratios[c[0]].notna().any()}
-    header = ["engine", "pattern", "n", "bw (median)", "x fio", "x fio (no fsync)", "x torch_save", *extra,
-              "fio ceiling"]  # fmt: skip
+    ratio to DCP's own storage, the time the caller was blocked and the compression ratio; the ceiling.
+    The run and host columns show when the ratios come from several; empty columns are left out."""
+    where = varying(ratios, ["run_id", "host"])
+    header = [*map(header_of, where), "engine", "pattern", "n", "bw (median)", "x fio", "x fio (no fsync)",
+              "x torch_save", *OPTIONAL_RATIOS, "fio ceiling"]  # fmt: skip
     rows = [
         [
+            *((runs or {}).get(r[c], r[c]) for c in where),
             r["engine"],
             r["pattern"],
             str(r["n"]),
@@ -107,12 +195,12 @@ def ratio_rows(ratios: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
             number(r["x_fio"], 2),
             number(r["x_fio_no_fsync"], 2),
             number(r["x_torch_save"], 2),
-            *(number(r[column], digits) for column, digits in extra.values()),
+            *(number(r.get(column, float("nan")), digits) for column, digits in OPTIONAL_RATIOS.values()),
             bw_text(r["fio_bw"]) + _ceiling_kind(r["pattern"], r["durable"]),
         ]
         for _, r in ratios.iterrows()
     ]
-    return header, rows
+    return drop_empty(header, rows, len(where) + 2)
 
 
 def _ceiling_kind(pattern: str, durable: bool) -> str:
@@ -127,7 +215,7 @@ def problems(frame: pd.DataFrame) -> list[str]:
     lines = []
     for status in ("failed", "skipped"):
         rows = frame[frame["status"] == status].drop_duplicates(["case", "error"])
-        lines += [f"{status}: {r['case']}: {r['error']}" for _, r in rows.iterrows()]
+        lines += [f"{status}: {case_text(r['case'])}: {r['error']}" for _, r in rows.iterrows()]
     return lines
 
 
@@ -145,28 +233,3 @@ def warnings(table: pd.DataFrame) -> list[str]:
     if (table["n"] < 3).any():
         notes.append("some groups have fewer than 3 repetitions; medians of 1-2 runs are fragile")
     return notes
-
-
-def plain_text(*parts: str | Table) -> str:
-    """Lines and rich tables rendered as plain text (no colour, no escape codes), 160 columns wide."""
-    out = io.StringIO()
-    console = Console(file=out, width=160, force_terminal=False, color_system=None)
-    for part in parts:
-        console.print(part, highlight=False, soft_wrap=True, markup=False)
-    return out.getvalue()
-
-
-def rich_table(title: str, header: list[str], rows: list[list[str]]) -> Table:
-    """A rich Table from header and cells."""
-    table = Table(title=title, title_justify="left")
-    for name in header:
-        table.add_column(name, justify="left" if name in ("engine", "pattern", "transfer") else "right")
-    for row in rows:
-        table.add_row(*row)
-    return table
-
-
-def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A markdown pipe table."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]

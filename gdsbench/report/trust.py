@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from gdsbench import flags
+from gdsbench.report import tables
 from gdsbench.results import read_sidecar
 
 #: A multi-job row names its straggler when the last job finished this share of the runtime after the first.
@@ -35,7 +36,7 @@ def flag_notes(frame: pd.DataFrame) -> list[str]:
     return notes
 
 
-def straggler_notes(frame: pd.DataFrame, groups: list[str]) -> list[str]:
+def straggler_notes(frame: pd.DataFrame, groups: list[str], labels: dict[str, str] | None = None) -> list[str]:
     """Each group whose median repetition had a straggler: the slowest host (of an `all` row) or job,
     and how long after the first it finished."""
     if "spread_seconds" not in frame or "straggler" not in frame:
@@ -48,7 +49,7 @@ def straggler_notes(frame: pd.DataFrame, groups: list[str]) -> list[str]:
         share = STRAGGLER_SHARE * float(median["seconds"]) if not fleet else 0.0
         if median["spread_seconds"] <= share:  # finished together: nobody straggled
             continue
-        title = " ".join(f"{g}={v}" for g, v in zip(groups, values if isinstance(values, tuple) else (values,)))
+        title = tables.group_title(groups, values if isinstance(values, tuple) else (values,), labels or {})
         what = "slowest host" if fleet else "slowest job"
         notes.append(
             f"straggler {title}: {what} {median['straggler']}, +{median['spread_seconds']:.3f} s after the first"

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from gdsbench.report import register, tables
-from gdsbench.report.sections import Lines, Notes, Report, Section, Table
+from gdsbench.report import register, textout
+from gdsbench.report.sections import Legend, Lines, Notes, Report, Section, Table
+
+
+def _legend(section: Legend) -> list[str]:
+    """A bullet per label: what it stands for."""
+    return [f"### {section.title}", "", *(f"- {label}: {text}" for label, text in section.items)]
 
 
 def _lines(section: Lines) -> list[str]:
@@ -14,7 +19,7 @@ def _lines(section: Lines) -> list[str]:
 
 def _table(section: Table) -> list[str]:
     """A pipe table under its title."""
-    return [f"### {section.title}", "", *tables.md_table(list(section.header), [list(row) for row in section.rows])]
+    return [f"### {section.title}", "", *textout.md_table(list(section.header), [list(row) for row in section.rows])]
 
 
 def _notes(section: Notes) -> list[str]:
@@ -22,7 +27,7 @@ def _notes(section: Notes) -> list[str]:
     return [f"### {section.title}", "", *(f"- {line}" for line in section.lines)]
 
 
-BLOCKS = {Lines: _lines, Table: _table, Notes: _notes}
+BLOCKS = {Legend: _legend, Lines: _lines, Table: _table, Notes: _notes}
 
 
 def block(section: Section) -> list[str]:

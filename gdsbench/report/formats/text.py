@@ -1,37 +1,46 @@
-"""`--format text`: the report as plain text, tables drawn by rich without colour (160 columns)."""
+"""`--format text`: the report as plain text for the terminal's width ($COLUMNS when not a terminal, 160
+columns into a file or pipe): tables wrap their cells and split into blocks of columns rather than cut."""
 
 from __future__ import annotations
 
-from rich.table import Table as RichTable
+import textwrap
 
-from gdsbench.report import register, tables
-from gdsbench.report.sections import Lines, Notes, Report, Section, Table
+from gdsbench.report import register, textout
+from gdsbench.report.sections import Legend, Lines, Notes, Report, Section, Table
 
 
-def _lines(section: Lines) -> list[str | RichTable]:
+def _legend(section: Legend, width: int) -> list[str]:
+    """The title, then `label: what it stands for` per line."""
+    return [f"{section.title}:", *(f"  {label}: {text}" for label, text in section.items)]
+
+
+def _lines(section: Lines, width: int) -> list[str]:
     """The title, then each group's title indented above its status line."""
     return [f"{section.title}:", *(f"  {title}\n{line}" for title, line in section.items)]
 
 
-def _table(section: Table) -> list[str | RichTable]:
-    """A rich table with its title."""
-    return [tables.rich_table(section.title, list(section.header), [list(row) for row in section.rows])]
+def _table(section: Table, width: int) -> list[str]:
+    """The table under its title, fitted to the width."""
+    rows = [list(row) for row in section.rows]
+    return [textout.text_table(section.title, list(section.header), rows, section.keys, width)]
 
 
-def _notes(section: Notes) -> list[str | RichTable]:
-    """The title, then one line per problem or warning."""
-    return [f"{section.title}:", *section.lines]
+def _notes(section: Notes, width: int) -> list[str]:
+    """The title, then each problem or warning wrapped to the width (long case keys kept whole)."""
+    wrap = lambda line: textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False)  # noqa: E731
+    return [f"{section.title}:", *map(wrap, section.lines)]
 
 
-PARTS = {Lines: _lines, Table: _table, Notes: _notes}
+PARTS = {Legend: _legend, Lines: _lines, Table: _table, Notes: _notes}
 
 
-def parts(section: Section) -> list[str | RichTable]:
-    """A section as the lines and tables plain_text prints."""
-    return PARTS[type(section)](section)  # type: ignore[operator]
+def parts(section: Section, width: int) -> list[str]:
+    """A section as lines of text."""
+    return PARTS[type(section)](section, width)  # type: ignore[operator]
 
 
 @register("text")
 def render(report: Report) -> str:
-    """Every section in order, as plain text."""
-    return tables.plain_text(*(part for section in report.sections for part in parts(section)))
+    """Every section in order, as plain text, a blank line between sections."""
+    width = textout.terminal_width()
+    return "\n\n".join("\n".join(parts(section, width)) for section in report.sections) + "\n"
