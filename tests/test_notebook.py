@@ -31,3 +31,8 @@ def test_notebook_reproduces_the_figures(monkeypatch) -> None:
     assert "rows from 1 file(s): host vm, run" in printed
     tables = [o for o in outputs if "text/html" in o.get("data", {})]
     assert tables and "bw_median" in tables[0]["data"]["text/html"]
+    # the report's tables as the CLI prints them: sizes as people write them, latency in fio's unit
+    [shown] = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
+    assert "### Results: median and min-max over repetitions" in shown
+    assert "| 4K |" in shown and "| 16M |" in shown and "4194304" not in shown and "nan" not in shown
+    assert "| lat mean | lat p99 |" in shown and "us |" in shown
