@@ -21,7 +21,6 @@ repetition a side the ranges are points, so any difference is faster or slower: 
 from __future__ import annotations
 
 import json
-import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,8 +268,7 @@ def render(comparison: Comparison, fmt: str, base: str = "BASE", new: str = "NEW
         return "\n".join([f"### {title}", "", *drawn, *(f"- {n}" for n in notes)]) + "\n"
     width = textout.terminal_width()
     drawn = [textout.text_table(t, header, rows, keys, width) for t, header, rows, keys in blocks]
-    wrapped = [textwrap.fill(n, width, subsequent_indent="  ", break_long_words=False) for n in notes]
-    return "\n\n".join([title, *drawn, "\n".join(wrapped)]) + "\n"
+    return "\n\n".join([title, *drawn, "\n".join(notes)]) + "\n"  # prose lines: the terminal wraps them
 
 
 def _families(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:

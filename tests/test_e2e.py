@@ -51,6 +51,6 @@ def test_sweep_then_report(tmp_path):
         assert row["bw_bytes"] == row["bytes"] * 1000 // max(j[section]["runtime"] for j in jobs)
     some = frame[(frame["threads"] == 2)].iloc[0].to_dict()
     assert status_line(some).startswith(("  WRITE: bw=", "   READ: bw="))
-    assert "Run status (fio style" in reported.stdout and "Results: median" in reported.stdout
+    assert "Run status, fio style" in reported.stdout and "Results: median" in reported.stdout
     markdown = gdsbench("report", csv_path, "--by", "transfer,pattern", "--format", "markdown")
     assert "| transfer | pattern | n |" in markdown.stdout

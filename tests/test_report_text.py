@@ -125,8 +125,8 @@ def test_every_word_survives_at_any_width(cells: list[list[str]], width: int) ->
     text = textout.text_table("T", header, cells, keys=1, width=width)
     assert max(map(len, text.splitlines())) <= width
     drawn = text.split()
-    for word in (w for row in cells for cell in row for w in cell.split()):
-        assert any(word in piece for piece in drawn)
+    for word in (w for row in cells for cell in row for w in cell.split() if len(w) <= width // 2):
+        assert any(word in piece for piece in drawn)  # a word wider than its column folds; others stay whole
 
 
 def test_terminal_width_follows_columns(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -144,7 +144,8 @@ def test_compare_at_80_columns_wraps_and_splits_by_kind(monkeypatch: pytest.Monk
     assert run.exit_code == 1  # the second run is slower: real regressions
     lines = run.output.splitlines()
     assert "storage I/O:" in lines and "checkpoints:" in lines
-    tabled = [ln for ln in lines if not ln.startswith(("NEW ", "  engine="))]  # case keys stay whole
+    notes = ("NEW ", "only in", "... and", "left out", "warning", "6 regressions")  # prose: the terminal wraps it
+    tabled = [ln for ln in lines if not ln.startswith(notes)]
     assert max(map(len, tabled)) <= 80 and "…" not in run.output
     assert "io_size=16M" in run.output and "16777216" not in run.output
     assert "world_size" not in run.output  # constant for the one engine that has it: says nothing

@@ -3,8 +3,6 @@ columns into a file or pipe): tables wrap their cells and split into blocks of c
 
 from __future__ import annotations
 
-import textwrap
-
 from gdsbench.report import register, textout
 from gdsbench.report.sections import Legend, Lines, Notes, Report, Section, Table
 
@@ -26,9 +24,8 @@ def _table(section: Table, width: int) -> list[str]:
 
 
 def _notes(section: Notes, width: int) -> list[str]:
-    """The title, then each problem or warning wrapped to the width (long case keys kept whole)."""
-    wrap = lambda line: textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False)  # noqa: E731
-    return [f"{section.title}:", *map(wrap, section.lines)]
+    """The title, then one line per problem or warning (prose: the terminal wraps it, grep finds it whole)."""
+    return [f"{section.title}:", *section.lines]
 
 
 PARTS = {Legend: _legend, Lines: _lines, Table: _table, Notes: _notes}
