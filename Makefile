@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CONFIG ?= configs/local.yaml
 RESULTS ?= results
 
-.PHONY: run test lint torch-floor system-deps install clean-venv gpu-smoke
+.PHONY: run test test-fast lint torch-floor system-deps install clean-venv gpu-smoke
 
 system-deps:  ## fio (with its libaio and liburing) and python3-venv from the OS packages
 	@command -v fio >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || { $(SUDO) apt-get update && \
@@ -35,8 +35,15 @@ lint: install  ## ruff (lint + format check) and mypy, as CI runs them
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
 
+# Tests run on every core (pytest-xdist; work stealing keeps the slow multi-process tests from queueing behind
+# each other); `pytest tests/x.py` alone still runs in one process.
+PYTEST_PARALLEL ?= -n auto --dist worksteal
+
 test: lint  ## lint, then the whole test suite
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL)
+
+test-fast: install  ## the edit loop: every test not marked slow, no lint
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -q -m "not slow"
 
 # The oldest torch the package supports (pyproject's floor). PyPI's Linux wheel of it is a CUDA build
 # (~3 GB with its nvidia packages), so this is a documented check, not part of `make test`.

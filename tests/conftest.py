@@ -56,6 +56,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.skip(reason=f"{name}: {reasons[name]}"))
 
 
+@pytest.fixture(autouse=True)
+def _wide_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Text output at the width a file or pipe gets (xdist's workers set COLUMNS=80); a test of another width
+    sets COLUMNS itself."""
+    monkeypatch.setenv("COLUMNS", "160")
+
+
 @pytest.fixture
 def disk_tmp(tmp_path: Path) -> Path:
     """A temporary directory on a real disk filesystem (tmp_path is on the root ext4 here)."""

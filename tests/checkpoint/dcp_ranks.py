@@ -15,7 +15,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
 from torch.distributed.checkpoint import DefaultSavePlanner
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 from gdsbench.checkpoint import IOOptions, Reader, Writer
@@ -27,6 +27,26 @@ SMALL = IOOptions(chunk_bytes=64 << 10, buffer_bytes=256 << 10, threads=2)
 def run(program: Callable[..., None], world_size: int, *args: Any) -> None:
     """Run `program(rank, world_size, *args)` on `world_size` ranks joined in a gloo process group."""
     mp.spawn(_entry, args=(program, world_size, free_port(), args), nprocs=world_size, join=True)
+
+
+Step = tuple[Callable[..., None], int, tuple[Any, ...]]
+
+
+def run_steps(world_size: int, steps: list[Step]) -> None:
+    """Run each (program, ranks, args) in turn in one spawn of `world_size` ranks: a smaller world is the
+    group of the first `ranks` ranks (the others wait), so one start-up of torch and gloo serves every world
+    size a test needs."""
+    mp.spawn(_entry, args=(_steps, world_size, free_port(), (steps,)), nprocs=world_size, join=True)
+
+
+def _steps(rank: int, world_size: int, steps: list[Step]) -> None:
+    """Every step on its group of ranks, all ranks meeting after each."""
+    sizes = sorted({ranks for _, ranks, _ in steps})
+    groups = {n: dist.group.WORLD if n == world_size else dist.new_group(list(range(n))) for n in sizes}
+    for program, ranks, args in steps:
+        if rank < ranks:
+            program(rank, ranks, *args, group=groups[ranks])
+        dist.barrier()
 
 
 def _entry(rank: int, program: Callable[..., None], world_size: int, port: int, args: tuple[Any, ...]) -> None:
@@ -62,9 +82,10 @@ SHARDED = ("a", "b", "h")
 REPLICATED = ("r",)
 
 
-def distributed(state: dict[str, Any], world_size: int) -> dict[str, Any]:
-    """The state as a rank holds it: Shard(0) DTensors, Replicate() DTensors, plain tensors and values."""
-    mesh = init_device_mesh("cpu", (world_size,))
+def distributed(state: dict[str, Any], world_size: int, group: Any = None) -> dict[str, Any]:
+    """The state as a rank holds it: Shard(0) DTensors, Replicate() DTensors, plain tensors and values (over
+    `group`'s ranks when given)."""
+    mesh = DeviceMesh.from_group(group, "cpu") if group is not None else init_device_mesh("cpu", (world_size,))
     out = dict(state)
     for k in SHARDED:
         out[k] = distribute_tensor(state[k], mesh, [Shard(0)])
@@ -99,11 +120,12 @@ def assert_equal_full(loaded: dict[str, Any], expected: dict[str, Any]) -> None:
             assert got == want, (k, got, want)
 
 
-def save_program(rank: int, world_size: int, path: str, compression: str, seed: int) -> None:
+def save_program(rank: int, world_size: int, path: str, compression: str, seed: int, group: Any = None) -> None:
     """Save the distributed state at this world size, through Writer, with plan caching on."""
     writer = Writer(path, compression=compression, options=SMALL)
     planner = DefaultSavePlanner(enable_plan_caching=True)
-    dcp.save(distributed(full_state(seed), world_size), storage_writer=writer, planner=planner)
+    state = distributed(full_state(seed), world_size, group)
+    dcp.save(state, storage_writer=writer, planner=planner, process_group=group)
     _report(path, f"save-r{rank}", {"stored": writer.stats.stored_bytes, "ranks": writer.stats.rank_bytes})
 
 
@@ -153,14 +175,23 @@ def training_loop_program(rank: int, world_size: int, path: str, steps: int, ove
     load_program(rank, world_size, path, steps - 1, False)
 
 
-def load_program(rank: int, world_size: int, path: str, seed: int, broadcast: bool) -> None:
+def load_program(rank: int, world_size: int, path: str, seed: int, broadcast: bool, group: Any = None) -> None:
     """Load at this world size (resharding from whatever was saved) and check it against the full state."""
     expected = full_state(seed)
-    dest = zeros_like_state(distributed(expected, world_size))
+    dest = zeros_like_state(distributed(expected, world_size, group))
     reader = Reader(path, options=SMALL, broadcast=broadcast)
-    dcp.load(dest, storage_reader=reader)
+    dcp.load(dest, storage_reader=reader, process_group=group)
     assert_equal_full(dest, expected)
     _report(path, f"load-r{rank}", {"read": reader.read_bytes})
+
+
+def note_reads(rank: int, world_size: int, path: str, group: Any = None) -> None:
+    """Keep the bytes this rank's last load read under another name, before the next load replaces them."""
+    _report(
+        path,
+        f"reads-r{rank}",
+        {"read": json.loads((Path(path).parent / f"{Path(path).name}.load-r{rank}.json").read_text())["read"]},
+    )
 
 
 def caching_program(rank: int, world_size: int, path: str) -> None:

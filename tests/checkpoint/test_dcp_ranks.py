@@ -23,13 +23,17 @@ def facts(path: Path, name: str) -> dict:
 def test_save_at_four_reshard_to_two_and_one_and_back(tmp_path: Path, compression: str) -> None:
     """Saved by 4 ranks; loaded bit-exact by 2 ranks, 1 rank and 4 ranks again; then saved by 2 ranks and
     loaded by 4 (Shard(0) with uneven shards, Replicate(), plain tensors, step counter, RNG state)."""
-    four = tmp_path / "four"
-    dcp_ranks.run(dcp_ranks.save_program, 4, str(four), compression, 0)
-    for world_size in (2, 1, 4):
-        dcp_ranks.run(dcp_ranks.load_program, world_size, str(four), 0, False)
-    two = tmp_path / "two"
-    dcp_ranks.run(dcp_ranks.save_program, 2, str(two), compression, 1)
-    dcp_ranks.run(dcp_ranks.load_program, 4, str(two), 1, False)
+    four, two = tmp_path / "four", tmp_path / "two"
+    save, load = dcp_ranks.save_program, dcp_ranks.load_program
+    dcp_ranks.run_steps(
+        4,
+        [
+            (save, 4, (str(four), compression, 0)),
+            *((load, world_size, (str(four), 0, False)) for world_size in (2, 1, 4)),
+            (save, 2, (str(two), compression, 1)),
+            (load, 4, (str(two), 1, False)),
+        ],
+    )
     written = [facts(four, f"save-r{r}")["stored"] for r in range(4)]
     assert facts(four, "save-r0")["ranks"] == written and all(written)  # every rank wrote its own share
     assert len([p for p in four.iterdir() if p.suffix == ".data"]) == 4
@@ -40,9 +44,9 @@ def test_broadcast_load_reads_shared_items_once(tmp_path: Path) -> None:
     needs is read from storage by one rank: the ranks together read less, and the result is the same."""
     path = tmp_path / "ckpt"
     dcp_ranks.run(dcp_ranks.async_program, 2, str(path), 4)  # written by async saves, in the background
-    dcp_ranks.run(dcp_ranks.load_program, 4, str(path), 4, False)
-    each = sum(facts(path, f"load-r{r}")["read"] for r in range(4))
-    dcp_ranks.run(dcp_ranks.load_program, 4, str(path), 4, True)
+    dcp_ranks.run_steps(4, [(dcp_ranks.load_program, 4, (str(path), 4, False)), (dcp_ranks.note_reads, 4, (str(path),)),
+                            (dcp_ranks.load_program, 4, (str(path), 4, True))])  # fmt: skip
+    each = sum(facts(path, f"reads-r{r}")["read"] for r in range(4))
     shared = sum(facts(path, f"load-r{r}")["read"] for r in range(4))
     assert shared < each
 
