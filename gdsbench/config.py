@@ -32,6 +32,7 @@ from gdsbench.keys import (
     string,
     text,
 )
+from gdsbench.units import size_label
 
 MAX_THREADS = 4096  # fio's own job limit (REAL_MAX_JOBS)
 MAX_IODEPTH = 65536
@@ -200,10 +201,25 @@ def from_dict(document: Any, source: str, default_name: str = "sweep") -> SweepC
     cases = tuple(expand(source, document.get("matrix"), options, excludes))
     if not cases:
         raise ConfigError(source, "matrix", "at least one case left after exclude")
+    _check_io_fits(source, cases, settings["file_size"])
     checks = document.get("checks")
     if checks is not None and not isinstance(checks, list):
         raise ConfigError(source, "checks", "a list of checks", checks)
     return SweepConfig(source, settings, options, cases, raw=document, checks=tuple(checks or ()))
+
+
+def _check_io_fits(source: str, cases: tuple[Case, ...], file_size: int) -> None:
+    """Refuse an I/O larger than the file it is made in (fio and gdsio would fail every run of that case)."""
+    for case in cases:
+        io_size = case.get("io_size")
+        if io_size is not None and io_size > file_size:
+            raise ConfigError(
+                source,
+                "matrix.io_size",
+                f"at most file_size ({size_label(file_size)}): each {case.engine} I/O must fit in its test "
+                f"file; raise file_size or add `exclude: [{{io_size: {size_label(io_size)}}}]`",
+                size_label(io_size),
+            )
 
 
 def _hosts(source: str, value: Any) -> tuple:

@@ -165,7 +165,7 @@ def test_settings_defaults_and_name_from_file(tmp_path):
 @settings(max_examples=200)
 @given(st.one_of(st.text(max_size=8), st.integers(min_value=-5, max_value=1 << 40)))
 def test_any_io_size_either_parses_or_names_the_key(value):
-    document = with_(matrix={"engine": ["fio"], "pattern": ["read"], "io_size": [value]})
+    document = with_(file_size=1 << 62, matrix={"engine": ["fio"], "pattern": ["read"], "io_size": [value]})
     try:
         expected = parse_size(value)
     except ValueError:
@@ -255,3 +255,35 @@ def test_a_huge_config_is_refused_unread(tmp_path):
     path.write_text("name: t\n" + "# padding\n" * 200_000)
     with pytest.raises(ConfigError, match="under 1 MiB"):
         config.load(path)
+
+
+@settings(max_examples=40, deadline=None)
+@given(io_kib=st.integers(1, 1 << 16), file_kib=st.integers(1, 1 << 16))
+def test_an_io_larger_than_its_file_is_refused_at_load(io_kib: int, file_kib: int) -> None:
+    """fio and gdsio fail every run whose block is larger than the file: such a case is bad input, refused
+    before any runs, naming the key, both sizes and the fix."""
+    document = with_(
+        file_size=file_kib * 1024, matrix={"engine": ["fio"], "pattern": ["read"], "io_size": [io_kib * 1024]}
+    )
+    if io_kib <= file_kib:
+        assert config.from_dict(document, "sweep.yaml").cases[0]["io_size"] == io_kib * 1024
+        return
+    error = error_of(document)
+    assert error.key == "matrix.io_size" and error.expected.startswith("at most file_size (")
+    assert "exclude: [{io_size:" in error.expected
+
+
+def test_the_cli_refuses_an_io_larger_than_its_file_and_writes_nothing(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from gdsbench.cli import cli
+    from tests.helpers import assert_exits, write_config
+
+    path = write_config(
+        tmp_path, file_size="1M", matrix={"engine": ["fio"], "pattern": ["read"], "io_size": ["4K", "16M"]}
+    )
+    for extra in ([], ["--dry-run"]):
+        run = CliRunner().invoke(cli, ["sweep", str(path), "-o", str(tmp_path / "out"), *extra])
+        assert_exits(run, 2, one_line_error=True)
+        assert "matrix.io_size: expected at most file_size (1M)" in run.output and "(got '16M')" in run.output
+    assert not (tmp_path / "out").exists()
