@@ -108,17 +108,9 @@ def _execute(
     if not resume:
         _results_folder(output)
     csv_path = resume or sweep_mod.results_path(config, output)
-    meta = results.read_sidecar(csv_path) if resume else {}
-    run_id = meta.get("run_id") or sweep_mod.new_run_id()
+    run_id = (results.read_sidecar(csv_path) if resume else {}).get("run_id") or sweep_mod.new_run_id()
     ctx = sweep_mod.context(config, csv_path)
-    sweep_mod.prepare_target(ctx.directory)
-    torn = results.cut_torn_line(csv_path) if resume else 0
-    if torn:
-        err.print(f"[yellow]{csv_path}: its last row was torn ({torn} bytes cut off); it runs again[/]")
-    done = sweep_mod.resume(config, csv_path, skip_failed) if resume else frozenset()
-    writer = results.ResultWriter(csv_path, sweep_mod.columns(config))
-    if not resume:
-        results.write_sidecar(csv_path, sweep_mod.metadata(config, run_id))
+    writer, done = _start(config, csv_path, run_id, ctx, resume, skip_failed)
     steps = Counter(step.case.key for step in sweep_mod.schedule(config, done))
     err.print(f"[bold]{config.name}[/]: {len(config.cases)} cases x {config.repetitions} repetitions -> {csv_path}")
     if config.hosts:
@@ -139,10 +131,48 @@ def _execute(
         kept = len(results.read_rows(csv_path)[1])
         err.print(f"\ninterrupted: kept {kept} finished rows in {csv_path}")
         err.print(f"continue with: gdsbench sweep --resume {shlex.quote(str(csv_path))}")
-        sys.exit(128 + signal.SIGTERM if isinstance(stop, _Terminated) else 130)
+        sys.exit(_interrupt_status(stop))
     writer.close()
     sweep_mod.record_told(csv_path, ctx)
     return csv_path, rows
+
+
+def _start(
+    config: Any, csv_path: Path, run_id: str, ctx: Any, resume: Path | None, skip_failed: bool
+) -> tuple[Any, frozenset]:
+    """Before the first case: the target checked, the sidecar written (before the CSV: a results file never
+    lacks its sidecar), a resumed file's torn row cut and finished rows found, the CSV opened. Ctrl-C here
+    leaves a new run's files removed (they hold no row) and a resumed file as it was, and says so."""
+    from gdsbench import results
+    from gdsbench import sweep as sweep_mod
+
+    try:
+        with _terminate_as_interrupt():
+            sweep_mod.prepare_target(ctx.directory)
+            if not resume:
+                results.write_sidecar(csv_path, sweep_mod.metadata(config, run_id))
+            torn = results.cut_torn_line(csv_path) if resume else 0
+            if torn:
+                err.print(f"[yellow]{csv_path}: its last row was torn ({torn} bytes cut off); it runs again[/]")
+            done = sweep_mod.resume(config, csv_path, skip_failed) if resume else frozenset()
+            return results.ResultWriter(csv_path, sweep_mod.columns(config)), done
+    except GdsbenchError:
+        if not resume:
+            _remove_refused(csv_path)
+        raise
+    except KeyboardInterrupt as stop:
+        if resume:
+            err.print(f"\ninterrupted before the first case: {csv_path} is as it was")
+            err.print(f"continue with: gdsbench sweep --resume {shlex.quote(str(csv_path))}")
+        else:
+            _remove_refused(csv_path)
+            err.print("\ninterrupted before the first case: no row was measured and no file is left; run it again")
+        sys.exit(_interrupt_status(stop))
+
+
+def _interrupt_status(stop: KeyboardInterrupt) -> int:
+    """130 for Ctrl-C, 143 for SIGTERM (128 + the signal, as shells report them)."""
+    return 128 + signal.SIGTERM if isinstance(stop, _Terminated) else 130
 
 
 class _Terminated(KeyboardInterrupt):

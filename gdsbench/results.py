@@ -177,9 +177,19 @@ def read_header(path: Path) -> list[str]:
 
 
 def write_sidecar(csv_path: Path, metadata: Mapping[str, Any]) -> Path:
-    """Write the run's metadata (machine, tools, resolved config) beside the CSV."""
+    """Write the run's metadata (machine, tools, resolved config) beside the CSV, whole or not at all (a
+    temporary file renamed over it): an interrupt never leaves a torn sidecar."""
     path = sidecar_path(csv_path)
-    path.write_text(json.dumps(metadata, indent=2, default=str) + "\n")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("w") as out:
+            out.write(json.dumps(metadata, indent=2, default=str) + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
     return path
 
 

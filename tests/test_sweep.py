@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -268,3 +269,33 @@ def test_resume_cuts_a_torn_last_row_and_runs_it_again(tmp_path):
     assert [(r["repetition"], r["status"]) for r in rows] == [("1", "ok"), ("2", "ok")]
     assert all(r["run_id"] == rows[0]["run_id"] and r["case"] for r in rows)
     assert csv_path.read_bytes().endswith(b"\n")
+
+
+@pytest.mark.parametrize(("stop", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupt_during_start_up_leaves_no_file_without_its_sidecar(tmp_path, stop, status):
+    """The sidecar is written before the CSV, and a stop before the first case (here while the sidecar's
+    facts are gathered: fio's --version answers slowly) leaves no file at all and says what to do. The fio
+    named in the config is a wrapper around the real one that only slows --version down."""
+    marker = tmp_path / "asked-version"
+    slow_fio = tmp_path / "slow-fio"
+    real = shutil.which("fio")
+    slow_fio.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then : > "{marker}"; sleep 20; fi\nexec "{real}" "$@"\n')
+    slow_fio.chmod(0o755)
+    path = write_config(tmp_path, fio=str(slow_fio))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gdsbench", "sweep", str(path), "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 60
+    while not marker.exists() and time.time() < deadline:
+        time.sleep(0.05)
+    assert marker.exists() and not list(out.glob("*.csv")), "no results file before its sidecar"
+    proc.send_signal(stop)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == status, stderr
+    assert "interrupted before the first case: no row was measured and no file is left" in stderr
+    assert "Traceback" not in stderr and "Aborted" not in stderr
+    assert list(out.iterdir()) == []
