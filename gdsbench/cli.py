@@ -22,6 +22,7 @@ from rich.console import Console
 from gdsbench import __version__, progress
 from gdsbench.errors import GdsbenchError, UsageError
 from gdsbench.report import format_names as report_formats
+from gdsbench.report.tables import case_text
 
 err = Console(stderr=True)
 
@@ -213,7 +214,7 @@ def _summary(rows: list[dict[str, Any]], csv_path: Path) -> int:
     err.print(f"rows: {counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped -> {csv_path}")
     for row in rows:
         if row["status"] == "failed":
-            err.print(f"[red]failed[/] {row['case']} (rep {row['repetition']}): {row['error']}")
+            err.print(f"[red]failed[/] {case_text(row['case'])} (rep {row['repetition']}): {row['error']}")
     for reason, n in Counter(r["error"] for r in rows if r["status"] == "skipped").most_common():
         err.print(f"[yellow]{n} case{'s' if n > 1 else ''}[/] {reason}", markup=True, highlight=False)
     nothing = counts["skipped"] and not counts["ok"] and not counts["failed"]

@@ -109,3 +109,73 @@ def test_fio_missing(tmp_path):
     jobs = host_jobs([Host(HostKind.SOCK, "/nonexistent.sock")], [("name", "x"), ("rw", "read")])
     outcome = run_clients(str(tmp_path / "no-fio"), jobs, Pattern.READ, tmp_path / "jobs", timeout=10)
     assert [r.error for r in outcome.results] == [f"cannot start {tmp_path / 'no-fio'}: not found"] * 2
+
+
+class SilentHost:
+    """A test double for a hung fio server: it accepts connections (TCP on 127.0.0.1, or a unix socket) and
+    never answers; stopped by the test."""
+
+    def __init__(self, kind: str, folder: Path) -> None:
+        import socket
+
+        family = socket.AF_UNIX if kind == "sock" else socket.AF_INET
+        self.listener = socket.socket(family, socket.SOCK_STREAM)
+        if kind == "sock":
+            self.listener.bind(str(folder / "silent.sock"))
+            self.host = Host(HostKind.SOCK, str(folder / "silent.sock"))
+        else:
+            self.listener.bind(("127.0.0.1", 0))
+            self.host = Host(HostKind.TCP, "127.0.0.1", self.listener.getsockname()[1])
+        self.listener.listen(8)
+        self.accepted: list = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self.stopped.is_set():
+            try:
+                self.accepted.append(self.listener.accept()[0])
+            except OSError:
+                continue
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+        for conn in self.accepted:
+            conn.close()
+        self.listener.close()
+
+
+@pytest.mark.parametrize("kind", ["sock", "tcp"])
+def test_a_silent_host_is_named_within_the_handshake_deadline_and_the_others_run(servers, tmp_path, short_dir, kind):
+    """A host that accepts the connection and never answers used to hold the case for its whole timeout and
+    fail every host; now it fails alone, named, after the handshake deadline, and the live host measures."""
+    import time
+
+    from gdsbench.runners.fio_client import run_case
+
+    [(live, _)] = servers(kind, 1)
+    silent = SilentHost(kind, short_dir)
+    data = tmp_path / "data"
+    data.mkdir()
+    case = fio_case(pattern=Pattern.WRITE, transfer=Transfer.CPU_ONLY, io_size=MiB, iodepth=1, ioengine="psync")
+    ctx = RunContext(directory=data, file_size=16 * MiB, timeout=120, raw_dir=tmp_path / "raw",
+                     options={"handshake_timeout": 2.0}, hosts=(silent.host, live))  # fmt: skip
+    try:
+        started = time.monotonic()
+        outcome = run_case("fio", case, ctx, fio.job_options(case, ctx))
+        took = time.monotonic() - started
+    finally:
+        silent.stop()
+    assert took < 30, f"the case waited {took:.0f}s"
+    assert silent.accepted, "fio connected to the silent host"
+    by_host = {r.host: r for r in outcome.results}
+    assert list(by_host) == [silent.host.label, live.label, AGGREGATE]
+    assert not by_host[silent.host.label].ok
+    assert (
+        f"fio server {silent.host.label} did not answer fio's handshake within 2s" in by_host[silent.host.label].error
+    )
+    assert by_host[live.label].ok and by_host[live.label].measurement.bytes == 16 * MiB
+    assert not by_host[AGGREGATE].ok and silent.host.label in by_host[AGGREGATE].error

@@ -186,6 +186,7 @@ def run_tool(
     keep_sigpipe_ignored: bool = False,
     cwd: Path | None = None,
     on_stdout: Callable[[str], None] | None = None,
+    interrupt_grace: float = INTERRUPT_GRACE_S,
 ) -> subprocess.CompletedProcess:
     """Run a command as an argument list (never a shell); raise ToolError on failure or timeout.
 
@@ -194,17 +195,18 @@ def run_tool(
     first (fio's client then stops its servers' jobs, fio prints what it has), then SIGTERM and SIGKILL.
     `on_stdout` receives stdout text as it arrives (fio's periodic status); `keep_sigpipe_ignored`
     leaves SIGPIPE ignored in the child (Popen otherwise restores its default, and fio's client dies
-    of it, silently, when a server closes the connection).
+    of it, silently, when a server closes the connection). `interrupt_grace`: how long a stopped tool may
+    take to print its last output after SIGINT.
     """
     proc = _start(argv, env, cwd, keep_sigpipe_ignored)
     output = _Output(proc, on_stdout)
     try:
         output.drain(time.monotonic() + timeout)
     except subprocess.TimeoutExpired:
-        interrupt_group(proc, output)
-        raise ToolError(f"{Path(argv[0]).name} timed out after {timeout:.0f}s") from None
+        interrupt_group(proc, output, interrupt_grace)
+        raise ToolError(f"{Path(argv[0]).name} timed out after {timeout:g}s") from None
     except BaseException:  # Ctrl-C (in its own session the tool never saw the terminal's SIGINT), or a bug
-        interrupt_group(proc, output)
+        interrupt_group(proc, output, interrupt_grace)
         raise
     return subprocess.CompletedProcess(argv, proc.returncode, output.text(1), output.text(2))
 
@@ -303,7 +305,8 @@ def _decoder() -> io.IncrementalNewlineDecoder:
 
 
 def interrupt_group(proc: subprocess.Popen, output: _Output | None = None, grace: float = INTERRUPT_GRACE_S) -> None:
-    """SIGINT the child's process group and read its last output for up to `grace` seconds, then stop_group."""
+    """SIGINT the child's process group and read its last output for up to `grace` seconds, then stop_group
+    (at once, SIGKILL included, when `grace` is 0: a probe whose last words nobody needs)."""
     try:
         _signal_group(proc.pid, signal.SIGINT)
         if output is not None:
@@ -311,7 +314,7 @@ def interrupt_group(proc: subprocess.Popen, output: _Output | None = None, grace
             with contextlib.suppress(subprocess.TimeoutExpired, OSError, ValueError):
                 output.drain(time.monotonic() + grace, reap=False)
     finally:
-        stop_group(proc)
+        stop_group(proc, STOP_GRACE_S if grace else 0.0)
 
 
 def stop_group(proc: subprocess.Popen, grace: float = STOP_GRACE_S) -> None:

@@ -28,6 +28,7 @@ from gdsbench.runners import fio_live, fio_series, gds_path
 from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool
 from gdsbench.runners.fio_jobfile import Option, render_args
 from gdsbench.runners.fio_output import measure, parse_json
+from gdsbench.runners.fio_probe import HANDSHAKE_TIMEOUT
 from gdsbench.sysinfo import host, storage
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class FioRunner:
             "GPU for libcufile transfers",
         ),
         FIO_PATH,
+        HANDSHAKE_TIMEOUT,
     )
     axes = axes_of(("pattern", "transfer", "io_size", "threads", "iodepth"), options)
 

@@ -33,12 +33,13 @@ from typing import Any
 
 from gdsbench.cases import Case, Pattern
 from gdsbench.errors import GdsbenchError
-from gdsbench.hosts import AGGREGATE, HostKind
+from gdsbench.hosts import AGGREGATE, Host, HostKind
 from gdsbench.runners import fio_series
 from gdsbench.runners.base import LiveStatus, Measurement, RunContext, run_tool
 from gdsbench.runners.fio_jobfile import HostJob, Option, host_jobs, write_job_files
 from gdsbench.runners.fio_live import ClientStream
 from gdsbench.runners.fio_output import direction, measure
+from gdsbench.runners.fio_probe import HANDSHAKE_TIMEOUT, silent_hosts
 
 ALL_CLIENTS = "All clients"
 MESSAGE_LIMIT = 400
@@ -141,14 +142,34 @@ def case_argv(binary: str, ctx: RunContext, options: Sequence[Option]) -> list[s
 
 
 def run_case(binary: str, case: Case, ctx: RunContext, options: Sequence[Option]) -> ClientRun:
-    """Run one case on every host: local hosts' files tracked for cleanup, each host's time series read back."""
-    jobs = host_jobs(ctx.hosts, options)
+    """Run one case on every host that answers fio's handshake in time (fio_probe): a silent host's rows
+    fail naming it, and with it the aggregate (it is not the fleet's); the others' rows are kept."""
+    folder = (ctx.raw_dir or Path(".")) / "jobs"
+    deadline = float(ctx.options.get(HANDSHAKE_TIMEOUT.name) or HANDSHAKE_TIMEOUT.default)
+    silent = silent_hosts(binary, ctx.hosts, deadline, folder)
+    hosts = [host for host in ctx.hosts if host.label not in silent]
+    if not hosts:
+        message = "; ".join(silent.values())
+        return ClientRun((), "", failed_all(host_jobs(ctx.hosts, options), message))
+    run = _run_on(binary, case, ctx, options, hosts, folder)
+    if not silent:
+        return run
+    kept = {result.host: result for result in run.results if result.host != AGGREGATE}
+    results = [kept.get(host.label) or HostResult(host.label, error=silent[host.label]) for host in ctx.hosts]
+    aggregate = HostResult(AGGREGATE, error=f"no aggregate: {', '.join(silent)} did not answer fio's handshake")
+    return dataclasses.replace(run, results=(*results, aggregate))
+
+
+def _run_on(
+    binary: str, case: Case, ctx: RunContext, options: Sequence[Option], hosts: Sequence[Host], folder: Path
+) -> ClientRun:
+    """Run one case on these hosts: local hosts' files tracked for cleanup, each host's time series read back."""
+    jobs = host_jobs(hosts, options)
     ctx.track_new([path for job in jobs if job.host.is_local for path in job.files()])
     series = fio_series.client_folder(ctx)
     if series is not None:
         for job in jobs:
             fio_series.prepare_client(series, f"{ctx.run_stem}.h{jobs.index(job)}", case["threads"], job.host)
-    folder = (ctx.raw_dir or Path(".")) / "jobs"
     try:
         run = run_clients(
             binary, jobs, case.pattern, folder, ctx.timeout, ctx.run_stem, cwd=series, on_status=ctx.on_status
