@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CONFIG ?= configs/local.yaml
 RESULTS ?= results
 
-.PHONY: run test test-fast lint torch-floor system-deps install clean-venv gpu-smoke
+.PHONY: run test test-fast lint docs-screenshot torch-floor system-deps install clean-venv gpu-smoke
 
 system-deps:  ## fio (with its libaio and liburing) and python3-venv from the OS packages
 	@command -v fio >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || { $(SUDO) apt-get update && \
@@ -28,7 +28,7 @@ run: install  ## sweep the default config, then report what it wrote (even when 
 	  latest=$$(ls -t $(RESULTS)/*.csv 2>/dev/null | head -n 1); \
 	  [ -n "$$latest" ] && $(VENV)/bin/gdsbench report "$$latest"; exit $$status
 
-LINTED := gdsbench tests benchmarks
+LINTED := gdsbench tests benchmarks tools
 
 lint: install  ## ruff (lint + format check) and mypy, as CI runs them
 	$(VENV)/bin/ruff check $(LINTED)
@@ -44,6 +44,10 @@ test: lint  ## lint, then the whole test suite
 
 test-fast: install  ## the edit loop: every test not marked slow, no lint
 	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -q -m "not slow"
+
+docs-screenshot: install  ## docs/figures/report-html.png: the HTML report of two sample runs in headless Chromium
+	command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
+	$(PY) tools/html_screenshot.py docs/figures/report-html.png results/sample/checkpoint/checkpoint-saves-*.csv --height 2300
 
 # The oldest torch the package supports (pyproject's floor). PyPI's Linux wheel of it is a CUDA build
 # (~3 GB with its nvidia packages), so this is a documented check, not part of `make test`.

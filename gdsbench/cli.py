@@ -112,13 +112,15 @@ def _execute(
     run_id = (results.read_sidecar(csv_path) if resume else {}).get("run_id") or sweep_mod.new_run_id()
     ctx = sweep_mod.context(config, csv_path)
     writer, done = _start(config, csv_path, run_id, ctx, resume, skip_failed)
-    steps = Counter(step.case.key for step in sweep_mod.schedule(config, done))
-    err.print(f"[bold]{config.name}[/]: {len(config.cases)} cases x {config.repetitions} repetitions -> {csv_path}")
-    if config.hosts:
-        err.print("hosts: " + ", ".join(host.label for host in config.hosts) + " (fio cases)")
     rows: list[dict[str, Any]] = []
-    try:
+    try:  # the CSV and its sidecar exist: a stop from here on keeps them and says how to resume
         with _terminate_as_interrupt():
+            steps = Counter(step.case.key for step in sweep_mod.schedule(config, done))
+            err.print(
+                f"[bold]{config.name}[/]: {len(config.cases)} cases x {config.repetitions} repetitions -> {csv_path}"
+            )
+            if config.hosts:
+                err.print("hosts: " + ", ".join(host.label for host in config.hosts) + " (fio cases)")
             for row in progress.rows_with_bar(sweep_mod.run(config, writer, ctx, run_id, done), steps, err, ctx):
                 rows.append(row)
     except GdsbenchError:
@@ -313,10 +315,12 @@ def _write_figures(frame: Any, groups: list[str] | None, plots_dir: Path | None,
 
     figures = plots.figures(frame)
     if plots_dir:
-        written = plots.save(figures, plots_dir)
+        with _figure_progress("figures") as tick:
+            written = plots.save(figures, plots_dir, progress=tick)
         err.print(f"figures: {len(written)} files in {plots_dir}")
     if html_dir:
-        err.print(f"html: {html.write(frame, html_dir, groups, figures)}")
+        with _figure_progress("html") as tick:
+            err.print(f"html: {html.write(frame, html_dir, groups, figures, progress=tick)}")
 
 
 def _write_series(files: tuple[Path, ...], frame: Any, folder: Path) -> None:
@@ -328,8 +332,26 @@ def _write_series(files: tuple[Path, ...], frame: Any, folder: Path) -> None:
     if table.empty:
         err.print(f"series: none beside {', '.join(map(str, files))} (fio cases record them; `series: false` did not)")
         return
-    written = plots.save(series.figures(table, frame), folder, formats=("png",))
+    with _figure_progress("series") as tick:
+        written = plots.save(series.figures(table, frame), folder, formats=("png",), progress=tick)
     err.print(f"series: {len(written)} figures in {folder}")
+
+
+@contextlib.contextmanager
+def _figure_progress(what: str) -> Iterator[Callable[[int, int, str], None] | None]:
+    """A progress bar on stderr while figures are drawn, on a terminal only (logs get the summary line)."""
+    if not err.is_terminal:
+        yield None
+        return
+    from rich.progress import Progress
+
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task(what, total=None)
+
+        def tick(done: int, total: int, name: str) -> None:
+            bar.update(task, completed=done, total=total, description=f"{what}: {name}")
+
+        yield tick
 
 
 @cli.command("runners")

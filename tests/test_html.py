@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -101,3 +102,84 @@ def test_cli_report_refuses_unknown_group_column(tmp_path: Path) -> None:
     assert_exits(result, 2, one_line_error=True)
     assert "--by: no column colour" in result.output
     assert not (tmp_path / "report.html").exists()
+
+
+FLEET = sorted((Path(__file__).parents[1] / "results" / "sample" / "fleet").glob("*.csv"))
+
+
+def test_the_answer_comes_before_the_evidence(page: str) -> None:
+    """Headline (storage ceilings, flags) first; fio's status text after the tables; then metadata and rows."""
+    order = ["<h2>Headline</h2>", "<h2>Results: median", "<h2>Notes</h2>", "<h2>Run status", "<h2>Runs</h2>",
+             "<h2>Rows</h2>", "<h2>Figures</h2>"]  # fmt: skip
+    where = [page.index(mark) for mark in order]
+    assert where == sorted(where)
+    headline = page[where[0] : where[1]]
+    assert "storage write (direct): " in headline and "storage read (direct): " in headline
+    assert "flags: " in headline and "unstable on " in headline
+
+
+def rows_table(page: str) -> tuple[str, list[str]]:
+    """The Rows section's HTML and its header cells."""
+    section = page[page.index("<h2>Rows</h2>") : page.index("<h2>Figures</h2>")]
+    return section, re.findall(r"<th[^>]*>([^<]*)</th>", section)
+
+
+def test_rows_put_bandwidth_and_flags_after_the_case_and_drop_constant_columns(page: str) -> None:
+    section, header = rows_table(page)
+    assert header == ["pattern", "transfer", "io_size", "threads", "bw", "flags", "rep"]
+    # one host, one run, no straggler, no spread and no series in this sample: constant or empty, left out
+    assert '<p class="caption">every row: host=vm</p>' in section
+    assert '<div class="scroll"><div class="wide"><table>' in section  # scrolls inside its own box
+
+
+def test_series_figures_are_named_by_index_and_parameters_and_rows_link_to_them() -> None:
+    from gdsbench.report import series
+
+    frame = results.load(FLEET)
+    text = html.page(frame)
+    names = series.names(list(dict.fromkeys(results.load_series(FLEET)["case"])))  # in the order the series has them
+    assert list(names.values()) == ["series-01-fio-write", "series-02-fio-read", "series-03-fio-randread"]
+    for name in names.values():
+        assert f'<figure id="{name}">' in text and f'<a href="#{name}">series</a>' in text
+    _, header = rows_table(text)
+    assert header[:4] == ["pattern", "bw", "flags", "host"] and "series" in header
+    assert series.names(
+        ["engine=fio,pattern=read,io_size=4096,threads=1", "engine=fio,pattern=read,io_size=16777216,threads=4"]
+    ) == {
+        "engine=fio,pattern=read,io_size=4096,threads=1": "series-01-fio-read-io_size4K-threads1",
+        "engine=fio,pattern=read,io_size=16777216,threads=4": "series-02-fio-read-io_size16M-threads4",
+    }
+
+
+def test_no_heatmap_for_fewer_than_two_by_two_cells() -> None:
+    frame = results.load(SAMPLE)
+    one_size = frame[frame["io_size"] == 16 << 20]
+    assert one_size["threads"].nunique() == 2 and not plots.heatmaps(one_size)
+    one_thread = frame[frame["threads"] == 1]
+    assert one_thread["io_size"].nunique() == 4 and not plots.heatmaps(one_thread)
+    assert [p.name for p in plots.heatmaps(frame)][:1] == ["heatmap-read-CPU_CACHED"]
+
+
+def test_figure_progress_is_told_of_every_figure(tmp_path: Path) -> None:
+    seen: list[tuple[int, int, str]] = []
+    frame = results.load(SAMPLE)
+    figures = plots.figures(frame)
+    html.write(frame, tmp_path, figures=figures, series=[], progress=lambda *told: seen.append(told))
+    assert [done for done, _, _ in seen] == list(range(1, len(figures) + 1))
+    assert {total for _, total, _ in seen} == {len(figures)} and seen[-1][2] == figures[-1].name
+
+
+@pytest.mark.skipif(not any(map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), reason="no Chromium")
+def test_the_docs_screenshot_is_drawn_by_chromium(tmp_path: Path) -> None:
+    """tools/html_screenshot.py (make docs-screenshot): a PNG of the page's top, the size asked for."""
+    import subprocess
+    import sys
+
+    from PIL import Image
+
+    out = tmp_path / "page.png"
+    tool = Path(__file__).parents[1] / "tools" / "html_screenshot.py"
+    subprocess.run([sys.executable, str(tool), str(out), str(SAMPLE[0]), "--width", "900", "--height", "700"],
+                   check=True, timeout=180)  # fmt: skip
+    with Image.open(out) as image:
+        assert image.size == (900, 700) and image.getextrema() != ((255, 255), (255, 255), (255, 255))

@@ -1,10 +1,13 @@
-"""One self-contained HTML page of a report: run metadata, the report's sections, figures, time series.
+"""One self-contained HTML page of a report: the answer first, then the evidence.
 
-Figures are embedded as base64 PNG and the CSS is inline, so the page has no external URL and opens
-offline (attach it to a CI job, mail it). The sections are the same Report value every --format renders
-(report.summary.build), in the same order, so the page and the pull-request comment never disagree.
-A table of every result row (host, repetition, flags, straggler and spread) links each row to its
-case's time-series figure on the page (the first report.series.HTML_LIMIT cases).
+Reading order: the headline (fio's ceilings, each checkpoint engine against them, the flags raised:
+report.headline), the results tables and notes, fio's run-status text, the runs' metadata, every result
+row, the figures and the time series. Figures are embedded as base64 PNG and the CSS is inline, so the
+page has no external URL and opens offline (attach it to a CI job, mail it). The tables are the same
+Report value every --format renders (report.summary.build), so the page and the pull-request comment never
+disagree. The Rows table (each row's case, bandwidth and flags first, then run, host, repetition,
+straggler and spread; constant columns named once above it, empty ones left out) scrolls in its own box
+and links each row to its case's time-series figure (the first report.series.HTML_LIMIT cases).
 """
 
 from __future__ import annotations
@@ -13,29 +16,35 @@ import base64
 import datetime as dt
 import html
 import io
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from gdsbench import __version__, flags
-from gdsbench.report import plots, summary, tables
+from gdsbench.report import headline, plots, summary, tables
 from gdsbench.report import series as series_plots
-from gdsbench.report.sections import Legend, Lines, Notes, Section, Table
+from gdsbench.report.sections import Legend, Lines, Notes, Report, Section, Table
 from gdsbench.results import load_series, read_sidecar
 from gdsbench.units import num2str
+
+Progress = Callable[[int, int, str], None]  # (figures drawn, of how many, the last one's name)
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1300px;color:#222;padding:0 1rem}
 h1{font-size:1.5rem}h2{font-size:1.2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
 table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}
-th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right}th{background:#f4f4f4}
+th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right;white-space:nowrap}th{background:#f4f4f4}
+td.w{white-space:normal;min-width:10rem}.wide{overflow-x:auto}
 td.l,th.l{text-align:left}pre{background:#f8f8f8;padding:.6rem;overflow-x:auto;font-size:.8rem}
 figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.8rem;color:#555}
 .warn{color:#a15c00}.bad{color:#b00020}.skip{color:#666}li{font-size:.85rem}
+.scroll{max-height:32rem;overflow:auto;border:1px solid #ddd;margin:.5rem 0}.scroll table{margin:0}
+.scroll thead th{position:sticky;top:0;z-index:1}pre.status{max-height:24rem;overflow:auto}
+.headline li{font-size:.95rem;margin:.2rem 0}.caption{font-size:.8rem;color:#555}
 """
-LEFT = {"engine", "pattern", "transfer", "host", "run_id", "key", "run 1", "run 2", "run 3", "run 4"}
+LEFT = {"engine", "pattern", "transfer", "host", "run_id", "run", "flags", "key", "run 1", "run 2", "run 3", "run 4"}
 #: Sidecar facts shown per run: (section, key) in display order.
 FACTS = (
     ("machine", "host"),
@@ -57,24 +66,30 @@ def page(
     groups: list[str] | None = None,
     figures: Iterable[plots.Plot] | None = None,
     series: Iterable[plots.Plot] | None = None,
+    progress: Progress | None = None,
 ) -> str:
-    """The whole report as one HTML document: the runs' metadata, the report's sections, the figures,
-    every row linked to its time series."""
+    """The whole report as one HTML document, the answer first: headline, tables and notes, fio's status
+    text, the runs' metadata, every row (linked to its time series), figures, time series. `progress` is
+    told of each figure as it is drawn into the page."""
     report = summary.build(frame, groups)
     figures = plots.figures(frame) if figures is None else list(figures)
     if series is None:
         series = series_plots.figures(load_series(frame["source"].unique()), frame, series_plots.HTML_LIMIT)
     series = list(series)
     title = f"gdsbench report: {plots.run_title(plots.with_run(frame))}"
+    evidence = [section for section in report.sections if isinstance(section, (Table, Notes))]
+    drawn = _figures_html([*figures, *series], progress)
     body = [
         f"<h1>{_e(title)}</h1>",
+        headline_section(report),
+        *(section_html(section) for section in evidence),
+        section_html(report.status),
         "<h2>Runs</h2>",
         metadata_section(frame),
-        *(section_html(section) for section in report.sections),
-        rows_section(frame, {p.name for p in series}),
+        rows_section(frame, {p.case: p.name for p in series if p.case}),
         "<h2>Figures</h2>",
-        *(figure_html(p) for p in figures),
-        *(["<h2>Time series</h2>", *(figure_html(p) for p in series)] if series else []),
+        *drawn[: len(figures)],
+        *(["<h2>Time series</h2>", *drawn[len(figures) :]] if series else []),
         f"<p><small>gdsbench {__version__}, generated {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC"
         "</small></p>",
     ]
@@ -84,17 +99,34 @@ def page(
     )
 
 
+def headline_section(report: Report) -> str:
+    """The answer in a few lines: fio's ceilings, the engines against them, the flags."""
+    items = "".join(f"<li>{_e(line)}</li>" for line in headline.lines(report))
+    return f'<h2>Headline</h2><ul class="headline">{items}</ul>'
+
+
+def _figures_html(figures: list[plots.Plot], progress: Progress | None) -> list[str]:
+    """Each figure as HTML, telling `progress` (done, total, name) as it goes: the slow part of a page."""
+    out = []
+    for index, plot in enumerate(figures, 1):
+        out.append(figure_html(plot))
+        if progress:
+            progress(index, len(figures), plot.name)
+    return out
+
+
 def write(
     frame: pd.DataFrame,
     directory: Path,
     groups: list[str] | None = None,
     figures: Iterable[plots.Plot] | None = None,
     series: Iterable[plots.Plot] | None = None,
+    progress: Progress | None = None,
 ) -> Path:
     """Write <directory>/report.html; return its path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "report.html"
-    path.write_text(page(frame, groups, figures, series), encoding="utf-8")
+    path.write_text(page(frame, groups, figures, series, progress), encoding="utf-8")
     return path
 
 
@@ -105,7 +137,7 @@ def _e(value: Any) -> str:
 
 def html_table(header: list[str], rows: list[list[str]], links: list[str | None] | None = None) -> str:
     """An HTML table, text columns left-aligned; `links` makes each row's last cell a link to that anchor."""
-    align = [' class="l"' if name in LEFT else "" for name in header]
+    align = [(' class="l w"' if name == "engine" else ' class="l"') if name in LEFT else "" for name in header]
     head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip(align, header))
     body = ""
     for index, row in enumerate(rows):
@@ -114,34 +146,54 @@ def html_table(header: list[str], rows: list[list[str]], links: list[str | None]
         if anchor:
             cells[-1] = f'<td{align[-1]}><a href="#{_e(anchor)}">{_e(row[-1])}</a></td>'
         body += "<tr>" + "".join(cells) + "</tr>"
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
-def rows_section(frame: pd.DataFrame, drawn: set[str]) -> str:
-    """Every ok row: its case's varying parameters, host, repetition, bandwidth, flags, straggler and
-    spread, and a link to its case's time series where the page has it."""
+#: The Rows table's columns after each row's case.
+ROW_FIGURES = ("bw", "flags", "run", "host", "rep", "straggler", "spread s")
+
+
+def rows_section(frame: pd.DataFrame, linked: dict[str, str]) -> str:
+    """Every ok row: the parameters that tell its case apart, its bandwidth and flags, then run, host,
+    repetition, straggler and spread, and a link to its case's time series where the page has one.
+    A column with one value in every row is named once above the table; a column empty everywhere is left
+    out. The table scrolls inside its own box."""
     ok = flags.annotate(frame)[lambda f: f["status"] == "ok"]
     if ok.empty:
         return ""
     names, cells = tables.case_labels(list(ok["case"]))
-    header = [*names, "host", "rep", "bw", "flags", "straggler", "spread s", "series"]
-    rows, links = [], []
-    for cell, (_, row) in zip(cells, ok.iterrows()):
-        figure = series_plots.name(str(row["case"]))
-        rows.append(
-            [
-                *cell,
-                str(row["host"]),
-                str(row["repetition"]),
-                tables.bw_text(row["bw_bytes"]),
-                row.get("flags") or "",
-                _text(row.get("straggler")),
-                tables.number(row.get("spread_seconds", float("nan")), 3),
-                "series" if figure in drawn else "-",
-            ]
-        )
-        links.append(figure if figure in drawn else None)
-    return "<h2>Rows</h2>" + html_table(header, rows, links)
+    labels = summary.run_labels(frame)
+    header = [*names, *ROW_FIGURES, "series"]
+    rows = [
+        [*cell, *_row_figures(row, labels), "series" if row["case"] in linked else ""]
+        for cell, (_, row) in zip(cells, ok.iterrows())
+    ]
+    linking = {"series"} if linked else set()  # a link column is kept even when every row has one
+    keep = [
+        i
+        for i, name in enumerate(header)
+        if i < len(names) or name in ("bw", *linking) or len({r[i] for r in rows}) > 1
+    ]
+    constant = [
+        f"{name}={rows[0][i]}" for i, name in enumerate(header) if i not in keep and rows[0][i] not in ("", "-")
+    ]
+    links = [linked.get(str(case)) for case in ok["case"]] if header.index("series") in keep else None
+    table = html_table([header[i] for i in keep], [[row[i] for i in keep] for row in rows], links)
+    caption = f'<p class="caption">every row: {_e(", ".join(constant))}</p>' if constant else ""
+    return f'<h2>Rows</h2>{caption}<div class="scroll">{table}</div>'
+
+
+def _row_figures(row: pd.Series, labels: dict[str, str]) -> list[str]:
+    """A row's cells after its case: bandwidth, flags, run label, host, repetition, straggler, spread."""
+    return [
+        tables.bw_text(row["bw_bytes"]),
+        tables.flags_cell(row.get("flags")),
+        labels.get(str(row["run_id"]), "-"),
+        str(row["host"]),
+        str(row["repetition"]),
+        _text(row.get("straggler")),
+        tables.number(row.get("spread_seconds", float("nan")), 3),
+    ]
 
 
 def _text(value: Any) -> str:
@@ -174,7 +226,7 @@ def metadata_section(frame: pd.DataFrame) -> str:
 def _lines(section: Lines) -> str:
     """fio-style run-status lines, each under its group's title, in a <pre>."""
     text = "\n".join(f"# {title}\n{line}" for title, line in section.items)
-    return f"<h2>{_e(section.title)}</h2><pre>{_e(text)}</pre>"
+    return f'<h2>{_e(section.title)}</h2><pre class="status">{_e(text)}</pre>'
 
 
 def _table(section: Table) -> str:

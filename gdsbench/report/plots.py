@@ -3,7 +3,8 @@
 One figure per group, each a `Plot(name, figure)` whose name is the file stem `save` writes:
 
 - `heatmap-<pattern>-<transfer>`: median bandwidth over threads (rows) x IO size (columns), one panel
-  per run (host, run_id) when several are merged.
+  per run (host, run_id) when several are merged; drawn only with at least 2 thread counts and 2 IO
+  sizes (a 1 x N map is the bandwidth line figure, badly).
 - `bandwidth-<pattern>`: median bandwidth vs IO size, a line per transfer type with a min-max band over
   repetitions, one panel per thread count; several runs get one line style each.
 - `latency-<pattern>`: mean and p99 latency vs IO size (two panels), a line per transfer type and
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,7 @@ class Plot:
 
     name: str
     figure: Figure
+    case: str | None = None  # the case a time-series figure shows (report.series)
 
 
 def figures(frame: pd.DataFrame) -> list[Plot]:
@@ -55,17 +57,26 @@ def figures(frame: pd.DataFrame) -> list[Plot]:
     return [*heatmaps(frame), *bandwidth_lines(frame), *latency_lines(frame), *checkpoint_bars(frame)]
 
 
-def save(plots: Iterable[Plot], directory: Path, formats: Iterable[str] = FORMATS) -> list[Path]:
-    """Write each figure as <directory>/<name>.<format>; return the paths written."""
+def save(
+    plots: Iterable[Plot],
+    directory: Path,
+    formats: Iterable[str] = FORMATS,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> list[Path]:
+    """Write each figure as <directory>/<name>.<format>; return the paths written. `progress` is told
+    (done, total, name) after each figure."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
-    for plot in plots:
+    plots = list(plots)
+    for index, plot in enumerate(plots, 1):
         for fmt in formats:
             path = directory / f"{plot.name}.{fmt}"
             # No creation date in the SVG, so regenerated figures diff only where the data changed.
             metadata = {"Date": None} if fmt == "svg" else {}
             plot.figure.savefig(path, format=fmt, dpi=110, metadata=metadata)
             paths.append(path)
+        if progress:
+            progress(index, len(plots), plot.name)
     return paths
 
 
@@ -132,7 +143,8 @@ def heatmaps(frame: pd.DataFrame) -> list[Plot]:
     rows = rows[rows["threads"].notna()]
     plots = []
     for (pattern, transfer), group in rows.groupby(["pattern", "transfer"], sort=True):
-        plots.append(Plot(slug("heatmap", pattern, transfer), _heatmap(group, pattern, transfer)))
+        if group["threads"].nunique() >= 2 and group["io_size"].nunique() >= 2:  # a map needs 2 x 2 cells
+            plots.append(Plot(slug("heatmap", pattern, transfer), _heatmap(group, pattern, transfer)))
     return plots
 
 

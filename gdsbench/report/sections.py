@@ -68,6 +68,7 @@ class Report:
     notes: Notes
     runs: Legend | None = None  # when several runs are reported: `run N` -> file and run id
     ratios: pd.DataFrame | None = None  # the ceilings table in base units (the json format)
+    labels: tuple[tuple[str, str], ...] = ()  # (run_id, `run N`) when several runs are reported
 
     @property
     def sections(self) -> tuple[Section, ...]:

@@ -1,6 +1,7 @@
 """Time-series figures: each case's bandwidth and latency over the run, from the `.series.tsv` tables.
 
-One figure per case (`series-<engine>-<pattern>-<digest>`), two panels (bandwidth summed over the
+One figure per case, named by its index and the parameters that tell it apart from the other cases
+(`series-03-fio-write-threads4-io_size1M`), two panels (bandwidth summed over the
 jobs of each log window, completion latency averaged over them) and a line per host and repetition, so
 a throttling SSD or a write cliff after the SLC cache fills shows as a falling line, and a slow host
 as a lower one. Bandwidth windows are binned on the log window (fio's jobs log at their own times).
@@ -8,23 +9,28 @@ as a lower one. Bandwidth windows are binned on the log window (fio's jobs log a
 
 from __future__ import annotations
 
-import hashlib
+import textwrap
 
 import numpy as np
 import pandas as pd
 import seaborn as sns
 
+from gdsbench.report import tables
 from gdsbench.report.plots import Plot, bw_unit, new_figure, run_title, slug, with_run
 
 #: At most this many series figures go into an HTML page (each is an embedded image).
 HTML_LIMIT = 40
 
 
-def name(case: str) -> str:
-    """A case's series figure name: engine, pattern and a digest of the case key."""
-    params = dict(part.split("=", 1) for part in case.split(",") if "=" in part)
-    digest = hashlib.sha1(case.encode()).hexdigest()[:8]
-    return slug("series", params.get("engine", "case"), params.get("pattern", ""), digest)
+def names(cases: list[str]) -> dict[str, str]:
+    """Each case's figure name: its index, engine, pattern and the parameters that differ between the cases."""
+    shown, cells = tables.case_labels(cases)
+    found = {}
+    for index, (case, cell) in enumerate(zip(cases, cells), 1):
+        params = tables.parse_case(case)
+        varying = [f"{n}{v}" for n, v in zip(shown, cell) if v and n not in ("engine", "pattern")]
+        found[case] = slug("series", f"{index:02d}", params.get("engine", "case"), params.get("pattern", ""), *varying)
+    return found
 
 
 def per_window(series: pd.DataFrame) -> pd.DataFrame:
@@ -52,8 +58,22 @@ def figures(series: pd.DataFrame, frame: pd.DataFrame | None = None, limit: int 
     if series.empty:
         return []
     windows = per_window(series)
-    cases = list(dict.fromkeys(windows["case"]))[:limit]
-    return [Plot(name(case), _figure(windows[windows["case"] == case], case, _title(windows, frame))) for case in cases]
+    cases = list(dict.fromkeys(series["case"]))  # the sweep's order (per_window sorts)
+    named = names(cases)
+    return [
+        Plot(
+            named[case],
+            _figure(windows[windows["case"] == case], _heading(named[case], case), _title(windows, frame)),
+            case,
+        )
+        for case in cases[:limit]
+    ]
+
+
+def _heading(name: str, case: str) -> str:
+    """A figure's first title line: its index, then the whole case with sizes as people write them, wrapped."""
+    index = name.split("-")[1]
+    return f"#{index}: " + textwrap.fill(tables.case_text(case).replace(",", ", "), 90)
 
 
 def _title(windows: pd.DataFrame, frame: pd.DataFrame | None) -> str:
@@ -64,7 +84,7 @@ def _title(windows: pd.DataFrame, frame: pd.DataFrame | None) -> str:
     return f"run {runs}" + (f", {when}" if "UTC" in when else "")
 
 
-def _figure(windows: pd.DataFrame, case: str, title: str):
+def _figure(windows: pd.DataFrame, heading: str, title: str):
     """Bandwidth and latency over time for one case, a line per host x repetition."""
     data = windows.assign(run=windows["host"].astype(str) + " rep " + windows["repetition"].astype(str))
     divisor, unit = bw_unit(float(data["bw_bytes"].max() or 1))
@@ -90,11 +110,5 @@ def _figure(windows: pd.DataFrame, case: str, title: str):
         axis.grid(True, alpha=0.3)
     if axes[1].get_legend() is not None:
         sns.move_legend(axes[1], "upper left", bbox_to_anchor=(1.02, 1), frameon=False, fontsize=8)
-    figure.suptitle(f"{_short(case)}\n{title}", fontsize=10)
+    figure.suptitle(f"{heading}\n{title}", fontsize=10)
     return figure
-
-
-def _short(case: str) -> str:
-    """A case key without its default-looking noise: the engine and the parameters, wrapped."""
-    parts = case.split(",")
-    return ", ".join(parts[:6]) + ("\n" + ", ".join(parts[6:]) if len(parts) > 6 else "")

@@ -179,4 +179,5 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
         ),
         runs=runs_legend(frame, labels),
         ratios=ratios,
+        labels=tuple(labels.items()),
     )

@@ -58,12 +58,13 @@ def case_text(case: str) -> str:
 def varying(frame: pd.DataFrame, columns: list[str]) -> list[str]:
     """The columns worth showing for these rows: filled in some row, not the same in every row, and (beside
     `engine`) telling apart some rows of one engine: an option of one engine, the same in all its rows
-    (dcp's world_size=1), says nothing the engine column does not."""
+    (dcp's world_size=1), says nothing the engine column does not; rows of an older run that lack the
+    key (it did not exist yet) are not told apart by it either."""
 
     def tells_apart(column: str) -> bool:
         if column == "engine" or "engine" not in frame:
             return True
-        return bool((frame.groupby("engine", dropna=False)[column].nunique(dropna=False) > 1).any())
+        return bool((frame.groupby("engine", dropna=False)[column].nunique() > 1).any())
 
     return [
         c
