@@ -65,5 +65,9 @@ def _wide_text(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def disk_tmp(tmp_path: Path) -> Path:
-    """A temporary directory on a real disk filesystem (tmp_path is on the root ext4 here)."""
+    """A temporary directory on a real disk filesystem that takes O_DIRECT (tmp_path is on the root ext4
+    here); the test is skipped, saying why, where O_DIRECT is refused (tmpfs on older kernels, overlayfs)."""
+    works, why = sysinfo.odirect_works(tmp_path)
+    if not works:
+        pytest.skip(f"needs O_DIRECT in {tmp_path}: {why}")
     return tmp_path

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -24,9 +25,17 @@ def two_nodes(port: int, job: list[str]) -> list[subprocess.CompletedProcess[str
     argv = [sys.executable, *launcher(1, port, nodes=2), *job]
     argv = [a if not a.startswith("--rdzv-id=") else f"--rdzv-id={run_id}" for a in argv]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    nodes = [subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(2)]  # fmt: skip
-    return [subprocess.CompletedProcess(argv, n.wait(timeout=240), *n.communicate()) for n in nodes]
+    with tempfile.TemporaryDirectory() as folder:  # output to files: a node blocked on a full pipe would stall both
+        logs = [(Path(folder) / f"{n}.out", Path(folder) / f"{n}.err") for n in range(2)]
+        nodes = []
+        for out, err in logs:
+            with out.open("w") as stdout, err.open("w") as stderr:
+                nodes.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=stdout, stderr=stderr, text=True))
+        codes = [node.wait(timeout=240) for node in nodes]
+        return [
+            subprocess.CompletedProcess(argv, code, out.read_text(), err.read_text())
+            for code, (out, err) in zip(codes, logs)
+        ]
 
 
 @pytest.mark.parametrize("engine", ["dcp_fast", "dcp"])
