@@ -43,10 +43,50 @@ PROBES = {
 }
 
 
+#: Measured (pytest --durations) at 2 s or more on the 2-core VM: process start-ups (torch, gloo, torchrun,
+#: fio servers, kills) and real sweeps. Marked `slow`: `make test-fast` leaves them out, `make test` runs all.
+SLOW_MODULES = ("test_dcp_ranks.py", "test_multinode.py", "test_multihost.py", "test_fio_client_live.py",
+                "test_smoke.py", "test_benchmark_scripts.py", "test_notebook.py", "test_e2e.py", "test_durability.py")  # fmt: skip
+SLOW_TESTS = (
+    "test_ctrl_c_or_sigterm_keeps_every_finished_row",
+    "test_an_interrupt_during_start_up_leaves_no_file_without_its_sidecar",
+    "test_a_stop_once_the_csv_exists_leaves_its_sidecar_and_resume_finishes_the_run",
+    "test_distributed_engines_save_and_load_on_two_ranks",
+    "test_sweep_and_report_show_each_engine_against_fio",
+    "test_a_killed_save_leaves_the_previous_checkpoint_loadable",
+    "test_concurrent_savers_always_leave_one_complete_checkpoint",
+    "test_blosc_splits_chunks_above_its_2gib_limit",
+    "test_a_real_page_cache_read_is_flagged_and_a_clean_direct_read_is_not",
+    "test_an_undersized_file_system_is_refused_with_the_numbers",
+    "test_resume_reruns_failed_pairs_and_keeps_one_row_per_pair",
+    "test_timeout_kills_the_tool_and_every_process_it_started",
+    "test_serve_daemonized_on_loopback",
+    "test_the_docs_screenshot_is_drawn_by_chromium",
+    "test_a_mutated_config_loads_or_is_one_config_error",
+    "test_cli_report_writes_plots_and_html",
+    "test_warm_and_unprivileged_cold_loads_say_how_the_cache_was_set",
+    "test_free_heap_pages_left_by_one_engine_are_not_handed_to_the_next",
+    "test_resume_runs_only_missing_cases",
+    "test_no_label_overlaps",
+    "test_every_gpu_row_of_a_sweep_has_a_path",
+    "test_fastpersist_recycle_overwrites_the_spare_and_cleans_it_up",
+    "test_environment_overrides_are_recorded_in_the_sidecar_and_the_rows_they_change",
+    "test_qualify_runs_the_sweep_with_real_fio",
+    "test_root_file_system_is_refused_unless_the_config_allows_it",
+    "test_resume_cuts_a_torn_last_row_and_runs_it_again",
+    "test_doctor_uses_the_gdsio_given",
+    "test_one_fill_per_file_set_outside_the_cases",
+    "test_serve_on_a_socket_runs_cases_and_stops_on_ctrl_c",
+    "test_a_run_reports_live_figures_and_keeps_its_series",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip each test whose capability marker's probe says this machine cannot run it."""
+    """Mark the slow tests; skip each test whose capability marker's probe says this machine cannot run it."""
     reasons: dict[str, str | None] = {}
     for item in items:
+        if item.path.name in SLOW_MODULES or item.name.split("[")[0] in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
         for name, probe in PROBES.items():
             if item.get_closest_marker(name) is None:
                 continue
