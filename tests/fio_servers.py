@@ -1,5 +1,6 @@
-"""Helpers for tests that start fio servers: free loopback ports, stopping a server's whole session, and
-the fixtures that start servers on unix sockets and loopback ports and stop them in their finalisers."""
+"""Helpers for tests that start fio servers: free loopback ports, stopping a server's whole session, a silent
+host (a hung server's test double), and the fixtures that start servers on unix sockets and loopback ports
+and stop them in their finalisers."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,6 +37,41 @@ def stop_session(proc: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+class SilentHost:
+    """A test double for a hung fio server: it accepts connections (TCP on 127.0.0.1, or a unix socket) and
+    never answers; stopped by the test."""
+
+    def __init__(self, kind: str, folder: Path) -> None:
+        family = socket.AF_UNIX if kind == "sock" else socket.AF_INET
+        self.listener = socket.socket(family, socket.SOCK_STREAM)
+        if kind == "sock":
+            self.listener.bind(str(folder / "silent.sock"))
+            self.host = Host(HostKind.SOCK, str(folder / "silent.sock"))
+        else:
+            self.listener.bind(("127.0.0.1", 0))
+            self.host = Host(HostKind.TCP, "127.0.0.1", self.listener.getsockname()[1])
+        self.listener.listen(8)
+        self.accepted: list = []
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self.stopped.is_set():
+            try:
+                self.accepted.append(self.listener.accept()[0])
+            except OSError:
+                continue
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+        for conn in self.accepted:
+            conn.close()
+        self.listener.close()
 
 
 @pytest.fixture

@@ -206,12 +206,22 @@ def test_cases_carry_every_axis_of_their_runner_with_its_default(engine):
 def test_tool_paths_are_settings_not_axes():
     fio_runner = config.runners.get("fio")
     assert fio_runner.axes == {"pattern", "transfer", "io_size", "threads", "iodepth"} | {
-        key.name for key in fio_runner.options if key.name != "fio"
+        key.name for key in fio_runner.options if key.name not in ("fio", "handshake_timeout")
     }
     assert "gdsio" not in config.runners.get("gdsio").axes
     error = error_of(with_(matrix={"engine": ["fio"], "pattern": ["read"], "fio": ["/usr/bin/fio"]}))
     assert error.key == "matrix.fio" and "a matrix axis" in error.expected
     assert config.from_dict(with_(fio="/usr/bin/fio"), "s.yaml").options == {"fio": "/usr/bin/fio"}
+
+
+def test_the_handshake_timeout_is_a_setting_of_the_sweep():
+    loaded = config.from_dict(with_(handshake_timeout="3s"), "s.yaml")
+    assert loaded.options == {"handshake_timeout": 3.0}
+    assert all("handshake_timeout" not in dict(case.params) for case in loaded.cases)
+    error = error_of(with_(matrix={"engine": ["fio"], "pattern": ["read"], "handshake_timeout": ["3s"]}))
+    assert error.key == "matrix.handshake_timeout" and "a matrix axis" in error.expected
+    error = error_of(with_(handshake_timeout="0s"))
+    assert (error.key, error.expected, error.got) == ("handshake_timeout", "a duration such as 10s", "0s")
 
 
 def test_null_leaves_a_key_without_default_unset():

@@ -15,7 +15,7 @@ from gdsbench.runners import fio, fio_output
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.fio_client import ClientRun, fio_aggregate, parse_document, run_clients
 from gdsbench.runners.fio_jobfile import HostJob, host_jobs
-from tests.fio_servers import free_port
+from tests.fio_servers import SilentHost, free_port
 from tests.helpers import fio_case
 
 pytestmark = [pytest.mark.needs_fio, pytest.mark.needs_odirect]
@@ -109,43 +109,6 @@ def test_fio_missing(tmp_path):
     jobs = host_jobs([Host(HostKind.SOCK, "/nonexistent.sock")], [("name", "x"), ("rw", "read")])
     outcome = run_clients(str(tmp_path / "no-fio"), jobs, Pattern.READ, tmp_path / "jobs", timeout=10)
     assert [r.error for r in outcome.results] == [f"cannot start {tmp_path / 'no-fio'}: not found"] * 2
-
-
-class SilentHost:
-    """A test double for a hung fio server: it accepts connections (TCP on 127.0.0.1, or a unix socket) and
-    never answers; stopped by the test."""
-
-    def __init__(self, kind: str, folder: Path) -> None:
-        import socket
-
-        family = socket.AF_UNIX if kind == "sock" else socket.AF_INET
-        self.listener = socket.socket(family, socket.SOCK_STREAM)
-        if kind == "sock":
-            self.listener.bind(str(folder / "silent.sock"))
-            self.host = Host(HostKind.SOCK, str(folder / "silent.sock"))
-        else:
-            self.listener.bind(("127.0.0.1", 0))
-            self.host = Host(HostKind.TCP, "127.0.0.1", self.listener.getsockname()[1])
-        self.listener.listen(8)
-        self.accepted: list = []
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._accept, daemon=True)
-        self.thread.start()
-
-    def _accept(self) -> None:
-        self.listener.settimeout(0.2)
-        while not self.stopped.is_set():
-            try:
-                self.accepted.append(self.listener.accept()[0])
-            except OSError:
-                continue
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.thread.join()
-        for conn in self.accepted:
-            conn.close()
-        self.listener.close()
 
 
 @pytest.mark.parametrize("kind", ["sock", "tcp"])

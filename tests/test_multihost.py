@@ -18,7 +18,7 @@ from gdsbench.cli import cli
 from gdsbench.hosts import AGGREGATE, Host, HostKind
 from gdsbench.runners import fio_output
 from gdsbench.runners.fio_client import fio_aggregate, parse_document
-from tests.fio_servers import free_port, stop_session
+from tests.fio_servers import SilentHost, free_port, stop_session
 from tests.helpers import data_rows, write_config
 
 pytestmark = [pytest.mark.needs_fio, pytest.mark.needs_odirect]
@@ -145,6 +145,33 @@ def test_a_dead_host_is_a_failed_row_and_the_sweep_goes_on(servers, short_dir, t
     assert [(r["host"], r["status"]) for r in rows] == [(live[0].label, "ok"), (dead, "failed"), ("all", "failed")] * 2
     assert "Connection refused" in rows[1]["error"] or "failed to connect" in rows[1]["error"]
     assert rows[2]["error"] == f"aggregate incomplete: 1 of 2 hosts failed ({dead})"
+
+
+def test_a_silent_host_fails_alone_named_within_the_configs_handshake_timeout(servers, short_dir, tmp_path):
+    """A host that accepts and never answers (a hung server) is left out after the config's
+    handshake_timeout: its row names it, the live host's row has fio's own figures, the sweep does not wait
+    out the case timeout (60 s here, 603 s by default)."""
+    live = servers("sock", 1)[0][0]
+    silent = SilentHost("tcp", short_dir)
+    hosts = [silent.host.label, live.label]
+    matrix = {"engine": ["fio"], "pattern": ["write"]}
+    path = sweep_config(tmp_path, hosts, repetitions=1, timeout="60s", handshake_timeout="2s", matrix=matrix)
+    started = time.monotonic()
+    try:
+        rows = run_sweep(path, tmp_path / "r.csv")
+    finally:
+        silent.stop()
+    assert time.monotonic() - started < 30, "the case did not wait for the silent host"
+    assert silent.accepted, "the silent host was reached"
+    assert [(r["host"], r["status"]) for r in rows] == [(hosts[0], "failed"), (hosts[1], "ok"), (AGGREGATE, "failed")]
+    assert rows[0]["error"].startswith(f"fio server {hosts[0]} did not answer fio's handshake within 2s")
+    assert hosts[0] in rows[2]["error"]
+    document = parse_document(Path(rows[1]["raw_output"]).read_text())
+    own = [e["write"] for e in document["client_stats"] if e["hostname"] == live.address]
+    assert rows[1]["bytes"] == sum(s["io_bytes"] for s in own) == 16 * MiB
+    assert rows[1]["bw_bytes"] > 0
+    assert rows[1]["bw_bytes"] == pytest.approx(rows[1]["bytes"] / rows[1]["seconds"], rel=0.01)
+    assert [(r["host"], r["status"]) for r in data_rows(tmp_path / "r.csv")] == [(r["host"], r["status"]) for r in rows]
 
 
 def test_a_server_stopped_mid_sweep_fails_its_rows_only(two, tmp_path):

@@ -299,3 +299,44 @@ def test_an_interrupt_during_start_up_leaves_no_file_without_its_sidecar(tmp_pat
     assert "interrupted before the first case: no row was measured and no file is left" in stderr
     assert "Traceback" not in stderr and "Aborted" not in stderr
     assert list(out.iterdir()) == []
+
+
+def test_a_stop_once_the_csv_exists_leaves_its_sidecar_and_resume_finishes_the_run(tmp_path):
+    """From the moment the CSV exists its sidecar does too, so a Ctrl-C right then leaves a run that
+    `--resume CSV` (config found through the sidecar) finishes under the same run id. fio's --version,
+    asked for the sidecar's facts, answers slowly here: when the CSV came first, the stop landed while those
+    facts were gathered and the CSV was left without its sidecar (exit 1, click's 'Aborted!')."""
+    slow_fio = tmp_path / "slow-fio"
+    slow_fio.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then sleep 3; fi\nexec "{shutil.which("fio")}" "$@"\n')
+    slow_fio.chmod(0o755)
+    matrix = {"engine": ["fio"], "pattern": ["write"], "io_size": ["1M"]}
+    path = write_config(tmp_path, fio=str(slow_fio), runtime="2s", matrix=matrix)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gdsbench", "sweep", str(path), "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 60
+    while not list(out.glob("*.csv")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    [csv_path] = out.glob("*.csv")
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "Aborted" not in stderr
+    assert data_rows(csv_path) == [] and "continue with: gdsbench sweep --resume" in stderr and csv_path.name in stderr
+    run_id = results.read_sidecar(csv_path)["run_id"]
+    assert run_id and results.read_sidecar(csv_path)["config_file"] == str(path.resolve())
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "gdsbench", "sweep", "--resume", str(csv_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    rows = data_rows(csv_path)
+    assert [(r["repetition"], r["status"]) for r in rows] == [("1", "ok"), ("2", "ok")]
+    assert {r["run_id"] for r in rows} == {run_id} and all(float(r["bw_bytes"]) > 0 for r in rows)
