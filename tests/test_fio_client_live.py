@@ -142,3 +142,21 @@ def test_a_silent_host_is_named_within_the_handshake_deadline_and_the_others_run
     )
     assert by_host[live.label].ok and by_host[live.label].measurement.bytes == 16 * MiB
     assert not by_host[AGGREGATE].ok and silent.host.label in by_host[AGGREGATE].error
+
+
+def test_when_no_host_answers_every_row_says_so(tmp_path, short_dir):
+    from gdsbench.runners.fio_client import run_case
+
+    silent = SilentHost("tcp", short_dir)
+    case = fio_case(pattern=Pattern.READ, transfer=Transfer.CPU_ONLY, io_size=MiB, iodepth=1, ioengine="psync")
+    ctx = RunContext(directory=tmp_path, file_size=16 * MiB, raw_dir=tmp_path / "raw",
+                     options={"handshake_timeout": 1.0}, hosts=(silent.host,))  # fmt: skip
+    try:
+        outcome = run_case("fio", case, ctx, fio.job_options(case, ctx))
+    finally:
+        silent.stop()
+    message = f"no fio server answered fio's handshake within 1s: {silent.host.label}"
+    assert [(r.host, r.ok, r.error) for r in outcome.results] == [
+        (silent.host.label, False, message),
+        (AGGREGATE, False, message),
+    ]

@@ -264,12 +264,13 @@ def test_timeout_stops_the_servers_jobs(two, tmp_path):
     """A run past its timeout is SIGINTed: fio's client stops every server's job (it does not run on)."""
     hosts = [host.label for host, _ in two]
     path = sweep_config(
-        tmp_path, hosts, runtime="20s", timeout="2s", repetitions=1, matrix={"engine": ["fio"], "pattern": ["read"]}
+        tmp_path, hosts, runtime="60s", timeout="2s", repetitions=1, matrix={"engine": ["fio"], "pattern": ["read"]}
     )
     started = time.monotonic()
     rows = run_sweep(path, tmp_path / "r.csv")
     assert {r["status"] for r in rows} == {"failed"} and "timed out after 2s" in rows[0]["error"]
-    assert time.monotonic() - started < 15, "the client stopped on SIGINT, not after its 20 s"
+    # the whole sweep (start-up, fill, probes, 2 s, SIGINT's grace) on a loaded 2-core machine: far below 60 s
+    assert time.monotonic() - started < 40, "the client stopped on SIGINT, not after its 60 s"
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and any(_children(proc.pid) for _, proc in two):
         time.sleep(0.1)

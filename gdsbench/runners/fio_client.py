@@ -149,7 +149,7 @@ def run_case(binary: str, case: Case, ctx: RunContext, options: Sequence[Option]
     silent = silent_hosts(binary, ctx.hosts, deadline, folder)
     hosts = [host for host in ctx.hosts if host.label not in silent]
     if not hosts:
-        message = "; ".join(silent.values())
+        message = f"no fio server answered fio's handshake within {deadline:g}s: {', '.join(silent)}"
         return ClientRun((), "", failed_all(host_jobs(ctx.hosts, options), message))
     run = _run_on(binary, case, ctx, options, hosts, folder)
     if not silent:
