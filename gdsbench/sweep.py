@@ -42,16 +42,22 @@ class Step:
         return f"{self.case.engine}-{digest}-r{self.repetition}"
 
 
-def prepare_target(directory: Path) -> Path:
-    """Create the target directory if missing; refuse one that is not a writable directory."""
+def folder_problem(directory: Path) -> str | None:
+    """Why a folder cannot take our files (it is made when missing), or None when it can."""
     if directory.exists() and not directory.is_dir():
-        raise TargetError(f"directory {directory} exists and is not a directory; choose another `directory`")
+        return "exists and is not a directory"
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise TargetError(f"cannot create directory {directory}: {exc.strerror}") from None
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise TargetError(f"directory {directory} is not writable by this user; choose another `directory`")
+        return f"cannot be made: {exc.strerror}"
+    return None if os.access(directory, os.W_OK | os.X_OK) else "is not writable by this user"
+
+
+def prepare_target(directory: Path) -> Path:
+    """Create the target directory if missing; refuse one that is not a writable directory."""
+    problem = folder_problem(directory)
+    if problem:
+        raise TargetError(f"directory {directory} {problem}; choose another `directory`")
     return directory
 
 

@@ -49,7 +49,7 @@ def test_results_folder_under_a_regular_file_exits_2(tmp_path):
     (tmp_path / "a-file").write_text("x")
     result = invoke("sweep", write_config(tmp_path), "-o", tmp_path / "a-file" / "results")
     assert_exits(result, 2, one_line_error=True)
-    assert "cannot make the results folder: Not a directory" in result.output
+    assert "the results folder cannot be made: Not a directory" in result.output
 
 
 def test_a_sweep_with_every_case_skipped_says_why_and_fails(tmp_path):
