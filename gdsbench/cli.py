@@ -332,6 +332,39 @@ def serve(listen: str | None, allow_all_interfaces: bool, pidfile: Path | None, 
     )
 
 
+@cli.group()
+def fastdev() -> None:
+    """A RAM-backed block device that honours O_DIRECT (loop device over /dev/shm, ext4): a fast-disk stand-in."""
+
+
+@fastdev.command("up")
+@click.option("--size", default=None, metavar="SIZE", help="Its size, e.g. 8G (default: a quarter of free memory).")
+@click.option(
+    "--mount", "mount", type=click.Path(path_type=Path), default=Path("/mnt/gdsbench-fast"), show_default=True
+)
+def fastdev_up(size: str | None, mount: Path) -> None:
+    """Make the stand-in and mount it (root); a failure or Ctrl-C undoes what was made."""
+    from gdsbench import fastdev as fastdev_mod
+    from gdsbench.units import parse_size, size_label
+
+    try:
+        nbytes = parse_size(size) if size else None
+    except ValueError:
+        raise UsageError(f"--size: expected a size such as 8G (got {size!r})") from None
+    made = fastdev_mod.up(nbytes, mount)
+    click.echo(f"{made.loop} ({size_label(made.size)}, ext4, direct I/O) mounted at {made.mount}")
+    click.echo(f"sweep it with `directory: {made.mount}/gdsbench` (configs/fast-device.yaml); `gdsbench fastdev down`")
+
+
+@fastdev.command("down")
+def fastdev_down() -> None:
+    """Unmount and remove what `fastdev up` made (nothing else)."""
+    from gdsbench import fastdev as fastdev_mod
+
+    removed = fastdev_mod.down()
+    click.echo("\n".join(removed) if removed else "nothing to remove: no stand-in is up")
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="gdsbench")

@@ -180,7 +180,7 @@ def print_plan(config: Any) -> None:
         f" (+{config.warmup} warmup) from {config.source}"
     )
     for index, case in enumerate(config.cases, 1):
-        click.echo(f"[{index}] {case.key}")
+        click.echo(f"[{index}] {case_text(case.key)}")
         ctx.hosts = sweep_mod.fleet(config, case)  # a multi-host case shows the client command and its job files
         reason = sweep_mod.skip_reason(case, ctx)
         if reason:

@@ -65,7 +65,7 @@ def test_dry_run_prints_each_case_and_its_command(tmp_path):
     assert result.exit_code == 0
     lines = result.output.splitlines()
     assert lines[0].startswith("tiny: 2 cases x 2 repetitions")
-    assert lines[1].startswith("[1] engine=fio,pattern=write,transfer=CPU_ONLY,io_size=1048576")
+    assert lines[1].startswith("[1] engine=fio,pattern=write,transfer=CPU_ONLY,io_size=1M")
     assert lines[2].strip().startswith("fio --name=gdsbench.16777216") and "--rw=write" in lines[2]
     assert not (tmp_path / "target").exists(), "a dry run touches nothing"
 
