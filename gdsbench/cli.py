@@ -351,7 +351,8 @@ def fastdev_up(size: str | None, mount: Path) -> None:
         nbytes = parse_size(size) if size else None
     except ValueError:
         raise UsageError(f"--size: expected a size such as 8G (got {size!r})") from None
-    made = fastdev_mod.up(nbytes, mount)
+    with cli_sweep.terminate_as_interrupt():  # SIGTERM too: up undoes its steps, nothing is left mounted
+        made = fastdev_mod.up(nbytes, mount)
     click.echo(f"{made.loop} ({size_label(made.size)}, ext4, direct I/O) mounted at {made.mount}")
     click.echo(f"sweep it with `directory: {made.mount}/gdsbench` (configs/fast-device.yaml); `gdsbench fastdev down`")
 
