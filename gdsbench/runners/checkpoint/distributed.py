@@ -168,7 +168,11 @@ class DistributedRunner(CheckpointRunner):
                 *launcher(case.get("world_size"), free_port()),
                 *self._job(case, pattern, path, shared, out),
             ]
-            proc = run_tool(argv, timeout=ctx.timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            try:
+                proc = run_tool(argv, timeout=ctx.timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+            except ToolError as exc:  # a timeout: say which rank left the job, and why, when one did
+                left = [f"{p.stem}: {p.read_text()}" for p in sorted(Path(out).glob("rank-*.error"))]
+                raise ToolError("; ".join([str(exc), *left])) from None
             gathered = Path(out) / "ranks.json"
             ranks = json.loads(gathered.read_text()) if gathered.is_file() else []
         errors = [r["error"] for r in ranks if "error" in r]

@@ -227,6 +227,10 @@ def main(argv: list[str]) -> int:
         figures = {"rank": rank, "host": socket.gethostname(), **run(job)}
     except (Exception, CheckpointException) as exc:
         figures = {"rank": rank, "host": socket.gethostname(), "error": failure(exc)}
+        # at once, before the gather: if a peer never reaches it (stuck in a collective this rank left), the
+        # launcher's timeout still finds why this rank left
+        Path(job["out"]).mkdir(parents=True, exist_ok=True)
+        (Path(job["out"]) / f"rank-{rank}.error").write_text(figures["error"])
     gathered: list[Any] | None = [None] * dist.get_world_size() if rank == 0 else None
     dist.gather_object(figures, gathered)
     if gathered is not None:
