@@ -45,9 +45,9 @@ test: lint  ## lint, then the whole test suite
 test-fast: install  ## the edit loop: every test not marked slow, no lint
 	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -q -m "not slow"
 
-docs-screenshot: install  ## docs/figures/report-html.png: the HTML report of two sample runs in headless Chromium
+docs-screenshot: install  ## docs/figures/report-html.png: the whole HTML report of the sample checkpoint runs, headless Chromium
 	command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
-	$(PY) tools/html_screenshot.py docs/figures/report-html.png results/sample/checkpoint/checkpoint-saves-*.csv --height 2300
+	$(PY) tools/html_screenshot.py docs/figures/report-html.png results/sample/checkpoint/*.csv --full --width 1500
 
 # The oldest torch the package supports (pyproject's floor). PyPI's Linux wheel of it is a CUDA build
 # (~3 GB with its nvidia packages), so this is a documented check, not part of `make test`.

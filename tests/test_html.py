@@ -129,7 +129,11 @@ def test_rows_put_bandwidth_and_flags_after_the_case_and_drop_constant_columns(p
     assert header == ["pattern", "transfer", "io_size", "threads", "bw", "flags", "rep"]
     # one host, one run, no straggler, no spread and no series in this sample: constant or empty, left out
     assert '<p class="caption">every row: host=vm</p>' in section
-    assert '<div class="scroll"><div class="wide"><table>' in section  # scrolls inside its own box
+    # scrolls inside one box of its own (a sideways box inside it would carry the sticky header away with it)
+    assert '<div class="scroll"><table>' in section and 'class="wide"' not in section
+    rules = {selector.strip(): rule for selector, rule in re.findall(r"([^{}]+)\{([^}]*)\}", html.CSS)}
+    assert "max-height" in rules[".scroll"] and "overflow:auto" in rules[".scroll"]
+    assert "position:sticky" in rules[".scroll thead th"]
 
 
 def test_series_figures_are_named_by_index_and_parameters_and_rows_link_to_them() -> None:
@@ -149,6 +153,29 @@ def test_series_figures_are_named_by_index_and_parameters_and_rows_link_to_them(
         "engine=fio,pattern=read,io_size=4096,threads=1": "series-01-fio-read-io_size4K-threads1",
         "engine=fio,pattern=read,io_size=16777216,threads=4": "series-02-fio-read-io_size16M-threads4",
     }
+
+
+def test_series_figures_are_titled_by_the_parameters_that_tell_them_apart() -> None:
+    """The distributed sample's two series cases differ in pattern and end_fsync: the title's first line says
+    so, the case's other parameters follow on their own line, then the run."""
+    from gdsbench.report import series
+
+    source = sorted((Path(__file__).parents[1] / "results" / "sample" / "distributed").glob("*.csv"))
+    frame = results.load(source)
+    drawn = series.figures(results.load_series(source), frame)
+    titles = {plot.name: plot.figure._suptitle.get_text().split("\n") for plot in drawn}
+    assert list(titles) == ["series-01-fio-write-end_fsyncTrue", "series-02-fio-read-end_fsyncFalse"]
+    first, rest, run = titles["series-01-fio-write-end_fsyncTrue"]
+    assert first == "#01 fio write: end_fsync=True"
+    assert rest.startswith("with transfer=CPU_ONLY, io_size=16M,") and "end_fsync" not in rest
+    assert run.startswith(f"run {frame['run_id'].iloc[0]}, ") and run.endswith(" UTC")
+
+
+def test_runs_table_wraps_long_paths_so_every_run_stays_in_view(page: str) -> None:
+    section = page[page.index("<h2>Runs</h2>") : page.index("<h2>Rows</h2>")]
+    assert section.count("<table>") == 1 and '<div class="wide facts"><table>' in section
+    rules = {selector.strip(): rule for selector, rule in re.findall(r"([^{}]+)\{([^}]*)\}", html.CSS)}
+    assert "white-space:normal" in rules[".facts td+td"] and "overflow-wrap:anywhere" in rules[".facts td+td"]
 
 
 def test_no_heatmap_for_fewer_than_two_by_two_cells() -> None:
@@ -183,3 +210,22 @@ def test_the_docs_screenshot_is_drawn_by_chromium(tmp_path: Path) -> None:
                    check=True, timeout=180)  # fmt: skip
     with Image.open(out) as image:
         assert image.size == (900, 700) and image.getextrema() != ((255, 255), (255, 255), (255, 255))
+
+
+@pytest.mark.skipif(not any(map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), reason="no Chromium")
+def test_the_docs_screenshot_can_hold_the_whole_page(tmp_path: Path) -> None:
+    """`--full` (make docs-screenshot): the page down to its footer, cut a few pixels below it, in 256 colours."""
+    import subprocess
+    import sys
+
+    from PIL import Image, ImageChops
+
+    out = tmp_path / "page.png"
+    tool = Path(__file__).parents[1] / "tools" / "html_screenshot.py"
+    subprocess.run([sys.executable, str(tool), str(out), str(SAMPLE[0]), "--width", "900", "--full"],
+                   check=True, timeout=180)  # fmt: skip
+    with Image.open(out) as image:
+        assert image.mode == "P" and image.width == 900 and image.height > 5000  # 8 figures, one under another
+        drawn = image.convert("RGB")
+    bottom = ImageChops.difference(drawn, Image.new("RGB", drawn.size, "white")).getbbox()[3]
+    assert 0 < drawn.height - bottom <= 30  # the footer line is kept, the white below it is not

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -44,11 +45,18 @@ def texts(figure: Figure) -> list:
     """Every label-like text artist of a figure: suptitle, titles, axis labels, tick labels, legend texts."""
     found = [figure._suptitle] if figure._suptitle else []
     for axis in figure.axes:
-        found += [axis.title, axis.xaxis.label, axis.yaxis.label, *axis.get_xticklabels(), *axis.get_yticklabels()]
+        found += [axis.title, axis.xaxis.label, axis.yaxis.label, *drawn_ticks(axis.xaxis), *drawn_ticks(axis.yaxis)]
         legend = axis.get_legend()
         if legend:
             found += [*legend.get_texts(), legend.get_title()]
     return [t for t in found if t.get_visible() and t.get_text().strip()]
+
+
+def drawn_ticks(axis) -> list:
+    """An axis' major tick labels within its range (matplotlib draws no others)."""
+    low, high = sorted(axis.get_view_interval())
+    slack = (high - low) * 1e-6
+    return [label for label, at in zip(axis.get_ticklabels(), axis.get_ticklocs()) if low - slack <= at <= high + slack]
 
 
 def overlapping(figure: Figure) -> list[tuple[str, str]]:
@@ -57,6 +65,22 @@ def overlapping(figure: Figure) -> list[tuple[str, str]]:
     renderer = figure.canvas.get_renderer()
     boxes = [(t.get_text(), t.get_window_extent(renderer).shrunk(0.97, 0.9)) for t in texts(figure)]
     return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
+
+
+def outside(figure: Figure) -> list[str]:
+    """What is drawn (partly) past the figure's edges, clipped in the PNG: the title, or a panel (its ticks,
+    labels, title and legend: the ticks matplotlib draws, not those beyond the axis' range)."""
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    edge = figure.bbox.padded(1)
+    drawn = [(f"panel {index}", axis.get_tightbbox(renderer)) for index, axis in enumerate(figure.axes)]
+    if figure._suptitle:
+        drawn.append((figure._suptitle.get_text(), figure._suptitle.get_window_extent(renderer)))
+    return [
+        name
+        for name, box in drawn
+        if box is not None and not (edge.x0 <= box.x0 and box.x1 <= edge.x1 and edge.y0 <= box.y0 and box.y1 <= edge.y1)
+    ]
 
 
 def test_one_figure_per_documented_group(frame: pd.DataFrame) -> None:
@@ -228,13 +252,33 @@ def test_no_rows_to_draw_gives_no_figures(frame: pd.DataFrame) -> None:
 
 def test_checkpoint_bars_of_many_engine_variants_keep_their_labels_apart() -> None:
     """The committed checkpoint run (12 load variants, e.g. 'fastpersist (transfer=CPU_CACHED, threads=8,
-    memory=idle, ...)'): every variant gets its own bar and no two labels overlap."""
+    memory=idle, ...)'): more than FEW_BARS engines lie across, every variant named once down the y axis
+    beside its own bar, the bandwidth along x, no two labels overlapping."""
     run = results.load([ROOT / "results" / "sample" / "checkpoint" / "checkpoint-20261122-050204.csv"])
     figure = by_name(plots.figures(run))["checkpoint-load"]
-    labels = [t.get_text() for t in figure.axes[0].get_xticklabels()]
-    assert len(labels) == len(set(labels)) == 12
-    assert "fastpersist\n(transfer=CPU_ONLY,\nthreads=4,\nmemory=recent,\nload_into=True,\nmmap=False)" in labels
-    assert overlapping(figure) == []
+    axis = figure.axes[0]
+    labels = [t.get_text() for t in axis.get_yticklabels()]
+    assert len(labels) == len(set(labels)) == 12 > plots.FEW_BARS
+    assert "fastpersist\n(transfer=CPU_ONLY, threads=4, memory=recent,\nload_into=True, mmap=False)" in labels
+    assert labels[0] == "dcp" and axis.get_xlabel().startswith("bandwidth (") and axis.get_ylabel() == "engine"
+    bars = sorted(axis.patches, key=lambda bar: bar.get_y())  # top to bottom: the y axis is inverted
+    assert len(bars) == 12 and all(bar.get_x() == 0 for bar in bars)
+    assert overlapping(figure) == [] and outside(figure) == []
+    assert figure.get_figwidth() < 16 and figure.get_figheight() > figure.get_figwidth() / 2  # grows down
+
+
+def test_checkpoint_bars_of_several_runs_put_one_bar_per_run_that_measured_an_engine() -> None:
+    """The four committed checkpoint runs: a save variant measured by one run gets one bar (no empty slots
+    for the other three), each run's bars in its colour, and every run's fio ceiling line within the axis."""
+    frame = results.load(sorted((ROOT / "results" / "sample" / "checkpoint").glob("*.csv")))
+    figure = by_name(plots.checkpoint_bars(frame))["checkpoint-save"]
+    axis = figure.axes[0]
+    ok = frame[(frame["status"] == "ok") & (frame["pattern"] == "save")]
+    pairs = ok.assign(label=plots.engine_labels(ok))[["label", "run_id"]].drop_duplicates()
+    assert len(axis.patches) == len(pairs) < ok["run_id"].nunique() * pairs["label"].nunique()
+    lines = [line.get_xdata()[0] for line in axis.get_lines() if line.get_linestyle() == "--"]
+    assert len(lines) == 4 and max(lines) <= axis.get_xlim()[1]
+    assert overlapping(figure) == [] and outside(figure) == []
 
 
 def test_wrap_label_keeps_the_engine_on_its_own_line() -> None:
@@ -242,3 +286,43 @@ def test_wrap_label_keeps_the_engine_on_its_own_line() -> None:
     assert plots.wrap_label("dcp (memory=idle)") == "dcp\n(memory=idle)"
     wrapped = plots.wrap_label("fastpersist (threads=4, memory=recent, load_into=False)")
     assert wrapped.split("\n") == ["fastpersist", "(threads=4,", "memory=recent,", "load_into=False)"]
+
+
+def sample(folder: str) -> pd.DataFrame:
+    """The committed sample runs of results/sample/<folder>."""
+    return results.load(sorted((ROOT / "results" / "sample" / folder).glob("*.csv")))
+
+
+def test_no_text_is_clipped_at_the_figures_edges(frame: pd.DataFrame, merged: dict[str, Figure]) -> None:
+    """Every title, label and legend lies inside its figure, however long the run's names (the fleet's
+    three hosts, a socket path among them) and however narrow the figure (a heatmap of 2 IO sizes)."""
+    from gdsbench.report import series
+
+    two_sizes = frame[frame["io_size"].isin([4096, 16 << 20])]
+    drawn = {f"two sizes {p.name}": p.figure for p in plots.heatmaps(two_sizes)}
+    for folder in ("fleet", "checkpoint", "distributed"):
+        rows = sample(folder)
+        drawn |= {f"{folder} {p.name}": p.figure for p in plots.figures(rows)}
+        drawn |= {f"{folder} {p.name}": p.figure for p in series.figures(results.load_series(rows["source"]), rows)}
+    assert len(drawn) > 20 and "fleet series-01-fio-write" in drawn and "two sizes heatmap-read-CPU_ONLY" in drawn
+    assert {name: outside(figure) for name, figure in {**merged, **drawn}.items() if outside(figure)} == {}
+    assert {name: overlapping(figure) for name, figure in drawn.items() if overlapping(figure)} == {}
+
+
+def test_latency_ticks_read_in_latency_units_on_a_short_range() -> None:
+    """A latency axis spanning less than a decade (one 16M read: 46-52 ms) is ticked 46ms, 48ms, never 4.6x10^4."""
+    figure = by_name(plots.latency_lines(sample("checkpoint")))["latency-read"]
+    axis = figure.axes[0]
+    figure.canvas.draw()
+    labels = [t.get_text() for t in [*axis.get_yticklabels(), *axis.get_yticklabels(minor=True)] if t.get_text()]
+    assert len(labels) >= 2 and all(re.fullmatch(r"\d+(\.\d+)?(us|ms|s)", label) for label in labels), labels
+
+
+def test_bandwidth_legend_names_every_run_though_the_last_panel_has_fewer() -> None:
+    """The checkpoint runs' fio writes: the 4-thread panel (which carries the legend) has two of the runs,
+    the legend still names every run the figure draws."""
+    rows = plots.io_rows(sample("checkpoint"))
+    figure = by_name(plots.bandwidth_lines(rows))["bandwidth-write"]
+    runs = set(rows[rows["pattern"] == "write"]["run"])
+    assert set(rows[(rows["pattern"] == "write") & (rows["threads"] == 4)]["run"]) < runs
+    assert runs <= {t.get_text() for t in figure.axes[-1].get_legend().get_texts()}

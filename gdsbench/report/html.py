@@ -32,7 +32,7 @@ from gdsbench.units import num2str
 Progress = Callable[[int, int, str], None]  # (figures drawn, of how many, the last one's name)
 
 CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1300px;color:#222;padding:0 1rem}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1500px;color:#222;padding:0 1rem}
 h1{font-size:1.5rem}h2{font-size:1.2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
 table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}
 th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right;white-space:nowrap}th{background:#f4f4f4}
@@ -43,6 +43,7 @@ figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}figcaption{
 .scroll{max-height:32rem;overflow:auto;border:1px solid #ddd;margin:.5rem 0}.scroll table{margin:0}
 .scroll thead th{position:sticky;top:0;z-index:1}pre.status{max-height:24rem;overflow:auto}
 .headline li{font-size:.95rem;margin:.2rem 0}.caption{font-size:.8rem;color:#555}
+.facts td+td{white-space:normal;overflow-wrap:anywhere;min-width:6rem}
 """
 LEFT = {"engine", "pattern", "transfer", "host", "run_id", "run", "flags", "key", "run 1", "run 2", "run 3", "run 4"}
 #: Sidecar facts shown per run: (section, key) in display order.
@@ -135,8 +136,11 @@ def _e(value: Any) -> str:
     return html.escape(str(value))
 
 
-def html_table(header: list[str], rows: list[list[str]], links: list[str | None] | None = None) -> str:
-    """An HTML table, text columns left-aligned; `links` makes each row's last cell a link to that anchor."""
+def html_table(
+    header: list[str], rows: list[list[str]], links: list[str | None] | None = None, box: str = "wide"
+) -> str:
+    """An HTML table in a div of class `box` (wide: scrolls sideways; scroll: both ways, its header kept in
+    view), text columns left-aligned; `links` makes each row's last cell a link to that anchor."""
     align = [(' class="l w"' if name == "engine" else ' class="l"') if name in LEFT else "" for name in header]
     head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip(align, header))
     body = ""
@@ -146,7 +150,7 @@ def html_table(header: list[str], rows: list[list[str]], links: list[str | None]
         if anchor:
             cells[-1] = f'<td{align[-1]}><a href="#{_e(anchor)}">{_e(row[-1])}</a></td>'
         body += "<tr>" + "".join(cells) + "</tr>"
-    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    return f'<div class="{box}"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 #: The Rows table's columns after each row's case.
@@ -178,9 +182,10 @@ def rows_section(frame: pd.DataFrame, linked: dict[str, str]) -> str:
         f"{name}={rows[0][i]}" for i, name in enumerate(header) if i not in keep and rows[0][i] not in ("", "-")
     ]
     links = [linked.get(str(case)) for case in ok["case"]] if header.index("series") in keep else None
-    table = html_table([header[i] for i in keep], [[row[i] for i in keep] for row in rows], links)
+    # One scrolling box (no sideways one inside it): the sticky header and both scroll bars stay in view.
+    table = html_table([header[i] for i in keep], [[row[i] for i in keep] for row in rows], links, box="scroll")
     caption = f'<p class="caption">every row: {_e(", ".join(constant))}</p>' if constant else ""
-    return f'<h2>Rows</h2>{caption}<div class="scroll">{table}</div>'
+    return f"<h2>Rows</h2>{caption}{table}"
 
 
 def _row_figures(row: pd.Series, labels: dict[str, str]) -> list[str]:
@@ -220,7 +225,8 @@ def metadata_section(frame: pd.DataFrame) -> str:
     runs = [run_facts(source, frame) for source in frame["source"].unique()]
     # One column per run, one row per fact: stays narrow however long the paths and kernel names are.
     rows = [[name, *(run[index] for run in runs)] for index, name in enumerate(names)]
-    return html_table(["key", *(f"run {i}" for i in range(1, len(runs) + 1))], rows)
+    # Long paths and kernel names wrap (anywhere, when they must) so every run's column stays in view.
+    return html_table(["key", *(f"run {i}" for i in range(1, len(runs) + 1))], rows, box="wide facts")
 
 
 def _lines(section: Lines) -> str:

@@ -10,10 +10,14 @@ One figure per group, each a `Plot(name, figure)` whose name is the file stem `s
 - `latency-<pattern>`: mean and p99 latency vs IO size (two panels), a line per transfer type and
   thread count (and run, when several are merged).
 - `checkpoint-<pattern>` (save, load): median bandwidth per engine with min-max error bars, bars by run,
-  and fio's best bandwidth of the same run and direction drawn as a dashed reference line.
+  and fio's best bandwidth of the same run and direction drawn as a dashed reference line; more than
+  FEW_BARS engines lie across (engines down the y axis, one bar per engine and run that measured it), so
+  the figure grows down the page instead of past its width.
 
 IO sizes sit on a log-2 axis labelled 4K, 128K, 1M, 16M; bandwidths are in fio's power-of-2 units
-(MiB/s, GiB/s); every figure's title names the pattern and the run(s): host, run_id and date.
+(MiB/s, GiB/s), latencies in 250us/20ms; every figure's title names the pattern and the run(s): host,
+run_id and date, wrapped to the figure's width, and a legend beside the panels widens the figure by its
+own width (constrained layout fits heights, never a title's width).
 Only `ok` rows are drawn; fio-style patterns need an io_size, checkpoint patterns do not.
 """
 
@@ -24,13 +28,14 @@ import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullLocator
+from matplotlib.ticker import LogFormatter, NullLocator
 
 from gdsbench.report.ceilings import CEILINGS, ceiling_ratios, engine_labels
 from gdsbench.units import size_label
@@ -41,6 +46,13 @@ FORMATS = ("png", "svg")
 #: (divisor, label) for bandwidth axes, largest first: fio's power-of-2 units.
 BW_UNITS = ((2**40, "TiB/s"), (2**30, "GiB/s"), (2**20, "MiB/s"), (2**10, "KiB/s"), (1, "B/s"))
 PANEL_WIDTH, PANEL_HEIGHT = 5.2, 3.8
+#: Inches per character of 9-11 pt text (DejaVu Sans, a little generous): titles are wrapped and legends
+#: given room by it, so no text runs past the figure's edge.
+CHAR_WIDTH = 0.0095
+#: More checkpoint engines than this in one figure: bars lie across, one engine per line of the y axis.
+FEW_BARS = 6
+#: Characters per line of an engine's label beside bars that lie across (beneath upright bars: 20).
+ACROSS_LABEL = 56
 
 
 @dataclass(frozen=True)
@@ -119,11 +131,28 @@ def bw_unit(max_bytes_per_s: float) -> tuple[float, str]:
     return 1.0, "B/s"
 
 
-def new_figure(columns: int, rows: int = 1, width: float = PANEL_WIDTH, height: float = PANEL_HEIGHT) -> Figure:
-    """A constrained-layout Figure on an Agg canvas, sized per panel so labels never overlap."""
-    figure = Figure(figsize=(width * columns + 0.8, height * rows + 0.9), layout="constrained")
+def new_figure(
+    columns: int, rows: int = 1, width: float = PANEL_WIDTH, height: float = PANEL_HEIGHT, extra: float = 0.0
+) -> Figure:
+    """A constrained-layout Figure on an Agg canvas, sized per panel (plus `extra` inches for a legend
+    beside the panels) so labels never overlap."""
+    figure = Figure(figsize=(width * columns + 0.8 + extra, height * rows + 0.9), layout="constrained")
     FigureCanvasAgg(figure)
     return figure
+
+
+def legend_room(labels: Iterable[object], fontsize: float = 9) -> float:
+    """Inches a legend of these labels needs beside the panels, beyond the figure's own margin."""
+    longest = max((len(str(label)) for label in labels), default=0)
+    return max(0.0, CHAR_WIDTH * fontsize * longest + 0.7 - 0.8)
+
+
+def suptitle(figure: Figure, text: str, fontsize: float = 11) -> None:
+    """The figure's title, each line wrapped to the figure's width (constrained layout makes room above the
+    panels for its height, never for its width)."""
+    width = max(20, int(figure.get_figwidth() / (CHAR_WIDTH * fontsize)))
+    lines = [textwrap.fill(line, width, break_long_words=False) for line in text.split("\n")]
+    figure.suptitle("\n".join(lines), fontsize=fontsize)
 
 
 def size_axis(axis, sizes: Iterable[float]) -> None:
@@ -179,7 +208,7 @@ def _heatmap(group: pd.DataFrame, pattern: str, transfer: str) -> Figure:
         axis.set_ylabel("threads")
         if len(runs) > 1:
             axis.set_title(run, fontsize=9)
-    figure.suptitle(f"{pattern} {transfer}: bandwidth ({unit})\n{run_title(group)}", fontsize=11)
+    suptitle(figure, f"{pattern} {transfer}: bandwidth ({unit})\n{run_title(group)}")
     return figure
 
 
@@ -203,9 +232,9 @@ def _bandwidth(group: pd.DataFrame, pattern: str) -> Figure:
     threads = sorted(group["threads"].unique())
     divisor, unit = bw_unit(group["bw_bytes"].max())
     data = group.assign(bw=group["bw_bytes"] / divisor)
-    figure = new_figure(len(threads))
-    axes = figure.subplots(1, len(threads), squeeze=False, sharey=True)[0]
     style = "run" if data["run"].nunique() > 1 else None
+    figure = new_figure(len(threads), extra=legend_room([*data["transfer"].unique(), *(data["run"] if style else [])]))
+    axes = figure.subplots(1, len(threads), squeeze=False, sharey=True)[0]
     for index, (axis, count) in enumerate(zip(axes, threads)):
         panel = data[data["threads"] == count]
         sns.lineplot(
@@ -219,6 +248,7 @@ def _bandwidth(group: pd.DataFrame, pattern: str) -> Figure:
             errorbar=min_max,
             estimator="median",
             hue_order=sorted(data["transfer"].unique()),
+            style_order=sorted(data["run"].unique()) if style else None,  # the legend names every run
             legend=index == len(threads) - 1,
         )
         size_axis(axis, data["io_size"])
@@ -227,9 +257,7 @@ def _bandwidth(group: pd.DataFrame, pattern: str) -> Figure:
         axis.set_title(f"{count} thread{'s' if count != 1 else ''}", fontsize=10)
         axis.grid(True, alpha=0.3)
     _legend_outside(axes[-1])
-    figure.suptitle(
-        f"{pattern}: bandwidth vs IO size (median, band = min-max over repetitions)\n{run_title(group)}", fontsize=11
-    )
+    suptitle(figure, f"{pattern}: bandwidth vs IO size (median, band = min-max over repetitions)\n{run_title(group)}")
     return figure
 
 
@@ -256,7 +284,7 @@ def _latency(group: pd.DataFrame, pattern: str) -> Figure:
         parts.append(group["run"])
     legend = "transfer, threads" + (", run" if len(parts) > 2 else "")
     data = group.assign(**{legend: pd.concat(parts, axis=1).agg(" ".join, axis=1)})
-    figure = new_figure(2)
+    figure = new_figure(2, extra=legend_room([legend, *data[legend].unique()]))
     axes = figure.subplots(1, 2, sharey=True)
     for index, (axis, column, label) in enumerate(zip(axes, ("lat_mean_us", "lat_p99_us"), ("mean", "p99"))):
         sns.lineplot(
@@ -273,13 +301,23 @@ def _latency(group: pd.DataFrame, pattern: str) -> Figure:
         )
         size_axis(axis, data["io_size"])
         axis.set_yscale("log")
-        axis.yaxis.set_major_formatter(FuncFormatter(_latency_text))
+        axis.yaxis.set_major_formatter(LatencyTicks())
+        axis.yaxis.set_minor_formatter(LatencyTicks(labelOnlyBase=False))  # a range under a decade: 20ms, 30ms
         axis.set_ylabel("latency")
         axis.set_title(f"{label} latency (median over repetitions)", fontsize=10)
         axis.grid(True, which="major", alpha=0.3)
     _legend_outside(axes[-1])
-    figure.suptitle(f"{pattern}: completion latency vs IO size\n{run_title(group)}", fontsize=11)
+    suptitle(figure, f"{pattern}: completion latency vs IO size\n{run_title(group)}")
     return figure
+
+
+class LatencyTicks(LogFormatter):
+    """Log-axis tick labels in the unit people read latency in (250us, 2ms), on the ticks matplotlib's log
+    formatter would label (decades; the minor ticks too where the axis spans less than a few decades)."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        """The tick's label, or '' where the log formatter leaves it unlabelled."""
+        return _latency_text(x) if super().__call__(x, pos) else ""
 
 
 def _latency_text(microseconds: float, _position: object = None) -> str:
@@ -298,7 +336,7 @@ def checkpoint_bars(frame: pd.DataFrame) -> list[Plot]:
         return []
     ratios = ceiling_ratios(frame)
     ceilings = with_run(ratios) if len(ratios) else pd.DataFrame()
-    rows = with_run(ok.assign(engine=engine_labels(ok).map(wrap_label)))
+    rows = with_run(ok.assign(engine=engine_labels(ok)))
     return [
         Plot(slug("checkpoint", pattern), _checkpoint(group, ceilings, pattern))
         for pattern, group in rows.groupby("pattern", sort=True)
@@ -312,16 +350,54 @@ def wrap_label(label: str, width: int = 20) -> str:
 
 
 def _checkpoint(group: pd.DataFrame, ceilings: pd.DataFrame, pattern: str) -> Figure:
-    """Bars per engine (hue = run), min-max error bars, dashed fio line per run."""
+    """Bars per engine (colour = run), min-max error bars, a dashed fio line per run; more than FEW_BARS
+    engines lie across, one bar per engine and run that measured it, so the figure grows down, never
+    wider than a page."""
     limits = ceilings[ceilings["pattern"] == pattern].drop_duplicates("run") if len(ceilings) else ceilings
     top = max(group["bw_bytes"].max(), limits["fio_bw"].max() if len(limits) else 0)
     divisor, unit = bw_unit(top)
-    data = group.assign(bw=group["bw_bytes"] / divisor)
-    engines = sorted(data["engine"].unique())
+    across = group["engine"].nunique() > FEW_BARS
+    data = group.assign(
+        bw=group["bw_bytes"] / divisor,
+        engine=group["engine"].map(lambda e: wrap_label(e, ACROSS_LABEL if across else 20)),
+    )
     runs = sorted(data["run"].unique())
-    figure = new_figure(1, width=max(5.5, 1.6 * len(engines) * max(1, len(runs) / 2) + 2.5))
-    axis = figure.subplots()
-    hue = "run" if len(runs) > 1 else None
+    colours = dict(zip(runs, sns.color_palette(n_colors=len(runs))))
+    legend = [f"{c} limit ({r})" for c, r in zip(limits.get("ceiling", []), limits.get("run", []))] + runs
+    axis = (_bars_across if across else _bars_upright)(data, colours, legend_room(legend if len(runs) > 1 else []))
+    _fio_lines(axis, limits, colours, divisor, across)
+    value, names = (axis.xaxis, axis.yaxis) if across else (axis.yaxis, axis.xaxis)
+    value.set_label_text(f"bandwidth ({unit}, median)")
+    names.set_label_text("engine")
+    axis.grid(True, axis="x" if across else "y", alpha=0.3)
+    if axis.get_legend_handles_labels()[0]:
+        axis.legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False, fontsize=9)
+    suptitle(axis.figure, f"checkpoint {pattern}: bandwidth per engine (bars = min-max)\n{run_title(group)}")
+    return axis.figure
+
+
+def _fio_lines(axis, limits: pd.DataFrame, colours: dict[str, Any], divisor: float, across: bool) -> None:
+    """fio's ceiling of each run as a dashed line across the bars (in the run's colour when several), the
+    bandwidth axis from 0 to past the highest line or bar."""
+    several = len(colours) > 1
+    for _, limit in limits.iterrows():
+        if pd.notna(limit["fio_bw"]):
+            label = f"{limit['ceiling']} limit" + (f" ({limit['run']})" if several else "")
+            colour = colours.get(limit["run"], "black") if several else "black"
+            line = axis.axvline if across else axis.axhline
+            line(limit["fio_bw"] / divisor, linestyle="--", color=colour, linewidth=1.2, label=label)
+    if across:  # after the lines, which widen the scale
+        axis.set_xlim(left=0)
+    else:
+        axis.set_ylim(bottom=0)
+
+
+def _bars_upright(data: pd.DataFrame, colours: dict[str, Any], room: float):
+    """A few engines side by side on the x axis, a bar per run (seaborn, median with min-max error bars)."""
+    engines = sorted(data["engine"].unique())
+    width = max(5.5, 1.6 * len(engines) * max(1, len(colours) / 2) + 2.5)
+    axis = new_figure(1, width=width, extra=room).subplots()
+    hue = "run" if len(colours) > 1 else None
     sns.barplot(
         data,
         x="engine",
@@ -332,24 +408,27 @@ def _checkpoint(group: pd.DataFrame, ceilings: pd.DataFrame, pattern: str) -> Fi
         errorbar=min_max,
         capsize=0.15,
         ax=axis,
+        palette=colours if hue else None,
         color=None if hue else sns.color_palette()[0],
     )
-    colours = dict(zip(runs, sns.color_palette(n_colors=len(runs))))
-    for _, limit in limits.iterrows():
-        if pd.notna(limit["fio_bw"]):
-            label = f"{limit['ceiling']} limit" + (f" ({limit['run']})" if hue else "")
-            axis.axhline(
-                limit["fio_bw"] / divisor,
-                linestyle="--",
-                color=colours.get(limit["run"], "black") if hue else "black",
-                linewidth=1.2,
-                label=label,
-            )
-    axis.set_ylabel(f"bandwidth ({unit}, median)")
-    axis.set_xlabel("engine")
-    axis.set_ylim(bottom=0)
-    axis.grid(True, axis="y", alpha=0.3)
-    if axis.get_legend_handles_labels()[0]:
-        axis.legend(loc="upper left", bbox_to_anchor=(1.02, 1), frameon=False, fontsize=9)
-    figure.suptitle(f"checkpoint {pattern}: bandwidth per engine (bars = min-max)\n{run_title(group)}", fontsize=11)
-    return figure
+    return axis
+
+
+def _bars_across(data: pd.DataFrame, colours: dict[str, Any], room: float):
+    """Many engines down the y axis (each named once, beside its bars), a bar per run that measured it:
+    median with min-max whiskers, coloured by run."""
+    stats = data.groupby(["engine", "run"], sort=True)["bw"].agg(["median", "min", "max"]).reset_index()
+    stats["y"] = np.arange(len(stats)) + stats["engine"].ne(stats["engine"].shift()).cumsum() * 0.5  # a gap
+    engines = stats.groupby("engine", sort=True).agg(bars=("y", "size"), centre=("y", "mean"))
+    lines = engines.index.str.count("\n") + 1
+    inches = max(0.28, float(((0.16 * lines + 0.05) / (engines["bars"] + 0.5)).max()))  # a slot's height
+    axis = new_figure(
+        1, width=5.0 + CHAR_WIDTH * 9 * ACROSS_LABEL, height=inches * (stats["y"].max() + 1.5), extra=room
+    ).subplots()
+    for run, bars in stats.groupby("run", sort=True):
+        spread = [bars["median"] - bars["min"], bars["max"] - bars["median"]]
+        axis.barh(bars["y"], bars["median"], xerr=spread, color=colours[run], capsize=3, height=0.8,
+                  label=run if len(colours) > 1 else None)  # fmt: skip
+    axis.set_yticks(engines["centre"].to_numpy(), list(engines.index), fontsize=9)
+    axis.set_ylim(stats["y"].max() + 0.7, stats["y"].min() - 0.7)  # the first engine on top
+    return axis

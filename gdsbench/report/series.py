@@ -1,7 +1,8 @@
 """Time-series figures: each case's bandwidth and latency over the run, from the `.series.tsv` tables.
 
 One figure per case, named by its index and the parameters that tell it apart from the other cases
-(`series-03-fio-write-threads4-io_size1M`), two panels (bandwidth summed over the
+(`series-03-fio-write-threads4-io_size1M`) and titled by them (`#03 fio write: threads=4, io_size=1M`, the
+case's other parameters on the next line), two panels (bandwidth summed over the
 jobs of each log window, completion latency averaged over them) and a line per host and repetition, so
 a throttling SSD or a write cliff after the SLC cache fills shows as a falling line, and a slow host
 as a lower one. Bandwidth windows are binned on the log window (fio's jobs log at their own times).
@@ -9,27 +10,33 @@ as a lower one. Bandwidth windows are binned on the log window (fio's jobs log a
 
 from __future__ import annotations
 
-import textwrap
-
 import numpy as np
 import pandas as pd
 import seaborn as sns
 
 from gdsbench.report import tables
-from gdsbench.report.plots import Plot, bw_unit, new_figure, run_title, slug, with_run
+from gdsbench.report.plots import Plot, bw_unit, legend_room, new_figure, run_title, slug, suptitle, with_run
 
 #: At most this many series figures go into an HTML page (each is an embedded image).
 HTML_LIMIT = 40
 
 
+def varying(cases: list[str]) -> dict[str, list[tuple[str, str]]]:
+    """Each case's parameters that differ between the cases, beside engine and pattern: (name, 4K/16M value)."""
+    shown, cells = tables.case_labels(cases)
+    return {
+        case: [(n, v) for n, v in zip(shown, cell) if v and n not in ("engine", "pattern")]
+        for case, cell in zip(cases, cells)
+    }
+
+
 def names(cases: list[str]) -> dict[str, str]:
     """Each case's figure name: its index, engine, pattern and the parameters that differ between the cases."""
-    shown, cells = tables.case_labels(cases)
     found = {}
-    for index, (case, cell) in enumerate(zip(cases, cells), 1):
-        params = tables.parse_case(case)
-        varying = [f"{n}{v}" for n, v in zip(shown, cell) if v and n not in ("engine", "pattern")]
-        found[case] = slug("series", f"{index:02d}", params.get("engine", "case"), params.get("pattern", ""), *varying)
+    for index, (case, params) in enumerate(varying(cases).items(), 1):
+        parsed = tables.parse_case(case)
+        words = [f"{n}{v}" for n, v in params]
+        found[case] = slug("series", f"{index:02d}", parsed.get("engine", "case"), parsed.get("pattern", ""), *words)
     return found
 
 
@@ -59,21 +66,26 @@ def figures(series: pd.DataFrame, frame: pd.DataFrame | None = None, limit: int 
         return []
     windows = per_window(series)
     cases = list(dict.fromkeys(series["case"]))  # the sweep's order (per_window sorts)
-    named = names(cases)
+    named, shown = names(cases), varying(cases)
     return [
         Plot(
             named[case],
-            _figure(windows[windows["case"] == case], _heading(named[case], case), _title(windows, frame)),
+            _figure(windows[windows["case"] == case], heading(index, case, shown[case]), _title(windows, frame)),
             case,
         )
-        for case in cases[:limit]
+        for index, case in enumerate(cases[:limit], 1)
     ]
 
 
-def _heading(name: str, case: str) -> str:
-    """A figure's first title line: its index, then the whole case with sizes as people write them, wrapped."""
-    index = name.split("-")[1]
-    return f"#{index}: " + textwrap.fill(tables.case_text(case).replace(",", ", "), 90)
+def heading(index: int, case: str, params: list[tuple[str, str]]) -> str:
+    """A figure's title above its run: its index, engine, pattern and the parameters that tell it apart from
+    the other cases; then, on a line of their own, the case's other parameters (sizes as 4K/16M)."""
+    parsed = tables.parse_case(case)
+    first = f"#{index:02d} {parsed.get('engine', 'case')} {parsed.get('pattern', '')}".rstrip()
+    first += ": " + ", ".join(f"{n}={v}" for n, v in params) if params else ""
+    told = {"engine", "pattern", *(n for n, _ in params)}
+    rest = [f"{n}={tables.cell(n, v)}" for n, v in parsed.items() if n not in told]
+    return first + ("\nwith " + ", ".join(rest) if rest else "")
 
 
 def _title(windows: pd.DataFrame, frame: pd.DataFrame | None) -> str:
@@ -84,12 +96,12 @@ def _title(windows: pd.DataFrame, frame: pd.DataFrame | None) -> str:
     return f"run {runs}" + (f", {when}" if "UTC" in when else "")
 
 
-def _figure(windows: pd.DataFrame, heading: str, title: str):
+def _figure(windows: pd.DataFrame, case_title: str, title: str):
     """Bandwidth and latency over time for one case, a line per host x repetition."""
     data = windows.assign(run=windows["host"].astype(str) + " rep " + windows["repetition"].astype(str))
     divisor, unit = bw_unit(float(data["bw_bytes"].max() or 1))
     data = data.assign(bw=data["bw_bytes"] / divisor, lat_ms=data["lat_us"] / 1000)
-    figure = new_figure(2)
+    figure = new_figure(2, extra=legend_room(data["run"].unique(), fontsize=8))
     axes = figure.subplots(1, 2, sharex=True)
     for index, (axis, column, label) in enumerate(
         zip(axes, ("bw", "lat_ms"), (f"bandwidth ({unit}, all jobs)", "completion latency (ms, mean of jobs)"))
@@ -110,5 +122,5 @@ def _figure(windows: pd.DataFrame, heading: str, title: str):
         axis.grid(True, alpha=0.3)
     if axes[1].get_legend() is not None:
         sns.move_legend(axes[1], "upper left", bbox_to_anchor=(1.02, 1), frameon=False, fontsize=8)
-    figure.suptitle(f"{heading}\n{title}", fontsize=10)
+    suptitle(figure, f"{case_title}\n{title}", fontsize=10)
     return figure
