@@ -5,8 +5,25 @@ from __future__ import annotations
 import os
 
 
+def _rebuilt(kind: type[BaseException], args: tuple[object, ...], state: dict[str, object]) -> BaseException:
+    """An error unpickled without calling its __init__ (whose arguments are not its message)."""
+    error = kind.__new__(kind, *args)
+    if isinstance(error, OSError):
+        OSError.__init__(error, *args)  # errno and strerror, as the original's __init__ set them
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
 class CheckpointError(Exception):
-    """Base class of every expected checkpoint failure (bad file, unavailable backend, bad option)."""
+    """Base class of every expected checkpoint failure (bad file, unavailable backend, bad option).
+
+    Picklable whatever its subclass's __init__ takes: DCP sends a rank's exception to the others pickled
+    (broadcast_object), and an error that cannot be rebuilt there turns into a TypeError on every other
+    rank, or leaves one waiting in a collective."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return _rebuilt, (type(self), self.args, dict(self.__dict__))
 
 
 class InvalidCheckpoint(CheckpointError):

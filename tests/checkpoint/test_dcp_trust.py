@@ -5,6 +5,7 @@ catch, concurrent savers and a full file system (issue 16, each item reproduced 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import multiprocessing as mp
 import os
@@ -31,6 +32,7 @@ from gdsbench.checkpoint import (
     UnsafeObject,
     Writer,
     codec,
+    errors,
     save,
     unwrap,
 )
@@ -386,3 +388,29 @@ def test_a_format_1_checkpoint_still_loads(tmp_path: Path) -> None:
         metadata.storage_data[index] = dataclasses.replace(record, format="gdsbench-dcp/1")
     meta.write_bytes(pickle.dumps(metadata, protocol=2))
     assert same(dcp_load(tmp_path / "ckpt"), state())
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        errors.InvalidCheckpoint("/x/c.pt", "bad header"),
+        errors.TruncatedCheckpoint("/x/c.pt", 100, 50),
+        errors.CorruptCheckpoint("/x/c.pt", "w1", "crc"),
+        errors.BackendUnavailable("gds", "no cuda"),
+        errors.StateDictMismatch("/x", "w", "shape"),
+        errors.UnsafeObject("a.b", "not allowed"),
+        errors.CheckpointBusy("/x", "pid 1", 2.0),
+        errors.StorageFull("/x", errno.ENOSPC, "wrote 1 of 2"),
+        errors.AsyncSaveFailed("boom"),
+        errors.OptionError("bad"),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_every_error_crosses_ranks_pickled_whole(error):
+    """DCP hands a rank's exception to the others pickled: each error comes back as itself, same message and
+    fields (a StorageFull that could not be rebuilt made every other rank fail with a TypeError, or wait in a
+    collective, on the fast-device run)."""
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error) and str(back) == str(error) and back.__dict__ == error.__dict__
+    if isinstance(error, OSError):
+        assert (back.errno, back.strerror) == (error.errno, error.strerror) == (errno.ENOSPC, back.strerror)
