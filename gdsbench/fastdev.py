@@ -13,10 +13,12 @@ import contextlib
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from gdsbench.errors import GdsbenchError
+from gdsbench.results import replace_file
 from gdsbench.units import size_label
 
 SHM = Path("/dev/shm")
@@ -101,18 +103,16 @@ def _backing(size: int) -> None:
         os.posix_fallocate(out.fileno(), 0, size)
 
 
-def _step(made: Made, name: str, action: object) -> None:
+def _step(made: Made, name: str, action: Callable[[], object]) -> None:
     """Record the step before taking it (so an interrupt mid-step is undone too), then take it."""
     _record(made, name)
-    action()  # type: ignore[operator]
+    action()
 
 
 def _record(made: Made, name: str) -> None:
     """Write what exists so far, atomically."""
     made.steps.append(name)
-    temporary = STATE.with_suffix(".tmp")
-    temporary.write_text(json.dumps(asdict(made)))
-    os.replace(temporary, STATE)
+    replace_file(STATE, lambda out: out.write(json.dumps(asdict(made))))
 
 
 def down() -> list[str]:

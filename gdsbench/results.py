@@ -9,12 +9,12 @@ from __future__ import annotations
 import csv
 import json
 import os
+import secrets
 import shutil
-import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gdsbench.errors import UsageError
 
@@ -177,19 +177,9 @@ def read_header(path: Path) -> list[str]:
 
 
 def write_sidecar(csv_path: Path, metadata: Mapping[str, Any]) -> Path:
-    """Write the run's metadata (machine, tools, resolved config) beside the CSV, whole or not at all (a
-    temporary file renamed over it): an interrupt never leaves a torn sidecar."""
+    """Write the run's metadata (machine, tools, resolved config) beside the CSV, whole or not at all."""
     path = sidecar_path(csv_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with temporary.open("w") as out:
-            out.write(json.dumps(metadata, indent=2, default=str) + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    replace_file(path, lambda out: out.write(json.dumps(metadata, indent=2, default=str) + "\n"))
     return path
 
 
@@ -256,18 +246,27 @@ def _failed_of(row: Mapping[str, str], keys: set[Key]) -> bool:
 
 
 def rewrite(path: Path, rows: list[list[str]]) -> None:
-    """Replace a CSV atomically: write a temp file in the same folder, fsync it, rename it over `path`,
-    fsync the folder; an interruption leaves either the old file or the new one, never half of one."""
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    """Replace a CSV atomically (see `replace_file`)."""
+    replace_file(path, lambda handle: csv.writer(handle).writerows(rows))
+
+
+def replace_file(path: Path, write: Callable[[TextIO], object]) -> None:
+    """Create or replace `path` whole or not at all: `write` fills a new file in the same folder, which is
+    fsynced, renamed over `path` (keeping its mode) and the folder fsynced; an interruption leaves the old
+    file or the new one, never half of one, and no temporary file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for any new file
     try:
         with os.fdopen(fd, "w", newline="") as handle:
-            csv.writer(handle).writerows(rows)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        shutil.copymode(path, temp)
+        if path.exists():
+            shutil.copymode(path, temp)
         os.replace(temp, path)
     except BaseException:
-        Path(temp).unlink(missing_ok=True)  # our own temp file, never the results file
+        temp.unlink(missing_ok=True)  # our own temp file, never the target
         raise
     folder = os.open(path.parent, os.O_RDONLY)
     try:

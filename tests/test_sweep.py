@@ -31,6 +31,27 @@ def run_sweep(config_path: Path, csv_path: Path, done=frozenset()):
         writer.close()
 
 
+def start_sweep(config_path: Path, out: Path) -> subprocess.Popen[str]:
+    """`gdsbench sweep CONFIG -o OUT` as a user starts it, in a process of its own (to be signalled)."""
+    command = [sys.executable, "-m", "gdsbench", "sweep", str(config_path), "-o", str(out)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def resume_sweep(csv_path: Path) -> subprocess.CompletedProcess[str]:
+    """`gdsbench sweep --resume CSV`, run to its end."""
+    command = [sys.executable, "-m", "gdsbench", "sweep", "--resume", str(csv_path)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def fio_slow_to_answer_version(folder: Path, on_version: str) -> Path:
+    """A wrapper around the real fio that runs the shell line `on_version` before answering --version."""
+    wrapper = folder / "slow-fio"
+    script = f'#!/bin/sh\nif [ "$1" = --version ]; then {on_version}; fi\nexec "{shutil.which("fio")}" "$@"\n'
+    wrapper.write_text(script)
+    wrapper.chmod(0o755)
+    return wrapper
+
+
 def test_failed_case_is_recorded_and_the_sweep_goes_on(tmp_path):
     # 1000-byte O_DIRECT I/O is refused by the kernel (EINVAL): a real fio failure.
     path = write_config(
@@ -188,12 +209,7 @@ def test_ctrl_c_or_sigterm_keeps_every_finished_row(tmp_path, stop, status):
         tmp_path, runtime="1s", repetitions=6, matrix={"engine": ["fio"], "pattern": ["write"], "io_size": ["1M"]}
     )
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gdsbench", "sweep", str(path), "-o", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_sweep(path, out)
     deadline = time.time() + 60
     while time.time() < deadline:
         csvs = list(out.glob("*.csv"))
@@ -209,12 +225,7 @@ def test_ctrl_c_or_sigterm_keeps_every_finished_row(tmp_path, stop, status):
     assert "Traceback" not in stderr
     assert not list((tmp_path / "target").glob("gdsbench.*")), "test files are removed on interrupt"
 
-    resumed = subprocess.run(
-        [sys.executable, "-m", "gdsbench", "sweep", "--resume", str(csvs[0])],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    resumed = resume_sweep(csvs[0])
     assert resumed.returncode == 0, resumed.stderr
     after = data_rows(csvs[0])
     assert [int(r["repetition"]) for r in after] == list(range(1, 7)), "the rest ran once each, nothing twice"
@@ -277,18 +288,10 @@ def test_an_interrupt_during_start_up_leaves_no_file_without_its_sidecar(tmp_pat
     facts are gathered: fio's --version answers slowly) leaves no file at all and says what to do. The fio
     named in the config is a wrapper around the real one that only slows --version down."""
     marker = tmp_path / "asked-version"
-    slow_fio = tmp_path / "slow-fio"
-    real = shutil.which("fio")
-    slow_fio.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then : > "{marker}"; sleep 20; fi\nexec "{real}" "$@"\n')
-    slow_fio.chmod(0o755)
+    slow_fio = fio_slow_to_answer_version(tmp_path, f': > "{marker}"; sleep 20')
     path = write_config(tmp_path, fio=str(slow_fio))
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gdsbench", "sweep", str(path), "-o", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_sweep(path, out)
     deadline = time.time() + 60
     while not marker.exists() and time.time() < deadline:
         time.sleep(0.05)
@@ -306,18 +309,11 @@ def test_a_stop_once_the_csv_exists_leaves_its_sidecar_and_resume_finishes_the_r
     `--resume CSV` (config found through the sidecar) finishes under the same run id. fio's --version,
     asked for the sidecar's facts, answers slowly here: when the CSV came first, the stop landed while those
     facts were gathered and the CSV was left without its sidecar (exit 1, click's 'Aborted!')."""
-    slow_fio = tmp_path / "slow-fio"
-    slow_fio.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then sleep 3; fi\nexec "{shutil.which("fio")}" "$@"\n')
-    slow_fio.chmod(0o755)
+    slow_fio = fio_slow_to_answer_version(tmp_path, "sleep 3")
     matrix = {"engine": ["fio"], "pattern": ["write"], "io_size": ["1M"]}
     path = write_config(tmp_path, fio=str(slow_fio), runtime="2s", matrix=matrix)
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gdsbench", "sweep", str(path), "-o", str(out)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_sweep(path, out)
     deadline = time.time() + 60
     while not list(out.glob("*.csv")) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)
@@ -330,12 +326,7 @@ def test_a_stop_once_the_csv_exists_leaves_its_sidecar_and_resume_finishes_the_r
     run_id = results.read_sidecar(csv_path)["run_id"]
     assert run_id and results.read_sidecar(csv_path)["config_file"] == str(path.resolve())
 
-    resumed = subprocess.run(
-        [sys.executable, "-m", "gdsbench", "sweep", "--resume", str(csv_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    resumed = resume_sweep(csv_path)
     assert resumed.returncode == 0, resumed.stderr
     rows = data_rows(csv_path)
     assert [(r["repetition"], r["status"]) for r in rows] == [("1", "ok"), ("2", "ok")]

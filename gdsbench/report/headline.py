@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from gdsbench import flags
-from gdsbench.report import tables
+from gdsbench.report import ceilings, tables
 from gdsbench.report.sections import Report
 from gdsbench.units import num2str
 
@@ -48,8 +48,8 @@ def _strictest(group: pd.DataFrame, pattern: str) -> tuple[pd.DataFrame, str]:
     words = []
     if "transfer" in group and (group["transfer"] != "CPU_CACHED").any():
         group, words = group[group["transfer"] != "CPU_CACHED"], ["direct"]
-    if "write" in pattern and "end_fsync" in group:
-        durable = group[group["end_fsync"].astype(str).str.lower().isin(("true", "1", "1.0"))]
+    if "write" in pattern:
+        durable = group[ceilings.durable(group)]
         if not durable.empty:
             group, words = durable, [*words, "durable"]
     return group, f" ({', '.join(words)})" if words else ""

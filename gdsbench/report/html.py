@@ -87,7 +87,7 @@ def page(
         section_html(report.status),
         "<h2>Runs</h2>",
         metadata_section(frame),
-        rows_section(frame, {p.case: p.name for p in series if p.case}),
+        rows_section(frame, {p.case: p.name for p in series if p.case}, dict(report.labels)),
         "<h2>Figures</h2>",
         *drawn[: len(figures)],
         *(["<h2>Time series</h2>", *drawn[len(figures) :]] if series else []),
@@ -157,16 +157,15 @@ def html_table(
 ROW_FIGURES = ("bw", "flags", "run", "host", "rep", "straggler", "spread s")
 
 
-def rows_section(frame: pd.DataFrame, linked: dict[str, str]) -> str:
+def rows_section(frame: pd.DataFrame, linked: dict[str, str], labels: dict[str, str]) -> str:
     """Every ok row: the parameters that tell its case apart, its bandwidth and flags, then run, host,
     repetition, straggler and spread, and a link to its case's time series where the page has one.
     A column with one value in every row is named once above the table; a column empty everywhere is left
-    out. The table scrolls inside its own box."""
+    out. The table scrolls inside its own box. `labels` names the runs (`run 1`, ...) as the report does."""
     ok = flags.annotate(frame)[lambda f: f["status"] == "ok"]
     if ok.empty:
         return ""
     names, cells = tables.case_labels(list(ok["case"]))
-    labels = summary.run_labels(frame)
     header = [*names, *ROW_FIGURES, "series"]
     rows = [
         [*cell, *_row_figures(row, labels), "series" if row["case"] in linked else ""]

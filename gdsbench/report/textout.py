@@ -58,9 +58,14 @@ def _words(header: list[str], rows: list[list[str]], index: int) -> list[str]:
     return [word for text in (header[index], *(row[index] for row in rows)) for word in text.split()]
 
 
+def _natural_of(header: list[str], rows: list[list[str]], index: int) -> int:
+    """The width of one column drawn unwrapped: its widest cell."""
+    return max(len(text) for text in (header[index], *(row[index] for row in rows)))
+
+
 def _natural(header: list[str], rows: list[list[str]], columns: range | list[int]) -> int:
     """The width of these columns drawn unwrapped."""
-    widths = [max(len(text) for text in (header[i], *(row[i] for row in rows))) for i in columns]
+    widths = [_natural_of(header, rows, i) for i in columns]
     return sum(widths) + len(GAP) * (len(widths) - 1)
 
 
@@ -82,9 +87,8 @@ def _least(header: list[str], rows: list[list[str]], columns: list[int], keys: i
 def _widths(header: list[str], rows: list[list[str]], width: int, keys: int) -> list[int]:
     """Each column's width: its widest cell when the table fits, else shrunk towards its longest word,
     the widest columns first."""
-    natural = [max(len(text) for text in (name, *(row[i] for row in rows))) for i, name in enumerate(header)]
     least = [_least_of(header, rows, i, keys) for i in range(len(header))]
-    widths = list(natural)
+    widths = [_natural_of(header, rows, i) for i in range(len(header))]
     room = width - len(GAP) * (len(header) - 1)
     while sum(widths) > room:
         index = max(range(len(widths)), key=lambda i: widths[i] - least[i])
