@@ -14,11 +14,12 @@ system-deps:  ## fio (with its libaio and liburing) and python3-venv from the OS
 	@command -v fio >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || { $(SUDO) apt-get update && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y fio python3-venv; }
 
-$(VENV)/.installed: pyproject.toml
+# Two distributions from this repository: the checkpoint library ckptio (lib/ckptio) and the benchmark.
+$(VENV)/.installed: pyproject.toml lib/ckptio/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_PIN)"
-	$(PY) -m pip install --quiet -e ".[checkpoint,test]"
+	$(PY) -m pip install --quiet -e "./lib/ckptio[codecs]" -e ".[checkpoint,test]"
 	touch $@
 
 install: system-deps $(VENV)/.installed
@@ -28,7 +29,7 @@ run: install  ## sweep the default config, then report what it wrote (even when 
 	  latest=$$(ls -t $(RESULTS)/*.csv 2>/dev/null | head -n 1); \
 	  [ -n "$$latest" ] && $(VENV)/bin/gdsbench report "$$latest"; exit $$status
 
-LINTED := gdsbench tests benchmarks tools
+LINTED := gdsbench lib tests benchmarks tools
 
 lint: install  ## ruff (lint + format check) and mypy, as CI runs them
 	$(VENV)/bin/ruff check $(LINTED)
@@ -57,7 +58,7 @@ FLOOR_VENV ?= .venv-floor
 torch-floor:  ## the checkpoint tests against the floor release of torch, in a venv of its own
 	python3 -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/pip install --quiet "$(TORCH_FLOOR)"
-	$(FLOOR_VENV)/bin/pip install --quiet -e ".[checkpoint,test]"
+	$(FLOOR_VENV)/bin/pip install --quiet -e "./lib/ckptio[codecs]" -e ".[checkpoint,test]"
 	$(FLOOR_VENV)/bin/python -c "import torch; print('torch', torch.__version__)"
 	$(FLOOR_VENV)/bin/pytest -q tests/checkpoint tests/test_workloads.py
 

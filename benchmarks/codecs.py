@@ -33,9 +33,9 @@ from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 import torch
+from ckptio import codec
 
 from gdsbench import workloads
-from gdsbench.checkpoint import codec
 from gdsbench.units import parse_size
 
 TRAIN_MIX = {"bf16": 1, "fp32": 2, "exp_avg": 2, "exp_avg_sq": 2}

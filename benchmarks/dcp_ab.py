@@ -21,7 +21,7 @@ from pathlib import Path
 ONE = """
 import json, sys, time
 import torch, torch.distributed.checkpoint as dcp
-from gdsbench.checkpoint import Reader, Writer
+from ckptio import Reader, Writer
 path, size, cold = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 g = torch.Generator().manual_seed(0)
 layers = 32

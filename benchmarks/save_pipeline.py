@@ -2,7 +2,7 @@
 
 Interleaved repetitions, each way into a new file (the previous one deleted, untimed), medians and
 ratios printed:
-  save        gdsbench.checkpoint.save() of a Llama-3-8B-like state dict (copy, hash, O_DIRECT, fsync)
+  save        ckptio.save() of a Llama-3-8B-like state dict (copy, hash, O_DIRECT, fsync)
   raw write   O_DIRECT pwrite of as many bytes from 4 reused huge-page buffers, 4 threads, no copy:
               what Python can write here at all
   raw copy    the same, each 16 MiB chunk first copied from the tensors: save() minus format and hash
@@ -22,8 +22,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from ckptio import Checkpointer, save
+
 from gdsbench import workloads
-from gdsbench.checkpoint import Checkpointer, save
 from gdsbench.units import parse_size
 
 CHUNK = 16 << 20

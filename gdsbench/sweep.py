@@ -324,8 +324,8 @@ def metadata(config: SweepConfig, run_id: str) -> dict[str, Any]:
     }
 
 
-#: Environment variables that change what a run does (gdsbench.checkpoint's IOOptions, cuFile, kvikio, threads).
-RECORDED_ENV = ("GDSBENCH_", "CUFILE_", "KVIKIO_", "OMP_NUM_THREADS")
+#: Environment variables that change what a run does (ckptio's IOOptions, cuFile, kvikio, threads).
+RECORDED_ENV = ("GDSBENCH_", "CKPTIO_", "CUFILE_", "KVIKIO_", "OMP_NUM_THREADS")
 
 
 def environment(prefixes: tuple[str, ...]) -> dict[str, str]:

@@ -313,7 +313,7 @@ def read_file(spec: WorkloadSpec) -> Workload:
         state = load_file(str(path))
     else:
         state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    from gdsbench.checkpoint import named_tensors
+    from ckptio.inspect import named_tensors
 
     tensors = {name: t.detach().clone(memory_format=torch.contiguous_format) for name, t in named_tensors(state)}
     if not tensors:

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from ckptio import IOOptions, load, save
+from ckptio import format as fmt
+from ckptio.backends import gds
+from ckptio.errors import CorruptCheckpoint, TruncatedCheckpoint
+from ckptio.memory import StagingCache
+from ckptio.read import read_device
 
 from gdsbench import config, runners, sysinfo
-from gdsbench.checkpoint import CorruptCheckpoint, IOOptions, TruncatedCheckpoint, load, save
-from gdsbench.checkpoint import format as fmt
-from gdsbench.checkpoint.io import gds
-from gdsbench.checkpoint.memory import StagingCache
-from gdsbench.checkpoint.read import read_device
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.checkpoint import kvikio as kvikio_engine
 
@@ -147,7 +148,7 @@ def test_kvikio_probe_of_a_broken_kvikio_says_why(monkeypatch):
 
 
 def test_cuda_map_location_without_gds_says_which_path(monkeypatch):
-    load_mod = importlib.import_module("gdsbench.checkpoint.load")
+    load_mod = importlib.import_module("ckptio.load")
     monkeypatch.setattr(gds, "unavailable", lambda: "no CUDA device")
     backend, how = load_mod._device_backend(IOOptions(backend="auto"))
     assert (
@@ -203,7 +204,7 @@ def test_gds_load_round_trip_and_flipped_byte_on_the_gpu(tmp_path, caplog):
     if reason:
         pytest.skip(f"gds backend unavailable: {reason}")
     path = _saved(tmp_path)
-    with caplog.at_level("INFO", logger="gdsbench.checkpoint"):
+    with caplog.at_level("INFO", logger="ckptio"):
         out = load(path, map_location="cuda", options=IOOptions(backend="gds", threads=8))
     assert out["big"].is_cuda and torch.equal(out["big"].cpu(), torch.arange(10 << 20, dtype=torch.float32))
     assert any("gds: kvikio" in r.getMessage() and "8 kvikio threads" in r.getMessage() for r in caplog.records)

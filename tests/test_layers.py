@@ -1,4 +1,5 @@
-"""Dependencies point one way: reports read results only; the checkpoint library is a leaf."""
+"""Dependencies point one way: reports read results only; the checkpoint library (ckptio, its own
+distribution) is a leaf that the benchmark reaches through its public modules only."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).parent.parent / "gdsbench"
+ROOT = Path(__file__).parent.parent
+PACKAGE = ROOT / "gdsbench"
+LIBRARY = ROOT / "lib" / "ckptio" / "src" / "ckptio"
+#: What the benchmark may take from ckptio: the names in its __all__, and these modules.
+PUBLIC_MODULES = ("ckptio.errors", "ckptio.codec", "ckptio.inspect")
 
 # module prefix -> gdsbench modules it must never import (at any depth, including inside functions)
 FORBIDDEN = {
@@ -15,7 +20,7 @@ FORBIDDEN = {
     "gdsbench.report": (
         "gdsbench.runners",
         "gdsbench.sweep",
-        "gdsbench.checkpoint",
+        "ckptio",
         "gdsbench.config",
         "gdsbench.cli",
         "gdsbench.sysinfo",
@@ -24,7 +29,7 @@ FORBIDDEN = {
         "gdsbench.compare",
         "gdsbench.workloads",
     ),
-    "gdsbench.checkpoint": ("gdsbench.",),
+    "ckptio": ("gdsbench",),
     "gdsbench.runners": ("gdsbench.sweep", "gdsbench.report", "gdsbench.cli"),
     "gdsbench.results": ("gdsbench.runners", "gdsbench.sweep", "gdsbench.report", "gdsbench.cli"),
     "gdsbench.units": ("gdsbench.",),
@@ -36,7 +41,7 @@ FORBIDDEN = {
         "gdsbench.report",
         "gdsbench.cli",
         "gdsbench.config",
-        "gdsbench.checkpoint",
+        "ckptio",
         "gdsbench.doctor",
     ),
     # page-cache control changes the machine: only what runs cases uses it
@@ -61,8 +66,13 @@ FORBIDDEN = {
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    parts = path.relative_to(_root_of(path)).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _root_of(path: Path) -> Path:
+    """The folder a file's top-level package sits in (the repository, or the library's src/)."""
+    return LIBRARY.parent if path.is_relative_to(LIBRARY) else ROOT
 
 
 def imports(path: Path) -> set[str]:
@@ -83,10 +93,10 @@ def imports(path: Path) -> set[str]:
     return names
 
 
-FILES = sorted(PACKAGE.rglob("*.py"))
+FILES = sorted(PACKAGE.rglob("*.py")) + sorted(LIBRARY.rglob("*.py"))
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PACKAGE)))
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_imports_follow_the_layers(path):
     name = module_name(path)
     for prefix, banned in FORBIDDEN.items():
@@ -128,29 +138,27 @@ def checkpoint_imports(path: Path) -> list[str]:
     taken = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            taken += [a.name for a in node.names if a.name.startswith("gdsbench.checkpoint")]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gdsbench.checkpoint"):
-            taken += [
-                node.module if node.module != "gdsbench.checkpoint" else f"{node.module}:{a.name}" for a in node.names
-            ]
+            taken += [a.name for a in node.names if a.name.startswith("ckptio")]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ckptio"):
+            taken += [node.module if node.module != "ckptio" else f"{node.module}:{a.name}" for a in node.names]
     return taken
 
 
-OUTSIDE = [p for p in FILES if not module_name(p).startswith("gdsbench.checkpoint")]
-OUTSIDE += sorted((PACKAGE.parent / "benchmarks").glob("*.py"))
+OUTSIDE = sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
 
 
-@pytest.mark.parametrize("path", OUTSIDE, ids=lambda p: str(p.relative_to(PACKAGE.parent)))
+@pytest.mark.parametrize("path", OUTSIDE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_only_the_public_checkpoint_api_is_used_outside_the_library(path):
-    """Runners, workloads and benchmarks see gdsbench.checkpoint's __all__ and nothing below it."""
-    import gdsbench.checkpoint as public
+    """Runners, workloads and benchmarks see ckptio's __all__ and its public modules, nothing below."""
+    import ckptio as public
 
     bad = [
         name
         for name in checkpoint_imports(path)
         if not (
-            name == "gdsbench.checkpoint"
-            or (name.startswith("gdsbench.checkpoint:") and name.split(":")[1] in public.__all__)
+            name in ("ckptio", *PUBLIC_MODULES)
+            or (name.startswith("ckptio:") and f"ckptio.{name.split(':')[1]}" in PUBLIC_MODULES)
+            or (name.startswith("ckptio:") and name.split(":")[1] in public.__all__)
         )
     ]
-    assert not bad, f"{path.name} reaches below gdsbench.checkpoint's public API: {bad}"
+    assert not bad, f"{path.name} reaches below ckptio's public API: {bad}"

@@ -250,9 +250,9 @@ def test_cleanup_removes_our_directories_only_when_empty(tmp_path):
 
 @pytest.mark.needs_torch
 def test_environment_overrides_are_recorded_in_the_sidecar_and_the_rows_they_change(tmp_path, monkeypatch):
-    """GDSBENCH_IO_* changes gdsbench.checkpoint's IOOptions in the sweep and its ranks: the sidecar keeps
+    """CKPTIO_* changes ckptio's IOOptions in the sweep and its ranks: the sidecar keeps
     every such variable, and a checkpoint row's command carries it as a shell would; fio's does not."""
-    monkeypatch.setenv("GDSBENCH_IO_CHUNK_BYTES", "1048576")
+    monkeypatch.setenv("CKPTIO_CHUNK_BYTES", "1048576")
     matrix = [
         {"engine": ["fio"], "pattern": ["write"], "io_size": ["1M"]},
         {"engine": ["fastpersist"], "pattern": ["save"], "transfer": ["CPU_CACHED"]},
@@ -261,9 +261,9 @@ def test_environment_overrides_are_recorded_in_the_sidecar_and_the_rows_they_cha
     assert sweep_cli(path, "-o", tmp_path / "out") == 0
     [csv_path] = (tmp_path / "out").glob("*.csv")
     commands = {row["engine"]: row["command"] for row in data_rows(csv_path)}
-    assert commands["fastpersist"].startswith("GDSBENCH_IO_CHUNK_BYTES=1048576 ")
+    assert commands["fastpersist"].startswith("CKPTIO_CHUNK_BYTES=1048576 ")
     assert "GDSBENCH_IO" not in commands["fio"]
-    assert results.read_sidecar(csv_path)["environment"]["GDSBENCH_IO_CHUNK_BYTES"] == "1048576"
+    assert results.read_sidecar(csv_path)["environment"]["CKPTIO_CHUNK_BYTES"] == "1048576"
 
 
 def test_resume_cuts_a_torn_last_row_and_runs_it_again(tmp_path):

@@ -2,7 +2,7 @@
 
 - `kvikio DIR`: kvikio's own view (compat mode, GDS availability) and a 512 MiB CuFile write and cold read
   at 1 and 8 kvikio threads, byte counts and contents checked (GPU-NOTES S3).
-- `gds-load DIR`: gdsbench.checkpoint.load(map_location="cuda", options=IOOptions(backend="gds")) round
+- `gds-load DIR`: ckptio.load(map_location="cuda", options=IOOptions(backend="gds")) round
   trip, then one flipped byte, which must be refused (CorruptCheckpoint); the direct backend likewise.
 Exit status 0 only when every check held.
 """
@@ -54,8 +54,9 @@ def kvikio_check(directory: Path) -> bool:
 def gds_load_check(directory: Path) -> bool:
     """The gds backend's round trip on the GPU, then a flipped byte refused by gds and by direct."""
     import torch
-
-    from gdsbench.checkpoint import CorruptCheckpoint, IOOptions, load, read_index, save
+    from ckptio import IOOptions, load, save
+    from ckptio.errors import CorruptCheckpoint
+    from ckptio.inspect import read_index
 
     path = directory / "gdsbench-smoke-gds.pt"
     state = {"w": torch.randn(2048, 2048), "b": torch.arange(17.0)}

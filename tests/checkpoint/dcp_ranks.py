@@ -14,11 +14,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.multiprocessing as mp
+from ckptio import IOOptions, Reader, Writer
 from torch.distributed.checkpoint import DefaultSavePlanner
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
-from gdsbench.checkpoint import IOOptions, Reader, Writer
 from gdsbench.runners.checkpoint.distributed import free_port
 
 SMALL = IOOptions(chunk_bytes=64 << 10, buffer_bytes=256 << 10, threads=2)

@@ -10,9 +10,10 @@ import tempfile
 
 import pytest
 import torch
+from ckptio import IOOptions, load, save
+from ckptio.backends import gds, posix
+from ckptio.errors import BackendUnavailable, DirectIOFallbackWarning, OptionError
 
-from gdsbench.checkpoint import BackendUnavailable, DirectIOFallbackWarning, IOOptions, OptionError, load, save
-from gdsbench.checkpoint.io import gds, posix
 from tests.helpers import mounted
 
 from .conftest import assert_same, random_tensor
@@ -141,7 +142,8 @@ def test_gds_backend_round_trip_and_verify(tmp_path: pathlib.Path) -> None:
     reason = gds.unavailable()
     if reason:
         pytest.skip(f"gds backend unavailable: {reason}")
-    from gdsbench.checkpoint import CorruptCheckpoint, read_index
+    from ckptio.errors import CorruptCheckpoint
+    from ckptio.inspect import read_index
 
     sd = _state()
     save(sd, tmp_path / "c.pt")
@@ -223,18 +225,18 @@ def test_bad_checksum_fails_before_writing(tmp_path: pathlib.Path) -> None:
 
 
 def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    """GDSBENCH_IO_<FIELD> overrides a default for experiments; explicit values still win; junk is named."""
-    monkeypatch.setenv("GDSBENCH_IO_THREADS", "7")
-    monkeypatch.setenv("GDSBENCH_IO_FLUSH", "overlap")
+    """CKPTIO_<FIELD> overrides a default for experiments; explicit values still win; junk is named."""
+    monkeypatch.setenv("CKPTIO_THREADS", "7")
+    monkeypatch.setenv("CKPTIO_FLUSH", "overlap")
     assert (IOOptions().threads, IOOptions().flush, IOOptions(threads=2).threads) == (7, "overlap", 2)
-    monkeypatch.setenv("GDSBENCH_IO_THREADS", "many")
-    with pytest.raises(OptionError, match="GDSBENCH_IO_THREADS"):
+    monkeypatch.setenv("CKPTIO_THREADS", "many")
+    with pytest.raises(OptionError, match="CKPTIO_THREADS"):
         IOOptions()
 
 
 def test_defaults_follow_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     """Thread defaults come from the cores this process may use, within their documented bounds."""
-    from gdsbench.checkpoint import options
+    from ckptio import options
 
     for cores, threads in ((1, 4), (2, 4), (12, 12), (256, 32)):
         monkeypatch.setattr(options, "usable_cores", lambda c=cores: c)

@@ -9,12 +9,11 @@ import blosc2
 import numpy as np
 import pytest
 import torch
+from ckptio import codec
+from ckptio.codec import CodecError, CodecUnavailable
+from ckptio.codec.blosc import BloscCodec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from gdsbench.checkpoint import codec
-from gdsbench.checkpoint.codec import CodecError, CodecUnavailable
-from gdsbench.checkpoint.codec.blosc import BloscCodec
 
 pytestmark = pytest.mark.needs_torch
 

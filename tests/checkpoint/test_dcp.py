@@ -12,17 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from ckptio import IOOptions, Reader, Writer
+from ckptio.dcp.records import read_metadata
+from ckptio.errors import CorruptCheckpoint, InvalidCheckpoint, TruncatedCheckpoint
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gdsbench.checkpoint import (
-    CorruptCheckpoint,
-    InvalidCheckpoint,
-    IOOptions,
-    Reader,
-    TruncatedCheckpoint,
-    Writer,
-)
-from gdsbench.checkpoint.dcp.records import read_metadata
 from tests.helpers import kill_when_busy, mounted
 
 from .conftest import random_tensor
@@ -176,7 +170,7 @@ CHILD = """
 import sys, warnings, torch
 warnings.simplefilter("ignore")
 import torch.distributed.checkpoint as dcp
-from gdsbench.checkpoint import Writer, IOOptions
+from ckptio import Writer, IOOptions
 path, mode = sys.argv[1], sys.argv[2]
 writer = Writer(path, options=IOOptions(chunk_bytes=1 << 20, buffer_bytes=4 << 20, threads=2))
 states = [{"tag": t, "w": torch.full((6 << 20,), float(t))} for t in (1, 2)]

@@ -16,27 +16,21 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from ckptio import CheckpointError, IOOptions, Reader, Writer, codec, errors, save
+from ckptio.dcp.records import METADATA, SEAL_MAGIC, data_file
+from ckptio.errors import (
+    CorruptCheckpoint,
+    InvalidCheckpoint,
+    OptionError,
+    StorageFull,
+    TruncatedCheckpoint,
+    UnsafeObject,
+    unwrap,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gdsbench.checkpoint import (
-    CheckpointError,
-    CorruptCheckpoint,
-    InvalidCheckpoint,
-    IOOptions,
-    OptionError,
-    Reader,
-    StorageFull,
-    TruncatedCheckpoint,
-    UnsafeObject,
-    Writer,
-    codec,
-    errors,
-    save,
-    unwrap,
-)
-from gdsbench.checkpoint.dcp.records import METADATA, SEAL_MAGIC, data_file
 from tests.helpers import mounted
 
 SMALL = IOOptions(chunk_bytes=64 << 10, buffer_bytes=256 << 10, threads=2)
@@ -101,7 +95,7 @@ def test_a_planted_byte_item_never_runs_on_load(tmp_path: Path, monkeypatch: pyt
     """A checkpoint whose byte item runs a command (written by a hostile writer: the save-time check
     switched off) loads as an error, and the command never runs."""
     marker = tmp_path / "PWNED"
-    monkeypatch.setattr("gdsbench.checkpoint.dcp.writer.check_saveable", lambda data, key: None)
+    monkeypatch.setattr("ckptio.dcp.writer.check_saveable", lambda data, key: None)
     dcp_save({"w": torch.ones(4), "x": Evil(str(marker))}, tmp_path / "ckpt")
     monkeypatch.undo()
     assert not marker.exists()
@@ -221,7 +215,7 @@ FIELDS = {
     "chunks": st.one_of(st.just(()), st.tuples(st.tuples(st.integers(-1, 1 << 40), st.integers(-1, 1 << 31)))),
     "digests": st.one_of(st.just(()), st.tuples(st.text("0123456789abcdefxyz", max_size=20))),
     "checksum": st.sampled_from(["none", "xxh3", "crc32c", "md5"]),
-    "format": st.sampled_from(["gdsbench-dcp/1", "gdsbench-dcp/2", "gdsbench-dcp/9"]),
+    "format": st.sampled_from(["gdsbench-dcp/1", "gdsbench-dcp/2", "ckptio-dcp/2", "ckptio-dcp/9"]),
     "file": st.sampled_from(["../x", "/etc/shadow", data_file("b" * 32, 3), "a-r0.data", ""]),
 }
 
@@ -345,7 +339,7 @@ def test_concurrent_savers_always_leave_one_complete_checkpoint(tmp_path: Path) 
 
 def test_a_commit_never_removes_a_live_writers_file(tmp_path: Path) -> None:
     """An uncommitted file held by a live writer survives another save's commit; once let go, it is swept."""
-    from gdsbench.checkpoint.dcp.lock import create_held
+    from ckptio.dcp.lock import create_held
 
     path = tmp_path / "ckpt"
     dcp_save(state(1), path)

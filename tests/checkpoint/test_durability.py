@@ -11,8 +11,8 @@ import time
 
 import pytest
 import torch
+from ckptio import durable, load, save
 
-from gdsbench.checkpoint import durable, load, save
 from tests.helpers import kill_when_busy
 
 # Executed both here and in the child, so both build identical state dicts for a tag.
@@ -32,7 +32,7 @@ CHILD = (
     MAKE_STATE
     + """
 import sys
-from gdsbench.checkpoint import Checkpointer
+from ckptio import Checkpointer
 path, recycle = sys.argv[1], sys.argv[2] == "recycle"
 states = [make_state(1), make_state(2)]
 ckpt = Checkpointer(path, recycle=recycle)
@@ -107,7 +107,7 @@ CONCURRENT = (
     MAKE_STATE
     + """
 import sys
-from gdsbench.checkpoint import save
+from ckptio import save
 path, tag = sys.argv[1], int(sys.argv[2])
 state = make_state(tag)
 for _ in range(4):

@@ -8,19 +8,12 @@ import pathlib
 
 import pytest
 import torch
+from ckptio import CheckpointError, load, save
+from ckptio import format as fmt
+from ckptio.errors import CorruptCheckpoint, InvalidCheckpoint, TruncatedCheckpoint
+from ckptio.inspect import read_index
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from gdsbench.checkpoint import (
-    CheckpointError,
-    CorruptCheckpoint,
-    InvalidCheckpoint,
-    TruncatedCheckpoint,
-    load,
-    read_index,
-    save,
-)
-from gdsbench.checkpoint import format as fmt
 
 from .conftest import assert_same, random_tensor
 
@@ -169,7 +162,7 @@ def _rewrite_index(path: pathlib.Path, edit) -> None:
         assert len(raw) == idx.header.index_nbytes
         f.seek(idx.header.index_offset)
         f.write(raw)
-    from gdsbench.checkpoint import integrity
+    from ckptio import integrity
 
     _rewrite_header(path, index_xxh3=integrity.index_digest(raw))
 

@@ -7,17 +7,9 @@ import pathlib
 
 import pytest
 import torch
-
-from gdsbench.checkpoint import (
-    Checkpointer,
-    CorruptCheckpoint,
-    IOOptions,
-    StateDictMismatch,
-    load_into,
-    named_tensors,
-    read_index,
-    save,
-)
+from ckptio import Checkpointer, IOOptions, load_into, save
+from ckptio.errors import CorruptCheckpoint, StateDictMismatch
+from ckptio.inspect import named_tensors, read_index
 
 
 def state() -> dict:

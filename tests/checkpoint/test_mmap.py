@@ -7,18 +7,9 @@ import pathlib
 
 import pytest
 import torch
-
-from gdsbench.checkpoint import (
-    Checkpointer,
-    CorruptCheckpoint,
-    IOOptions,
-    OptionError,
-    TruncatedCheckpoint,
-    load,
-    load_mmap,
-    read_index,
-    save,
-)
+from ckptio import Checkpointer, IOOptions, load, load_mmap, save
+from ckptio.errors import CorruptCheckpoint, OptionError, TruncatedCheckpoint
+from ckptio.inspect import read_index
 
 from .conftest import assert_same, random_tensor
 

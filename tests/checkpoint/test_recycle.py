@@ -9,8 +9,7 @@ import pathlib
 
 import pytest
 import torch
-
-from gdsbench.checkpoint import Checkpointer, IOOptions, durable, load, save
+from ckptio import Checkpointer, IOOptions, durable, load, save
 
 from .conftest import assert_same, random_tensor
 

@@ -8,10 +8,9 @@ import warnings
 
 import pytest
 import torch
+from ckptio import IOOptions, load, save
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from gdsbench.checkpoint import IOOptions, load, save
 
 from .conftest import assert_same, random_tensor
 

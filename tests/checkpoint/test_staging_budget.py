@@ -1,5 +1,5 @@
 """IOOptions.buffer_bytes bounds the staging memory of every save and load path, measured as the buffers
-actually made (one rule: gdsbench.checkpoint.memory.staging_slots)."""
+actually made (one rule: ckptio.memory.staging_slots)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from ckptio import Checkpointer, IOOptions, Reader, Writer, load, load_into, memory, save
+from ckptio.dcp.encode import staging_bytes
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from gdsbench.checkpoint import Checkpointer, IOOptions, Reader, Writer, load, load_into, memory, save
-from gdsbench.checkpoint.dcp.encode import staging_bytes
 
 MiB = 1 << 20
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")

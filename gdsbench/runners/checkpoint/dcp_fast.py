@@ -1,4 +1,4 @@
-"""dcp_fast: torch.distributed.checkpoint with gdsbench.checkpoint's storage layer (Writer / Reader).
+"""dcp_fast: torch.distributed.checkpoint with ckptio's storage layer (Writer / Reader).
 
 DCP's planners, dedup and resharding as they are; each rank writes its share into one new file with
 parallel O_DIRECT writes, every chunk checksummed (and compressed per chunk when asked), committed
@@ -16,14 +16,14 @@ from gdsbench.runners.checkpoint.fastpersist import odirect_reason
 
 
 class DcpFast(DistributedRunner):
-    """gdsbench.checkpoint.Writer / Reader under DCP."""
+    """ckptio.Writer / Reader under DCP."""
 
     name = "dcp_fast"
-    environment = ("GDSBENCH_IO_",)  # IOOptions fields the environment overrides (recorded in rows)
-    description = "torch.distributed.checkpoint with gdsbench.checkpoint.Writer/Reader (O_DIRECT, checksummed, codecs)"
+    environment = ("CKPTIO_", "GDSBENCH_IO_")  # IOOptions fields the environment overrides (recorded in rows)
+    description = "torch.distributed.checkpoint with ckptio.Writer/Reader (O_DIRECT, checksummed, codecs)"
     calls = {
-        Pattern.SAVE: "torch.distributed.checkpoint.save(gdsbench.checkpoint.Writer)",
-        Pattern.LOAD: "torch.distributed.checkpoint.load(gdsbench.checkpoint.Reader)",
+        Pattern.SAVE: "torch.distributed.checkpoint.save(ckptio.Writer)",
+        Pattern.LOAD: "torch.distributed.checkpoint.load(ckptio.Reader)",
     }
     transfers = frozenset({Transfer.CPU_ONLY})
     engine_options = (
@@ -34,7 +34,7 @@ class DcpFast(DistributedRunner):
     def available(self, case: Case, ctx: RunContext) -> str | None:
         """The codec's library must be installed; O_DIRECT must work in the directory (the rows say O_DIRECT:
         a page-cache fallback would measure memory, and the ranks refuse it too)."""
-        from gdsbench.checkpoint import codec
+        from ckptio import codec
 
         if case.get("compression") not in codec.names():
             return f"codec {case.get('compression')!r} needs its library: pip install blosc2 zstandard"

@@ -1,4 +1,4 @@
-"""fastpersist: gdsbench.checkpoint, the library this project builds, through its public API only.
+"""fastpersist: ckptio, the library this project builds, through its public API only.
 
 A Checkpointer per checkpoint path and options, kept across the case's repetitions as a training
 run keeps one (its staging buffers are reused; with `recycle`, saves overwrite the previous
@@ -40,19 +40,17 @@ def odirect_reason(directory: str) -> str | None:
 
 
 class FastPersist(InProcessRunner):
-    """gdsbench.checkpoint through a Checkpointer."""
+    """ckptio through a Checkpointer."""
 
     name = "fastpersist"
-    environment = ("GDSBENCH_IO_",)  # IOOptions fields the environment overrides (recorded in rows)
-    description = (
-        "gdsbench.checkpoint: parallel O_DIRECT (CPU_ONLY) or buffered (CPU_CACHED) saves and loads, checksummed"
-    )
+    environment = ("CKPTIO_", "GDSBENCH_IO_")  # IOOptions fields the environment overrides (recorded in rows)
+    description = "ckptio: parallel O_DIRECT (CPU_ONLY) or buffered (CPU_CACHED) saves and loads, checksummed"
     calls = {
-        Pattern.SAVE: "gdsbench.checkpoint.Checkpointer.save",
-        Pattern.LOAD: "gdsbench.checkpoint.Checkpointer.load",
+        Pattern.SAVE: "ckptio.Checkpointer.save",
+        Pattern.LOAD: "ckptio.Checkpointer.load",
     }
     transfers = frozenset(BACKENDS)
-    modules = ("torch", "gdsbench.checkpoint")
+    modules = ("torch", "ckptio")
     threaded = True
     extra_options = (
         Key("load_into", boolean, "true or false", False,
@@ -76,9 +74,9 @@ class FastPersist(InProcessRunner):
     def available(self, case: Case, ctx: RunContext) -> str | None:
         """The library must import; mmap loads read through the page cache; CPU_ONLY needs O_DIRECT."""
         try:
-            import gdsbench.checkpoint  # noqa: F401
+            import ckptio  # noqa: F401
         except ImportError as exc:
-            return f"gdsbench.checkpoint not importable: {exc}"
+            return f"ckptio not importable: {exc}"
         if case.get("mmap") and case.pattern is Pattern.LOAD and case.transfer is not Transfer.CPU_CACHED:
             return "mmap loads read through the page cache: use transfer CPU_CACHED"
         if case.transfer is Transfer.CPU_ONLY:
@@ -92,7 +90,7 @@ class FastPersist(InProcessRunner):
         options = f"IOOptions(threads={case.get('threads')}, backend={BACKENDS[case.transfer]!r}{flush}{staging})"
         recycle = ", recycle=True" if case.get("recycle") else ""
         method = "save" if case.pattern is Pattern.SAVE else _load_method(case)
-        return f"gdsbench.checkpoint.Checkpointer(options={options}{recycle}).{method}"
+        return f"ckptio.Checkpointer(options={options}{recycle}).{method}"
 
     def path(self, case: Case, ctx: RunContext) -> Path:
         """Recycling saves keep their generations under a name of their own."""
@@ -101,13 +99,14 @@ class FastPersist(InProcessRunner):
 
     def errors(self) -> tuple[type[BaseException], ...]:
         """The library's own errors and its O_DIRECT fallback warning (raised as an error here)."""
-        from gdsbench.checkpoint import CheckpointError, DirectIOFallbackWarning
+        from ckptio import CheckpointError
+        from ckptio.errors import DirectIOFallbackWarning
 
         return (*EXPECTED_ERRORS, CheckpointError, DirectIOFallbackWarning)
 
     def checkpointer(self, case: Case, path: Path, ctx: RunContext) -> Any:
         """The Checkpointer of this path and options, opened once and closed when the sweep ends."""
-        from gdsbench.checkpoint import Checkpointer, IOOptions
+        from ckptio import Checkpointer, IOOptions
 
         key = _key(case, path)
         if key not in self._open:
@@ -133,7 +132,7 @@ class FastPersist(InProcessRunner):
 
     def save(self, staged: Any, path: Path, case: Case) -> str | None:
         """Checkpointer.save (durable itself: temp file, fsync, rename, directory fsync)."""
-        from gdsbench.checkpoint import DirectIOFallbackWarning
+        from ckptio.errors import DirectIOFallbackWarning
 
         ckpt = self._open_for(case, path)
         with warnings.catch_warnings():
@@ -147,7 +146,7 @@ class FastPersist(InProcessRunner):
 
     def load(self, path: Path, case: Case, staged: Any) -> Mapping[str, Any]:
         """Checkpointer.load / load_into / load_mmap with checksum verification, onto the CPU."""
-        from gdsbench.checkpoint import DirectIOFallbackWarning
+        from ckptio.errors import DirectIOFallbackWarning
 
         ckpt = self._open_for(case, path)
         with warnings.catch_warnings():

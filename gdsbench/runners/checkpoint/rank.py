@@ -4,7 +4,7 @@
         -m gdsbench.runners.checkpoint.rank --engine dcp_fast --pattern save --checkpoint /shared/ckpt \
         --workload llama3-8b --checkpoint-size 4G --out /tmp/ck1
 
-The engine is `dcp` (DCP's FileSystemWriter/Reader) or `dcp_fast` (gdsbench.checkpoint.Writer/Reader).
+The engine is `dcp` (DCP's FileSystemWriter/Reader) or `dcp_fast` (ckptio.Writer/Reader).
 The workload is a torch.save file every rank maps (--workload-file: the sweep writes it to /dev/shm once),
 or a preset that each node's first rank generates into /dev/shm for the node's ranks (--workload).
 Each rank takes its share (`layout`: sharded = every tensor Shard(0) as FSDP keeps it; replicated = the
@@ -71,7 +71,7 @@ def writer(job: dict[str, Any]) -> Any:
     if job["engine"] == "dcp":
         extensions = [_zstd()] if job["compression"] == "zstd" else None
         return dcp.FileSystemWriter(job["path"], thread_count=job["threads"], sync_files=True, _extensions=extensions)
-    from gdsbench.checkpoint import IOOptions, Writer
+    from ckptio import IOOptions, Writer
 
     return Writer(job["path"], options=IOOptions(threads=job["threads"]), compression=job["compression"])
 
@@ -80,7 +80,7 @@ def reader(job: dict[str, Any]) -> Any:
     """The engine's storage reader for the job."""
     if job["engine"] == "dcp":
         return dcp.FileSystemReader(job["path"])
-    from gdsbench.checkpoint import IOOptions, Reader
+    from ckptio import IOOptions, Reader
 
     return Reader(job["path"], options=IOOptions(threads=job["threads"]), broadcast=job["broadcast"])
 
@@ -205,7 +205,7 @@ def node_workload(job: dict[str, Any]) -> Path:
 def quiet_but_direct() -> None:
     """Ranks print no warnings, but an O_DIRECT fallback is an error: a row that says O_DIRECT must not
     measure the page cache."""
-    from gdsbench.checkpoint import DirectIOFallbackWarning
+    from ckptio.errors import DirectIOFallbackWarning
 
     warnings.simplefilter("ignore")
     warnings.simplefilter("error", DirectIOFallbackWarning)

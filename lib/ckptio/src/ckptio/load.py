@@ -4,7 +4,7 @@ strategy and backend, read and verify, then rebuild the object with torch's weig
 Modes that exclude each other are separate functions: `load` reads into new memory (CPU, or a
 CUDA device through gds or a host read and a copy), `load_into` fills a caller's existing tensors,
 `load_mmap` maps the file. A combination that cannot be honoured raises; none is ignored silently.
-The path a load took is logged on the `gdsbench.checkpoint` logger and returned as `Loaded`.
+The path a load took is logged on the `ckptio` logger and returned as `Loaded`.
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from typing import Any
 
 import torch
 
+from . import backends
 from . import format as fmt
-from . import io as backends
+from .backends import gds
 from .errors import BackendUnavailable, OptionError, StateDictMismatch
-from .io import gds
 from .memory import StagingBuffers, StagingCache
 from .options import IOOptions
 from .read import map_storages, read_device, read_host
 from .tree import named_tensors
 from .unpickle import read_pickle, rebuild
 
-log = logging.getLogger("gdsbench.checkpoint")
+log = logging.getLogger("ckptio")
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,7 @@ from typing import Any
 
 import torch
 
-from . import durable, integrity
-from . import io as backends
+from . import backends, durable, integrity
 from . import plan as planning
 from .memory import Staging, StagingBuffers, copy, round_up, view
 from .options import IOOptions

@@ -97,7 +97,7 @@ class PosixWriter:
 
     def write(self, pieces: Sequence[WritePiece]) -> None:
         """Write the pieces on the thread pool."""
-        run_parallel([partial(self._write_piece, p) for p in pieces], self.options.threads, "gdsbench-save")
+        run_parallel([partial(self._write_piece, p) for p in pieces], self.options.threads, "ckptio-save")
 
     def _write_piece(self, piece: WritePiece) -> None:
         """Write one piece from its own memory when aligned (address and length), else through a staging buffer."""
@@ -155,7 +155,7 @@ class _Overlap:
         self._pending = 0
         self._wake = threading.Condition()
         self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="gdsbench-flush", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="ckptio-flush", daemon=True)
         self._thread.start()
 
     def written(self, offset: int, nbytes: int, buffered: bool) -> None:
@@ -197,7 +197,7 @@ class PosixReader:
 
     def read(self, pieces: Sequence[ReadPiece]) -> None:
         """Read the pieces on the thread pool, each straight into place or through a staging buffer."""
-        run_parallel([partial(self._read_piece, p) for p in pieces], self.options.threads, "gdsbench-load")
+        run_parallel([partial(self._read_piece, p) for p in pieces], self.options.threads, "ckptio-load")
 
     def _read_piece(self, piece: ReadPiece) -> None:
         """Read one piece and hand its bytes (as many as the file had) to its callback."""

@@ -2,8 +2,9 @@
 
 Tuning changes speed, never results: a checkpoint saved with any options loads bit-exact with any
 other. Defaults follow the host the process runs on (the cores it may use, its NUMA nodes), and an
-experiment can override each one without code changes through a `GDSBENCH_IO_<FIELD>` environment
-variable (e.g. `GDSBENCH_IO_THREADS=16`), read when an IOOptions is built.
+experiment can override each one without code changes through a `CKPTIO_<FIELD>` environment
+variable (e.g. `CKPTIO_THREADS=16`), read when an IOOptions is built. gdsbench 0.1's `GDSBENCH_IO_<FIELD>`
+is still read where the new name is not set.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ from .errors import OptionError
 MiB = 1 << 20
 BACKENDS = ("auto", "direct", "buffered", "gds")
 #: How a save makes its bytes durable: one fsync after the last write, or writeback started while the
-#: save is still writing so the final fsync finds little left to do (io/posix.py; docs/benchmarks.md).
+#: save is still writing so the final fsync finds little left to do (backends/posix.py; docs/benchmarks.md).
 FLUSHES = ("end", "overlap", "dsync")
-ENV_PREFIX = "GDSBENCH_IO_"
+ENV_PREFIX = "CKPTIO_"
+#: Every prefix read, the first set one winning: this one, then gdsbench 0.1's.
+ENV_PREFIXES = (ENV_PREFIX, "GDSBENCH_IO_")
 
 
 def usable_cores() -> int:
@@ -51,16 +54,17 @@ def default_prefault_threads() -> int:
 
 
 def _from_env(name: str, default: Any) -> Any:
-    """The environment's override of one field (GDSBENCH_IO_<NAME>), parsed like its default."""
-    raw = os.environ.get(ENV_PREFIX + name.upper())
-    if raw is None:
+    """The environment's override of one field (CKPTIO_<NAME>), parsed like its default."""
+    variable = next((p + name.upper() for p in ENV_PREFIXES if p + name.upper() in os.environ), None)
+    if variable is None:
         return default() if callable(default) else default
+    raw = os.environ[variable]
     if isinstance(default, str):
         return raw
     try:
         return int(raw)
     except ValueError:
-        raise OptionError(f"{ENV_PREFIX}{name.upper()}={raw!r}: expected an integer") from None
+        raise OptionError(f"{variable}={raw!r}: expected an integer") from None
 
 
 def _env_field(default: Any) -> Any:
@@ -127,3 +131,12 @@ def _check(o: IOOptions) -> None:
 def resolve(options: IOOptions | None) -> IOOptions:
     """The options a call uses: the caller's, else the host defaults."""
     return options if options is not None else IOOptions()
+
+
+def resolve_host(options: IOOptions | None, who: str) -> IOOptions:
+    """`resolve` for a layer that moves bytes through host memory (`who`: "Writer writes", "Reader reads"):
+    backend 'gds' is refused, it is for load() only."""
+    resolved = resolve(options)
+    if resolved.backend == "gds":
+        raise OptionError(f"{who} through host memory: backend 'gds' is for load(); use 'auto', 'direct' or 'buffered'")
+    return resolved

@@ -17,8 +17,7 @@ from typing import Any
 
 import torch
 
-from .. import integrity
-from .. import io as backends
+from .. import backends, integrity
 from ..errors import CorruptCheckpoint, TruncatedCheckpoint
 from ..memory import address_of, copy, round_up, view
 from .records import ItemRecord

@@ -93,7 +93,7 @@ class Prefaulter:
         self._steps = iter([(a + off, min(self.STEP, n - off)) for a, n in ranges for off in range(0, n, self.STEP)])
         self._lock = threading.Lock()
         self._threads = [
-            threading.Thread(target=self._work, name="gdsbench-prefault", daemon=True) for _ in range(threads)
+            threading.Thread(target=self._work, name="ckptio-prefault", daemon=True) for _ in range(threads)
         ]
         for thread in self._threads:
             thread.start()

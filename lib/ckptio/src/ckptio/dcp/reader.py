@@ -34,11 +34,11 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
+from .. import backends
 from .. import codec as codecs
-from .. import io as backends
-from ..errors import CheckpointError, InvalidCheckpoint, OptionError, TruncatedCheckpoint
+from ..errors import CheckpointError, InvalidCheckpoint, TruncatedCheckpoint
 from ..memory import StagingCache
-from ..options import IOOptions, resolve
+from ..options import IOOptions, resolve_host
 from .decode import Want, box_of, dtype_of, pieces, row_range
 from .encode import staging_bytes
 from .objects import loadable_bytes
@@ -81,11 +81,7 @@ class Reader(StorageReader):
     ) -> None:
         super().__init__()
         self.path = Path(path)
-        self.options = resolve(options)
-        if self.options.backend == "gds":
-            raise OptionError(
-                "Reader reads through host memory: backend 'gds' is for load(); use 'auto', 'direct' or 'buffered'"
-            )
+        self.options = resolve_host(options, "Reader reads")
         self.verify = verify
         self.broadcast = broadcast
         self.load_id = uuid.uuid4().hex

@@ -50,7 +50,7 @@ def load(
         map_location: "cpu" (default) or a CUDA device. With options.backend "auto", a CUDA
             destination is read with GPUDirect Storage (kvikio) where it can run, else read to host
             memory and copied; "gds" insists on GPUDirect Storage. The path taken is logged on the
-            `gdsbench.checkpoint` logger.
+            `ckptio` logger.
         options: how to move the bytes; host defaults if None.
         verify: check every chunk checksum and the pickle digest (default True), on every path.
 
@@ -58,7 +58,7 @@ def load(
         The saved object (dicts/lists/tuples of tensors and plain values).
 
     Raises:
-        InvalidCheckpoint: not a gdsbench checkpoint, a malformed index or zip directory, or a
+        InvalidCheckpoint: not a ckptio checkpoint, a malformed index or zip directory, or a
             pickle that weights_only unpickling refuses.
         TruncatedCheckpoint: the file is shorter than it says.
         CorruptCheckpoint: a checksum mismatch; names the tensor's key path and the file.

@@ -28,7 +28,7 @@ class Checkpointer:
         path: the checkpoint file this object owns.
         options: how to move the bytes (host defaults if None).
         checksum: "xxh3" (default), "crc32c" or None, for every save.
-        recycle: keep the generation each save replaces as a hidden spare (`.NAME.gdsbench-spare`) and
+        recycle: keep the generation each save replaces as a hidden spare (`.NAME.ckptio-spare`) and
             write the next save into its blocks before renaming it into place: overwrites instead of
             new-file allocation, for the disk space of two generations. A spare any process still has
             open or mapped is never overwritten (a write lease proves nobody has it open). `close()`
@@ -63,24 +63,24 @@ class Checkpointer:
         return self._cache
 
     def save(self, state_dict: Any) -> Saved:
-        """Save durably to the owned path (see gdsbench.checkpoint.save); says whether it recycled."""
+        """Save durably to the owned path (see ckptio.save); says whether it recycled."""
         staging = self._staging().within(self.options.buffer_bytes, self.options.chunk_bytes)
         saved = save_to(state_dict, self.path, self.options, self.checksum, staging, recycle=self.recycle)
         self.last = saved
         return saved
 
     def load(self, *, map_location: Any = "cpu", verify: bool = True) -> Any:
-        """Load into new memory (see gdsbench.checkpoint.load)."""
+        """Load into new memory (see ckptio.load)."""
         self.last = load_new(self.path, device_of(map_location), self.options, verify, self._staging())
         return self.last.obj
 
     def load_into(self, state_dict: T, *, verify: bool = True) -> T:
-        """Fill existing tensors in place (see gdsbench.checkpoint.load_into); returns `state_dict`."""
+        """Fill existing tensors in place (see ckptio.load_into); returns `state_dict`."""
         self.last = load_existing(self.path, state_dict, self.options, verify, self._staging())
         return state_dict
 
     def load_mmap(self, *, verify: bool = True) -> Any:
-        """Map the checkpoint (see gdsbench.checkpoint.load_mmap)."""
+        """Map the checkpoint (see ckptio.load_mmap)."""
         self._staging()
         self.last = load_mapped(self.path, self.options, verify)
         return self.last.obj

@@ -17,8 +17,7 @@ from typing import Any
 
 import torch
 
-from .. import integrity
-from .. import io as backends
+from .. import backends, integrity
 from ..memory import Staging, StagingBuffers, copy, round_up, view
 from ..options import IOOptions
 from .records import ItemRecord

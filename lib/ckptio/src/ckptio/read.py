@@ -23,9 +23,8 @@ from functools import partial
 
 import torch
 
+from . import backends, integrity
 from . import format as fmt
-from . import integrity
-from . import io as backends
 from .errors import CorruptCheckpoint, TruncatedCheckpoint
 from .memory import Prefaulter, address_of, copy, huge_buffer, populate_read, round_up, view
 from .options import IOOptions
@@ -217,7 +216,7 @@ def map_storages(index: fmt.Index, options: IOOptions, verify: bool) -> dict[str
         for k in range(integrity.chunk_count(s.nbytes, index.chunk_bytes))
     )
     jobs: list[Callable[[], None]] = [partial(_fault_in, index, base, s, k, verify) for _, s, k in work]
-    run_parallel(jobs, options.threads, "gdsbench-map")
+    run_parallel(jobs, options.threads, "ckptio-map")
     for s in index.storages:
         if s.nbytes:
             out[s.key] = torch.frombuffer(mm, dtype=torch.uint8, count=s.nbytes, offset=s.offset).untyped_storage()

@@ -1,5 +1,7 @@
 """The on-disk layout (see docs/format.md): torch's zip format, 4 KiB-aligned stored records,
-plus a `gdsbench/header` record first and a `gdsbench/index` record after the data.
+plus a `ckptio/header` record first and a `ckptio/index` record after the data. Files written before the
+library had its own name (gdsbench 0.1: `gdsbench/header`, `gdsbench/index`, format `gdsbench-checkpoint`)
+read the same way.
 
 This module only describes and validates bytes: no threads, no I/O policy. `read_index` turns a
 path into a validated `Index` or raises InvalidCheckpoint / TruncatedCheckpoint / CorruptCheckpoint.
@@ -18,11 +20,13 @@ from typing import Any
 from . import integrity
 from .errors import CorruptCheckpoint, InvalidCheckpoint, TruncatedCheckpoint
 
-FORMAT_NAME = "gdsbench-checkpoint"
+FORMAT_NAME = "ckptio-checkpoint"
 FORMAT_VERSION = 1
 ALIGNMENT = 4096
-HEADER_RECORD = "gdsbench/header"
-INDEX_RECORD = "gdsbench/index"
+HEADER_RECORD = "ckptio/header"
+INDEX_RECORD = "ckptio/index"
+#: The record folder each format name goes with: this one, and gdsbench 0.1's (read, never written).
+FAMILIES = {"ckptio": FORMAT_NAME, "gdsbench": "gdsbench-checkpoint"}
 PICKLE_RECORD = "data.pkl"
 MAGIC = b"GDSBCKPT"
 HEADER = struct.Struct("<8sIIQQQQ")  # magic, version, flags, file_size, index_off, index_len, index_xxh3
@@ -205,14 +209,16 @@ def _reader(fd: int) -> ReadAt:
     return lambda offset, n: os.pread(fd, n, offset)
 
 
-def _read_header(path: str, read_at: ReadAt, size: int) -> Header:
-    """Parse and check the first record: our magic, version and the file size it promises."""
+def _read_header(path: str, read_at: ReadAt, size: int) -> tuple[Header, str]:
+    """Parse and check the first record: our magic, version and the file size it promises; with the
+    family its name says (`ckptio`, or `gdsbench` for files of gdsbench 0.1)."""
     local = read_at(0, 30)
     if len(local) < 30 or local[:4] != b"PK\x03\x04":
         raise InvalidCheckpoint(path, "not a zip file (no local header at offset 0)")
     nlen, elen = _u("HH", local, 26)
     name = read_at(30, nlen).decode("utf-8", "replace")
-    if not name.endswith("/" + HEADER_RECORD):
+    family = next((f for f in FAMILIES if name.endswith(f"/{f}/header")), None)
+    if family is None:
         raise InvalidCheckpoint(
             path, f"first record is {name!r}, not '<archive>/{HEADER_RECORD}' (a plain torch.save file? use torch.load)"
         )
@@ -233,10 +239,10 @@ def _read_header(path: str, read_at: ReadAt, size: int) -> Header:
         raise InvalidCheckpoint(path, f"index of {ilen} bytes exceeds the {MAX_INDEX_BYTES}-byte limit")
     if ioff + ilen > file_size or ioff < start + HEADER.size:
         raise InvalidCheckpoint(path, "index extent outside the file")
-    return Header(version, file_size, ioff, ilen, ixxh)
+    return Header(version, file_size, ioff, ilen, ixxh), family
 
 
-def _read_index_doc(path: str, read_at: ReadAt, header: Header) -> dict[str, Any]:
+def _read_index_doc(path: str, read_at: ReadAt, header: Header, family: str) -> dict[str, Any]:
     """Read the index record, check its xxh3 against the header, parse its JSON."""
     raw = read_at(header.index_offset, header.index_nbytes)
     if integrity.index_digest(raw) != header.index_xxh3:
@@ -245,8 +251,8 @@ def _read_index_doc(path: str, read_at: ReadAt, header: Header) -> dict[str, Any
         doc = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InvalidCheckpoint(path, f"index is not JSON: {e}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
-        raise InvalidCheckpoint(path, "index has no 'format': 'gdsbench-checkpoint'")
+    if not isinstance(doc, dict) or doc.get("format") != FAMILIES[family]:
+        raise InvalidCheckpoint(path, f"index has no 'format': {FAMILIES[family]!r}")
     return doc
 
 
@@ -318,8 +324,8 @@ def parse_index(path: str, fd: int) -> Index:
     """Validate an open checkpoint and return its Index (the work behind read_index)."""
     size = os.fstat(fd).st_size
     read_at = _reader(fd)
-    header = _read_header(path, read_at, size)
-    doc = _read_index_doc(path, read_at, header)
+    header, family = _read_header(path, read_at, size)
+    doc = _read_index_doc(path, read_at, header, family)
     if doc.get("version") != FORMAT_VERSION:
         raise InvalidCheckpoint(path, f"unsupported index version {doc.get('version')!r}")
     checksum = _want(path, doc, "checksum", str)
@@ -332,7 +338,7 @@ def parse_index(path: str, fd: int) -> Index:
         raise InvalidCheckpoint(path, f"zip directory: {e}") from None
     archive = next(iter(records), "/").split("/", 1)[0]
     pickle = records.get(f"{archive}/{PICKLE_RECORD}")
-    index_rec = records.get(f"{archive}/{INDEX_RECORD}")
+    index_rec = records.get(f"{archive}/{family}/index")
     if (
         pickle is None
         or index_rec is None
@@ -370,7 +376,7 @@ def read_index(path: str | os.PathLike[str]) -> Index:
         saved storage (key, tensor name, dtype, size, aligned file offset, chunk digests).
 
     Raises:
-        InvalidCheckpoint: not a gdsbench checkpoint, or a malformed header, index or zip directory.
+        InvalidCheckpoint: not a ckptio checkpoint, or a malformed header, index or zip directory.
         TruncatedCheckpoint: the file is shorter than its header declares.
         CorruptCheckpoint: the index bytes do not match the digest in the header.
     """

@@ -1,7 +1,7 @@
-"""Writer: a torch.distributed.checkpoint StorageWriter on gdsbench's fast engine.
+"""Writer: a torch.distributed.checkpoint StorageWriter on ckptio's fast engine.
 
     import torch.distributed.checkpoint as dcp
-    from gdsbench.checkpoint import Writer
+    from ckptio import Writer
     dcp.save(state_dict, storage_writer=Writer("ckpt/"))                 # DCP's planners, our storage
     future = dcp.async_save(state_dict, storage_writer=Writer("ckpt/"))  # staged into reused buffers
 
@@ -35,9 +35,9 @@ from torch.futures import Future
 from .. import codec as codecs
 from .. import integrity
 from ..durable import fsync_dir
-from ..errors import AsyncSaveFailed, OptionError
+from ..errors import AsyncSaveFailed
 from ..memory import StagingCache
-from ..options import IOOptions, resolve
+from ..options import IOOptions, resolve_host
 from ..tree import named_tensors
 from . import groups
 from .commit import commit, full_error
@@ -112,12 +112,12 @@ class _Staged(dict[str, Any]):
 
 
 class Writer(StorageWriter, AsyncStager):
-    """DCP StorageWriter: per-rank files written by gdsbench's parallel O_DIRECT engine, committed atomically.
+    """DCP StorageWriter: per-rank files written by ckptio's parallel O_DIRECT engine, committed atomically.
 
     Args:
         path: the checkpoint directory (created if missing); `checkpoint_id` of dcp.save overrides it.
         options: how to move the bytes (threads, chunk size, backend...); host defaults if None.
-        compression: a codec name ("none", "zstd", "blosc", ...: gdsbench.checkpoint.codec.names()),
+        compression: a codec name ("none", "zstd", "blosc", ...: ckptio.codec.names()),
             applied per chunk to tensor items, lossless.
         checksum: "xxh3" (default) or "crc32c", over every stored chunk.
     """
@@ -134,11 +134,7 @@ class Writer(StorageWriter, AsyncStager):
     ) -> None:
         super().__init__()
         self.path = Path(path)
-        self.options = resolve(options)
-        if self.options.backend == "gds":
-            raise OptionError(
-                "Writer writes from host memory: backend 'gds' is for load(); use 'auto', 'direct' or 'buffered'"
-            )
+        self.options = resolve_host(options, "Writer writes")
         self.compression = compression
         self.checksum = integrity.normalize(checksum)
         codecs.get(compression)  # refuse an unknown codec now, not in the middle of a save

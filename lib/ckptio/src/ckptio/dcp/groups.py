@@ -67,7 +67,7 @@ def redirect(group: Any) -> None:
             return
         frame = frame.f_back
     warnings.warn(
-        "gdsbench Writer: cannot find DCP's save to give it the Writer's own process group; an async save "
+        "ckptio Writer: cannot find DCP's save to give it the Writer's own process group; an async save "
         "may deadlock against main-thread collectives: pass process_group=writer.process_group",
         RuntimeWarning,
         stacklevel=3,

@@ -1,12 +1,12 @@
 """Crash-safe replacement of a file: temp name in the same directory, fsync, rename, fsync dir.
 
 A SIGKILL at any moment leaves either the previous file or the new complete one under the final
-name; at worst a temp file `.NAME.HOST.BOOT.PID.START.TOKEN.gdsbench-tmp` is left behind. The next
+name; at worst a temp file `.NAME.HOST.BOOT.PID.START.TOKEN.ckptio-tmp` is left behind. The next
 save to the same path removes it once it can prove the writer is gone: same host and boot, and no
 process with that pid and start time (a reused pid has another start time). Temp files of other
 hosts sharing the file system are never touched: nothing here can prove those writers dead.
 
-Recycling (a Checkpointer's opt-in): the replaced generation is kept under `.NAME.gdsbench-spare`
+Recycling (a Checkpointer's opt-in): the replaced generation is kept under `.NAME.ckptio-spare`
 and the next save overwrites its blocks in place before renaming it over NAME, as repeated saves to
 one path do in training. Writing into allocated, written blocks skips ext4's allocation and extent conversion and,
 on thin-provisioned or discard-mounted disks, the re-backing of freed blocks (on this project's VM:
@@ -30,8 +30,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-TEMP_SUFFIX = ".gdsbench-tmp"
-SPARE_SUFFIX = ".gdsbench-spare"
+TEMP_SUFFIX = ".ckptio-tmp"
+SPARE_SUFFIX = ".ckptio-spare"
+#: Temp files of gdsbench 0.1's saves (same fields, older suffix): removed alike once their writer is gone.
+TEMP_SUFFIXES = (TEMP_SUFFIX, ".gdsbench-tmp")
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,10 @@ def stale_temps(path: str) -> list[str]:
     prefix = f".{base}."
     found = []
     for name in os.listdir(head or "."):
-        if not (name.startswith(prefix) and name.endswith(TEMP_SUFFIX)):
+        suffix = next((s for s in TEMP_SUFFIXES if name.endswith(s)), None)
+        if not name.startswith(prefix) or suffix is None:
             continue
-        parts = name[len(prefix) : -len(TEMP_SUFFIX)].rsplit(".", 4)
+        parts = name[len(prefix) : -len(suffix)].rsplit(".", 4)
         if len(parts) == 5 and writer_gone(*parts[:4]):
             found.append(os.path.join(head, name))
     return found
@@ -146,7 +149,7 @@ def replace_atomically(path: str, *, recycle: bool = False) -> Iterator[Target]:
 
 
 def drop_spare(path: str) -> bool:
-    """Remove the spare a recycling Checkpointer kept for `path` (a plain file under gdsbench's spare
+    """Remove the spare a recycling Checkpointer kept for `path` (a plain file under ckptio's spare
     name only); True when there was one."""
     spare = spare_path(os.path.abspath(path))
     try:
@@ -230,4 +233,4 @@ def _release_later(fd: int | None) -> None:
     """Close the replaced file's last fd in the background: freeing (and discarding) a multi-GB file's
     blocks took 0.2 s per 1.5 GiB here, all of it on the save's critical path if done by the rename."""
     if fd is not None:
-        threading.Thread(target=os.close, args=(fd,), name="gdsbench-release", daemon=True).start()
+        threading.Thread(target=os.close, args=(fd,), name="ckptio-release", daemon=True).start()

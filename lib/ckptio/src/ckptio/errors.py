@@ -27,12 +27,12 @@ class CheckpointError(Exception):
 
 
 class InvalidCheckpoint(CheckpointError):
-    """The file is not a gdsbench checkpoint, or its header/index/zip directory is malformed."""
+    """The file is not a ckptio checkpoint, or its header/index/zip directory is malformed."""
 
     def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
         self.path = os.fspath(path)
         self.problem = problem
-        super().__init__(f"{self.path}: not a valid gdsbench checkpoint: {problem}")
+        super().__init__(f"{self.path}: not a valid ckptio checkpoint: {problem}")
 
 
 class TruncatedCheckpoint(CheckpointError):

@@ -1,4 +1,4 @@
-"""What a DCP checkpoint written by gdsbench's Writer holds, and how it is committed.
+"""What a DCP checkpoint written by ckptio's Writer holds, and how it is committed.
 
 A checkpoint is a directory: one data file per rank and save, `<save_id>-r<rank>.data`, and
 DCP's `.metadata`. Every saved item (a tensor shard, or DCP's pickled bytes) lies in chunks of its
@@ -43,8 +43,10 @@ METADATA = ".metadata"
 DATA_NAME = re.compile(r"(?P<save>[0-9a-f]{32})-r(?P<rank>\d{1,7})\.data")
 TEMP_NAME = re.compile(r"\.metadata\.[0-9a-f]{32}\.tmp")
 FORMAT_V1 = "gdsbench-dcp/1"  # .metadata is a bare pickle (read for compatibility: no metadata digest)
-FORMAT = "gdsbench-dcp/2"  # .metadata is the pickle + SEAL_MAGIC + SHA-256 of the pickle
-FORMATS = (FORMAT_V1, FORMAT)
+FORMAT_V2 = "gdsbench-dcp/2"  # .metadata is the pickle + SEAL_MAGIC + SHA-256 of the pickle (gdsbench 0.1)
+FORMAT = "ckptio-dcp/2"  # as v2, under the library's own name
+FORMATS = (FORMAT_V1, FORMAT_V2, FORMAT)
+LEGACY_ITEM_RECORD = "gdsbench.checkpoint.dcp.records.ItemRecord"  # ItemRecord's pickled name in gdsbench 0.1
 SEAL_MAGIC = b"GDSDCP02"
 SEAL_BYTES = len(SEAL_MAGIC) + hashlib.sha256().digest_size
 
@@ -80,12 +82,13 @@ def data_file(save_id: str, rank: int) -> str:
 
 
 def _allowed() -> list[Any]:
-    """The classes a checkpoint's .metadata may contain: DCP's metadata types and ItemRecord."""
+    """The classes a checkpoint's .metadata may contain: DCP's metadata types and ItemRecord (also under
+    the name gdsbench 0.1 pickled it with, so its checkpoints keep loading)."""
     from torch.distributed.checkpoint import metadata as md
 
     names = ["Metadata", "TensorStorageMetadata", "TensorProperties", "ChunkStorageMetadata",
              "BytesStorageMetadata", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING"]  # fmt: skip
-    return [getattr(md, name) for name in names] + [ItemRecord]
+    return [getattr(md, name) for name in names] + [ItemRecord, (ItemRecord, LEGACY_ITEM_RECORD)]
 
 
 def write_metadata(directory: Path, metadata: Any, save_id: str) -> None:
@@ -192,7 +195,7 @@ def committed_files(directory: Path) -> set[str] | None:
 def remove_garbage(directory: Path, keep: set[str], replaced: set[str], locked: bool) -> list[str]:
     """After a commit: remove the data files the replaced metadata named (a committed save's, now superseded),
     and, under the commit lock (`locked`), orphans of saves that died (data files no live writer holds,
-    metadata temp files of commits that died). gdsbench's names only; `keep` (the new metadata's files) and
+    metadata temp files of commits that died). ckptio's names only; `keep` (the new metadata's files) and
     anything else in the directory stay. Returns the names removed."""
     removed = []
     for entry in os.scandir(directory):

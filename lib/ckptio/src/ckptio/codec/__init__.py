@@ -1,6 +1,6 @@
 """Lossless, bit-exact codecs for one chunk of a tensor's bytes at a time: the checkpoint's compression layer.
 
-    from gdsbench.checkpoint import codec
+    from ckptio import codec
     c = codec.get("blosc", threads=2)                        # or "none", "zstd", "blosc-fast", "zipnn"
     blob = c.encode(t.view(torch.uint8).numpy(), t.element_size())
     ... write blob; record c.descriptor, len(blob), t.nbytes and the element size beside it ...
