@@ -21,79 +21,61 @@ from gdsbench.errors import UsageError
 if TYPE_CHECKING:
     import pandas
 
-#: Columns every results file has, in this order; runner options follow them as extra columns.
 #: The results schema this version writes (in the sidecar's `schema_version`). 1: files written before it was
 #: recorded, read the same way (a column they lack is empty; a case parameter they lack matches its default).
+#: Measured columns added since (cpu_seconds, machine_cpu_seconds) leave it as it is: older files read them empty.
 SCHEMA_VERSION = 2
 
-COLUMNS = (
-    "run_id",
-    "host",
-    "case",
-    "engine",
-    "transfer",
-    "pattern",
-    "io_size",
-    "threads",
-    "iodepth",
-    "repetition",
-    "status",
-    "flags",
-    "bytes",
-    "seconds",
-    "bw_bytes",
-    "iops",
-    "lat_mean_us",
-    "lat_stdev_us",
-    "lat_p50_us",
-    "lat_p90_us",
-    "lat_p99_us",
-    "lat_p999_us",
-    "bw_min_bytes",
-    "bw_max_bytes",
-    "seconds_min",
-    "spread_seconds",
-    "straggler",
-    "bw_sum_bytes",
-    "peak_rss_bytes",
-    "bytes_on_disk",
-    "blocking_seconds",
-    "compression_ratio",
-    "cache",
-    "path",
-    "started_at",
-    "error",
-    "note",
-    "command",
-    "raw_output",
+TEXT, NUMBER = "text", "number"
+#: Every column a results file has, in this order, and what it holds (a reader parses numbers as numbers);
+#: runner options follow them as extra columns.
+SCHEMA: tuple[tuple[str, str], ...] = (
+    ("run_id", TEXT),
+    ("host", TEXT),
+    ("case", TEXT),
+    ("engine", TEXT),
+    ("transfer", TEXT),
+    ("pattern", TEXT),
+    ("io_size", NUMBER),
+    ("threads", NUMBER),
+    ("iodepth", NUMBER),
+    ("repetition", NUMBER),
+    ("status", TEXT),
+    ("flags", TEXT),
+    ("bytes", NUMBER),
+    ("seconds", NUMBER),
+    ("bw_bytes", NUMBER),
+    ("iops", NUMBER),
+    ("lat_mean_us", NUMBER),
+    ("lat_stdev_us", NUMBER),
+    ("lat_p50_us", NUMBER),
+    ("lat_p90_us", NUMBER),
+    ("lat_p99_us", NUMBER),
+    ("lat_p999_us", NUMBER),
+    ("bw_min_bytes", NUMBER),
+    ("bw_max_bytes", NUMBER),
+    ("seconds_min", NUMBER),
+    ("spread_seconds", NUMBER),
+    ("straggler", TEXT),
+    ("bw_sum_bytes", NUMBER),
+    ("peak_rss_bytes", NUMBER),
+    ("cpu_seconds", NUMBER),
+    ("machine_cpu_seconds", NUMBER),
+    ("bytes_on_disk", NUMBER),
+    ("blocking_seconds", NUMBER),
+    ("compression_ratio", NUMBER),
+    ("cache", TEXT),
+    ("path", TEXT),
+    ("started_at", TEXT),
+    ("error", TEXT),
+    ("note", TEXT),
+    ("command", TEXT),
+    ("raw_output", TEXT),
 )
+COLUMNS = tuple(name for name, _ in SCHEMA)
+NUMERIC = tuple(name for name, kind in SCHEMA if kind == NUMBER)
 #: Columns that say what was measured (the case); runner option columns are parameters too.
 PARAMETERS = ("engine", "transfer", "pattern", "io_size", "threads", "iodepth")
-NUMERIC = (
-    "io_size",
-    "threads",
-    "iodepth",
-    "repetition",
-    "bytes",
-    "seconds",
-    "bw_bytes",
-    "iops",
-    "lat_mean_us",
-    "lat_stdev_us",
-    "lat_p50_us",
-    "lat_p90_us",
-    "lat_p99_us",
-    "lat_p999_us",
-    "bw_min_bytes",
-    "bw_max_bytes",
-    "seconds_min",
-    "spread_seconds",
-    "bw_sum_bytes",
-    "peak_rss_bytes",
-    "bytes_on_disk",
-    "blocking_seconds",
-    "compression_ratio",
-)
 #: The time-series table beside a results CSV: one row per job and log window (fio's bw/lat logs).
 SERIES_COLUMNS = ("run_id", "case", "host", "repetition", "job", "time_s", "bw_bytes", "lat_us")
 

@@ -64,10 +64,25 @@ def durable(fio: pd.DataFrame) -> pd.Series:
     return fio["end_fsync"].astype(str).str.strip().str.lower().isin(("true", "1", "1.0"))
 
 
+def _fio_of(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
+    """The fio rows a checkpoint pattern's ceiling is chosen from: its fio pattern, never the page cache."""
+    return run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern]) & (run["transfer"] != "CPU_CACHED")]
+
+
+def ceiling_rows(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
+    """The rows of the fio case that is a checkpoint pattern's ceiling (durable where the run has it)."""
+    fio = _fio_of(run, pattern)
+    if pattern == "save" and durable(fio).any():
+        fio = fio[durable(fio)]
+    if fio.empty:
+        return fio
+    return fio[fio["case"] == fio.groupby("case")["bw_bytes"].median().idxmax()]
+
+
 def ceiling(run: pd.DataFrame, pattern: str) -> Ceiling:
     """fio's ceiling for a checkpoint pattern in one run's ok rows: the durable write for saves (else the
     non-durable one, labelled), the best direct read for loads; page-cache cases never count."""
-    fio = run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern]) & (run["transfer"] != "CPU_CACHED")]
+    fio = _fio_of(run, pattern)
     if pattern != "save":
         return Ceiling(_best(fio), f"fio {CEILINGS[pattern]}", durable=True)
     synced = durable(fio)

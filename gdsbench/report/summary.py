@@ -9,7 +9,7 @@ import pandas as pd
 
 from gdsbench import flags
 from gdsbench.errors import UsageError
-from gdsbench.report import ceilings, fio_style, tables, trust
+from gdsbench.report import ceilings, cpu_cost, fio_style, tables, trust
 from gdsbench.report.sections import Legend, Lines, Notes, Report, Table
 from gdsbench.results import parameters
 
@@ -157,6 +157,8 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
     ratios = ceilings.ceiling_ratios(frame)
     labels = run_labels(frame)
     ratio_header, ratio_cells = tables.ratio_rows(ratios, labels) if not ratios.empty else ([], [])
+    costs = cpu_cost.cpu_costs(frame, metas)
+    cost_header, cost_cells = cpu_cost.cost_rows(costs, labels) if not costs.empty else ([], [])
     return Report(
         groups=tuple(groups),
         summary=summary,
@@ -165,6 +167,7 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
         ceilings=_table(CEILINGS_TITLE, ratio_header, ratio_cells, ratio_header.index("pattern") + 1)
         if ratio_header
         else None,
+        cpu=_table(cpu_cost.TITLE, cost_header, cost_cells, cost_header.index("pattern") + 1) if cost_header else None,
         notes=Notes(
             NOTES_TITLE,
             tuple(tables.problems(frame)),
@@ -179,5 +182,6 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
         ),
         runs=runs_legend(frame, labels),
         ratios=ratios,
+        cpu_costs=costs,
         labels=tuple(labels.items()),
     )

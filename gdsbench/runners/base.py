@@ -60,7 +60,9 @@ class Measurement:
     lat_p999_us: float | None = None
     bw_min_bytes: float | None = None  # slowest job's bandwidth
     bw_max_bytes: float | None = None  # fastest job's bandwidth
-    peak_rss_bytes: int | None = None
+    peak_rss_bytes: int | None = None  # all processes of the measurement together (every rank's)
+    cpu_seconds: float | None = None  # user + system CPU of the measurement's processes (every rank, fio's jobs)
+    machine_cpu_seconds: float | None = None  # every CPU's busy time over the measured window (/proc/stat)
     bytes_on_disk: int | None = None
     blocking_seconds: float | None = None  # what the caller waited (an async save's staging), beside `seconds`
     compression_ratio: float | None = None  # bytes / bytes_on_disk, for engines that can compress

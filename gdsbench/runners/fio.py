@@ -29,6 +29,7 @@ from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool
 from gdsbench.runners.fio_jobfile import Option, render_args
 from gdsbench.runners.fio_output import measure, parse_json
 from gdsbench.runners.fio_probe import HANDSHAKE_TIMEOUT
+from gdsbench.runners.resources import Usage
 from gdsbench.sysinfo import host, storage
 
 if TYPE_CHECKING:
@@ -102,11 +103,13 @@ class FioRunner:
         if prefix:
             prefix.parent.mkdir(parents=True, exist_ok=True)
         try:
-            proc, path, path_note = self._execute(case, ctx)
+            with Usage() as usage:
+                proc, path, path_note = self._execute(case, ctx)
         finally:
             series = fio_series.collect(prefix, case["threads"]) if prefix else ()
         proc = fio_live.final_only(proc)
-        measured = replace(measure(parse_json(proc), case.pattern, raw=proc.stdout), series=series)
+        measured = measure(parse_json(proc), case.pattern, raw=proc.stdout)
+        measured = replace(measured, series=series, machine_cpu_seconds=usage.machine_cpu_seconds)
         return gds_path.with_path(measured, path, cufile_note(case), path_note)
 
     def _execute(self, case: Case, ctx: RunContext) -> tuple[subprocess.CompletedProcess, str | None, str]:

@@ -40,8 +40,8 @@ def direction(pattern: Pattern) -> str:
 
 def measure(document: dict[str, Any], pattern: Pattern, raw: str | None = None) -> Measurement:
     """Group figures for all jobs of one fio run, computed as fio's run-status line computes them."""
-    stats = [job[direction(pattern)] for job in document["jobs"]]
-    stats = [s for s in stats if s.get("runtime", 0) > 0]
+    jobs = [job for job in document["jobs"] if job[direction(pattern)].get("runtime", 0) > 0]
+    stats = [job[direction(pattern)] for job in jobs]
     if not stats:
         raise ToolError(f"fio reported no {direction(pattern)} I/O")
     total = sum(s["io_bytes"] for s in stats)
@@ -59,8 +59,18 @@ def measure(document: dict[str, Any], pattern: Pattern, raw: str | None = None) 
         **latency(stats),
         spread_seconds=spread,
         straggler=f"job {runtimes.index(max(runtimes)) + 1}" if spread else None,
+        cpu_seconds=cpu_seconds(jobs),
         raw=raw,
     )
+
+
+def cpu_seconds(jobs: list[dict[str, Any]]) -> float | None:
+    """User + system CPU of fio's jobs, from each job's own figures: (usr_cpu + sys_cpu)% of its job_runtime
+    (ms). None when a job lacks them (an older fio)."""
+    try:
+        return sum((job["usr_cpu"] + job["sys_cpu"]) / 100 * job["job_runtime"] / 1000 for job in jobs)
+    except KeyError:
+        return None
 
 
 def latency(stats: list[dict[str, Any]]) -> dict[str, Any]:

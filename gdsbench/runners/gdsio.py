@@ -20,6 +20,7 @@ import functools
 import math
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 from gdsbench.cases import Case, Pattern, Transfer
@@ -39,6 +40,7 @@ from gdsbench.runners.gdsio_output import (
     usage_options,
     usage_version,
 )
+from gdsbench.runners.resources import Usage
 from gdsbench.sysinfo import gpu as gds
 from gdsbench.units import size_label
 
@@ -113,11 +115,17 @@ class GdsioRunner:
         ctx.track_new(files)
         notes = [] if case.pattern.is_write else [ensure_files(case, ctx, files)]
         notes.append(settle_cache(case, files))
-        proc, path, path_note = gds_path.run_witnessed(self.command(case, ctx), ctx.timeout, case)
+        with Usage() as usage:
+            proc, path, path_note = gds_path.run_witnessed(self.command(case, ctx), ctx.timeout, case)
         result = pick(checked(proc, case.transfer), case.pattern)
         raw = proc.stdout + (f"\n--- stderr ---\n{proc.stderr}" if proc.stderr.strip() else "")
         note = "; ".join(n for n in [*notes, path_note] if n) or None
-        return gds_path.with_path(measurement(result, note=note, raw=raw), path)
+        measured = replace(
+            measurement(result, note=note, raw=raw),
+            cpu_seconds=usage.cpu_seconds,
+            machine_cpu_seconds=usage.machine_cpu_seconds,
+        )
+        return gds_path.with_path(measured, path)
 
 
 def gdsio_argv(

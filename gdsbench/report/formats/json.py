@@ -1,4 +1,4 @@
-"""`--format json`: the report for machines: the groups, the summary and the checkpoint ratios in base
+"""`--format json`: the report for machines: the groups, the summary, the checkpoint ratios and CPU costs in base
 units (bytes/s, microseconds, NaN as null), the run labels, the status lines and the notes."""
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def render(report: Report) -> str:
         "runs": dict(report.runs.items) if report.runs else {},
         "summary": records(report.summary),
         "ceilings": records(report.ratios),
+        "cpu_cost": records(report.cpu_costs),
         "status": [{"group": title, "line": line} for title, line in report.status.items],
         "problems": list(report.notes.problems),
         "warnings": list(report.notes.warnings),

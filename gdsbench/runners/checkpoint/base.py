@@ -14,7 +14,7 @@ it cannot run here) are optional. Everything else is the same for every engine:
   the cache cold or warm; measured, the engine's load with every byte in memory; unmeasured, every
   tensor compared with the workload, so a wrong load fails the case instead of reporting a number.
 - Before every measured call, free memory is put in one state for every engine (conditions.level_memory).
-- peak_rss_bytes: the process's highest RSS during the measured call (conditions.PeakRss).
+- cpu_seconds, machine_cpu_seconds, peak_rss_bytes: what the measured call cost (resources.Usage).
 Engine failures (OSError, torch's and the engines' own errors) become ToolError: a failed row.
 """
 
@@ -39,13 +39,13 @@ from gdsbench.runners.base import Measurement, RunContext, axes_of
 from gdsbench.runners.checkpoint.conditions import (
     CACHE_STATES,
     MEMORY_STATES,
-    PeakRss,
     fsync_path,
     level_memory,
     mib,
     set_cache,
     verify,
 )
+from gdsbench.runners.resources import Usage
 from gdsbench.units import size_label
 
 #: Option keys of every checkpoint engine (matrix axes or top-level values), shared by all of them.
@@ -234,11 +234,11 @@ class InProcessRunner(CheckpointRunner):
 
     # -- the measurement -------------------------------------------------------------------------
 
-    def _call(self, fn: Callable[[], Any]) -> tuple[Any, float, PeakRss]:
-        """Run fn timed with RSS sampling; an engine failure becomes a ToolError."""
+    def _call(self, fn: Callable[[], Any]) -> tuple[Any, float, Usage]:
+        """Run fn timed, with what it cost; an engine failure becomes a ToolError."""
         self.last_path = None
         try:
-            with PeakRss() as rss:
+            with Usage() as usage:
                 started = time.perf_counter()
                 result = fn()
                 seconds = time.perf_counter() - started
@@ -246,13 +246,11 @@ class InProcessRunner(CheckpointRunner):
             raise
         except self.errors() as exc:
             raise ToolError(f"{self.name}: {type(exc).__name__}: {_first_line(exc)}") from exc
-        return result, seconds, rss
+        return result, seconds, usage
 
-    def _write(
-        self, case: Case, ctx: RunContext, workload: workloads.Workload, path: Path
-    ) -> tuple[float, PeakRss, str]:
+    def _write(self, case: Case, ctx: RunContext, workload: workloads.Workload, path: Path) -> tuple[float, Usage, str]:
         """Durably write a checkpoint (engine save + fsync of its files and directory), timed; return the
-        seconds, the RSS samples and the note (how the engine wrote, the memory state)."""
+        seconds, what it cost and the note (how the engine wrote, the memory state)."""
         staged = self.prepare(as_save(case), workload, path, ctx)
         self._track(path, ctx, written=False)
         os.sync()  # earlier dirty pages are not this save's to write back
@@ -267,24 +265,24 @@ class InProcessRunner(CheckpointRunner):
             return how
 
         try:
-            how, seconds, rss = self._call(durable_save)
+            how, seconds, usage = self._call(durable_save)
         except GdsbenchError:
             self.remove_previous(path, ctx)  # a failed save's partial files must not pass for a checkpoint
             raise
         self._track(path, ctx, written=True)
-        return seconds, rss, "; ".join(filter(None, [how, memory_note]))
+        return seconds, usage, "; ".join(filter(None, [how, memory_note]))
 
     def _measure_save(self, case: Case, ctx: RunContext, workload: workloads.Workload, path: Path) -> Measurement:
         """Measure one durable save."""
-        seconds, rss, how = self._write(case, ctx, workload, path)
+        seconds, usage, how = self._write(case, ctx, workload, path)
         return Measurement(
             bytes=workload.nbytes,
             seconds=seconds,
             bw_bytes=workload.nbytes / seconds,
-            peak_rss_bytes=rss.peak,
+            **usage_columns(usage),
             bytes_on_disk=disk_bytes(self.files(path)),
             path=self.last_path,
-            note="; ".join(filter(None, [how, workload.description, f"RSS before {mib(rss.before)}"])),
+            note="; ".join(filter(None, [how, workload.description, f"RSS before {mib(usage.rss_before)}"])),
         )
 
     def _measure_load(self, case: Case, ctx: RunContext, workload: workloads.Workload, path: Path) -> Measurement:
@@ -294,7 +292,7 @@ class InProcessRunner(CheckpointRunner):
         staged = self.prepare(case, workload, path, ctx)
         cache_note = set_cache(self.files(path), case.get("cache"))
         memory_note = level_memory(case.get("memory"), workload.nbytes)
-        loaded, seconds, rss = self._call(functools.partial(self.load, path, case, staged))
+        loaded, seconds, usage = self._call(functools.partial(self.load, path, case, staged))
         del staged  # destination buffers are the caller's to free before the next case
         try:
             verify(workload.tensors, loaded, path)
@@ -304,12 +302,21 @@ class InProcessRunner(CheckpointRunner):
             bytes=workload.nbytes,
             seconds=seconds,
             bw_bytes=workload.nbytes / seconds,
-            peak_rss_bytes=rss.peak,
+            **usage_columns(usage),
             bytes_on_disk=disk_bytes(self.files(path)),
             path=self.last_path,
             cache=case.get("cache"),
-            note=f"{cache_note}; {memory_note}; verified; {workload.description}; RSS before {mib(rss.before)}",
+            note=f"{cache_note}; {memory_note}; verified; {workload.description}; RSS before {mib(usage.rss_before)}",
         )
+
+
+def usage_columns(usage: Usage) -> dict[str, Any]:
+    """A measured call's cost as Measurement fields."""
+    return {
+        "peak_rss_bytes": usage.peak_rss,
+        "cpu_seconds": usage.cpu_seconds,
+        "machine_cpu_seconds": usage.machine_cpu_seconds,
+    }
 
 
 def as_save(case: Case) -> Case:

@@ -1,13 +1,12 @@
 """The conditions every checkpoint engine is measured under, the same for all of them: the page cache
-before a load, the state of free memory before a save or load, peak memory during the call, and the
-check that a load returned exactly the saved tensors."""
+before a load, the state of free memory before a save or load, and the check that a load returned exactly
+the saved tensors (the CPU and memory a call cost: gdsbench.runners.resources)."""
 
 from __future__ import annotations
 
 import ctypes
 import gc
 import os
-import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,65 +18,7 @@ from gdsbench.runners import cache
 CACHE_STATES = ("cold", "cold-machine", "warm")
 MEMORY_STATES = ("recent", "idle", "as-is")
 IDLE_SECONDS = 10.0  # free page reporting returns memory free for ~2 s; 10 s lets it finish for GiBs
-SAMPLE_SECONDS = 0.005
 READ_CHUNK = 16 << 20
-
-
-class PeakRss:
-    """This process's highest RSS while in a `with` block, from the kernel's own high-water mark: it is
-    reset on entry (`/proc/self/clear_refs` 5, Linux 4.0+) and read on exit (VmHWM), so nothing runs
-    inside the measured call. Where the reset is refused, a thread samples RSS every 5 ms instead (it then
-    shares the CPU with the call: `exact` says which). ru_maxrss is a lifetime maximum, useless in a
-    long-lived sweep process."""
-
-    def __init__(self) -> None:
-        self.before = self.peak = _rss()
-        self.exact = _reset_peak()
-        self._stop = threading.Event()
-        self._thread = None if self.exact else threading.Thread(target=self._sample, name="gdsbench-rss", daemon=True)
-
-    def _sample(self) -> None:
-        """Record the highest RSS until told to stop (the fallback)."""
-        while not self._stop.wait(SAMPLE_SECONDS):
-            self.peak = max(self.peak, _rss())
-
-    def __enter__(self) -> PeakRss:
-        if self._thread is not None:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-        self.peak = max(self.peak, _high_water() if self.exact else _rss())
-
-
-def _status_kib(field: str) -> int:
-    """One `field: N kB` line of /proc/self/status, in bytes."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    raise ToolError(f"/proc/self/status has no {field}")
-
-
-def _rss() -> int:
-    """This process's resident memory now."""
-    return _status_kib("VmRSS")
-
-
-def _high_water() -> int:
-    """The most this process has had resident since the last reset."""
-    return _status_kib("VmHWM")
-
-
-def _reset_peak() -> bool:
-    """Reset the kernel's RSS high-water mark to the current RSS; False where that is refused."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
 
 
 def fsync_path(path: Path) -> None:

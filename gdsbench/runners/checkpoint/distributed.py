@@ -55,6 +55,27 @@ DISTRIBUTED_OPTIONS: tuple[Key, ...] = (
 )  # fmt: skip
 
 
+def ranks_cost(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """What every rank's measured window cost together: CPU and peak RSS summed over ranks (RSS counts the
+    pages ranks share once per rank), machine CPU summed over hosts (each host's figure from one rank: the
+    highest, as its ranks read /proc/stat moments apart). None where a rank did not say."""
+
+    def total(name: str, figures: list[dict[str, Any]]) -> float | None:
+        values = [r.get(name) for r in figures]
+        return None if not values or None in values else sum(values)  # type: ignore[arg-type]
+
+    per_host: dict[str, dict[str, Any]] = {}
+    for r in ranks:
+        best = per_host.get(r.get("host", ""))
+        if best is None or (r.get("machine_cpu_seconds") or 0) > (best.get("machine_cpu_seconds") or 0):
+            per_host[r.get("host", "")] = r
+    return {
+        "cpu_seconds": total("cpu_seconds", ranks),
+        "peak_rss_bytes": total("peak_rss_bytes", ranks),
+        "machine_cpu_seconds": total("machine_cpu_seconds", list(per_host.values())),
+    }
+
+
 def launcher_failure(stderr: str, returncode: int) -> str:
     """Why torchrun's ranks failed, from its output: the root cause it names (rank, exit code or signal) and that
     rank's last error line (`[rank1]: RuntimeError: ...`), not the banner of `=` signs its output ends with."""
@@ -201,6 +222,7 @@ class DistributedRunner(CheckpointRunner):
             notes.append(f"host copy {max(copies):.3f} s (blocking / copy = {blocking / max(copies):.2f})")
         return Measurement(
             bytes=workload.nbytes, seconds=seconds, bw_bytes=workload.nbytes / seconds, bytes_on_disk=on_disk,
+            **ranks_cost(ranks),
             blocking_seconds=blocking if case.pattern is Pattern.SAVE else None,
             compression_ratio=workload.nbytes / on_disk if on_disk else None,
             cache=case.get("cache") if case.pattern is Pattern.LOAD else None, note="; ".join(filter(None, notes)),

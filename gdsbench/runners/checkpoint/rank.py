@@ -32,6 +32,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 from gdsbench.runners.checkpoint.distributed import EXECUTORS, LAYOUTS
+from gdsbench.runners.resources import Usage
 
 
 def shares(full: dict[str, torch.Tensor], layout: str, mesh: DeviceMesh) -> dict[str, Any]:
@@ -132,26 +133,38 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     if job["pattern"] == "load":
         dest = destination(state)
         storage = reader(job)
-        dist.barrier()
-        started = time.perf_counter()
-        dcp.load(dest, storage_reader=storage)
-        dist.barrier()
-        seconds = time.perf_counter() - started
+        with Usage() as usage:
+            dist.barrier()
+            started = time.perf_counter()
+            dcp.load(dest, storage_reader=storage)
+            dist.barrier()
+            seconds = time.perf_counter() - started
         wrong = same(dest, state)
         if wrong:
             raise RuntimeError(f"rank {dist.get_rank()}: loaded tensor {wrong!r} differs from the saved one")
-        return {"seconds": seconds, "read_bytes": getattr(storage, "read_bytes", None)}
+        return {"seconds": seconds, "read_bytes": getattr(storage, "read_bytes", None), **cost(usage)}
     figures = {"host_copy_seconds": host_copy_seconds(state)} if job["async"] else {}
     storage, planner = writer(job), DefaultSavePlanner(enable_plan_caching=True)
     for _ in range(job["warmup"]):
         save_once(job, state, storage, planner)
-    blocked, seconds = save_once(job, state, storage, planner)
-    figures.update(seconds=seconds, blocking_seconds=blocked)
+    with Usage() as usage:
+        blocked, seconds = save_once(job, state, storage, planner)
+    figures.update(seconds=seconds, blocking_seconds=blocked, **cost(usage))
     stats = getattr(storage, "stats", None)
     if stats is not None:
         figures.update(stored_bytes=stats.stored_bytes, raw_bytes=stats.raw_bytes, rank_bytes=stats.rank_bytes,
                        cached_plans=stats.cached_plans)  # fmt: skip
     return figures
+
+
+def cost(usage: Usage) -> dict[str, Any]:
+    """What this rank's measured window cost, for the launcher to add up (the machine figure once per host)."""
+    return {
+        "cpu_seconds": usage.cpu_seconds,
+        "machine_cpu_seconds": usage.machine_cpu_seconds,
+        "peak_rss_bytes": usage.peak_rss,
+        "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+    }
 
 
 def failure(exc: BaseException) -> str:
