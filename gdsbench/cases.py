@@ -10,7 +10,7 @@ from typing import Any
 
 
 class Pattern(str, enum.Enum):
-    """Access pattern: fio/gdsio IO patterns and checkpoint save/load."""
+    """Access pattern: fio/gdsio IO patterns, checkpoint save/load, and train (a training loop that checkpoints)."""
 
     READ = "read"
     WRITE = "write"
@@ -18,6 +18,7 @@ class Pattern(str, enum.Enum):
     RANDWRITE = "randwrite"
     SAVE = "save"
     LOAD = "load"
+    TRAIN = "train"
 
     @property
     def is_write(self) -> bool:
@@ -48,6 +49,10 @@ class Case:
 
     engine: str
     params: tuple[tuple[str, Any], ...]
+
+    def with_params(self, **changes: Any) -> Case:
+        """The same case with some parameter values replaced (a train case's save and load steps)."""
+        return Case(self.engine, tuple((k, changes.get(k, v)) for k, v in self.params))
 
     def get(self, name: str, default: Any = None) -> Any:
         """The value of parameter `name`, or `default` when the engine does not use it."""

@@ -298,9 +298,10 @@ def _axes(source: str, where: str, block: Any, options: Mapping[str, Any]) -> di
 
 def _case(point: Mapping[str, Any]) -> Case:
     """A Case keeping only the parameters its engine uses, in the fixed axis order."""
-    runner = runners.get(point["engine"])
-    order = [*CORE_AXES[1:], *runners.option_keys()]
-    return Case(runner.name, tuple((name, point[name]) for name in order if name in runner.axes))
+    runner, keys = runners.get(point["engine"]), runners.option_keys()
+    order = [*CORE_AXES[1:], *keys]
+    carried = [n for n in order if n in runner.axes and (n not in keys or keys[n].applies(point["pattern"]))]
+    return Case(runner.name, tuple((name, point[name]) for name in carried))
 
 
 def _excludes(source: str, rules: Any) -> list[dict[str, Any]]:

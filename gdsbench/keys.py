@@ -23,6 +23,11 @@ class Key:
     default: Any = None
     help: str = ""
     axis: bool = True  # False: a setting of the whole sweep (a tool's path), never a matrix axis or case parameter
+    patterns: tuple[str, ...] | None = None  # only cases of these patterns carry it (None: every pattern)
+
+    def applies(self, pattern: Any) -> bool:
+        """Whether a case of `pattern` carries this key as a parameter."""
+        return self.patterns is None or str(getattr(pattern, "value", pattern)) in self.patterns
 
 
 def size(value: Any) -> int:

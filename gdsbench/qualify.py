@@ -3,7 +3,8 @@
 Each check selects rows with `where:` (parameter values, e.g. {pattern: read, io_size: 16M}) and is one of:
 - absolute, per case (median over repetitions): `min_bw: 20GiB/s`, `max_bw`, `min_iops: 100000`,
   `max_blocking: 500ms` (checkpoint saves: what the caller waited), `min_compression_ratio: 1.2`,
-  `max_lat_mean: 500us`, `max_lat_p99: 2ms`;
+  `max_lat_mean: 500us`, `max_lat_p99: 2ms`; for `pattern: train` rows `max_stall: 500ms` (median wall time
+  a checkpoint stopped the loop) and `min_goodput: 0.95`;
 - relative between rows of the same case parameters: `ratio: {of: {transfer: GDS}, to: {transfer: CPU_GPU},
   min: 1.5}` (and/or `max:`), pairing rows that agree on every parameter `of`/`to` do not name;
 - relative to a stored baseline of the same host: `baseline: path.csv, min_ratio: 0.9` (relative paths are
@@ -55,6 +56,14 @@ def parse_latency_us(text: Any) -> float:
     return parse_duration(text) * 1e6
 
 
+def parse_fraction(text: Any) -> float:
+    """A fraction above 0 and at most 1, such as 0.95."""
+    value = parse_number(text)
+    if value > 1:
+        raise ValueError(f"not a fraction of at most 1: {text!r}")
+    return value
+
+
 def parse_number(text: Any) -> float:
     """A positive number such as 1.5 or 100000."""
     if isinstance(text, bool) or not isinstance(text, (int, float)) or text <= 0:
@@ -86,6 +95,10 @@ LIMITS: dict[str, Limit] = {
     "min_compression_ratio": Limit(
         "compression_ratio", operator.ge, ">=", parse_number, lambda v: f"{v:.2f}x", "a ratio such as 1.2"
     ),
+    "max_stall": Limit(
+        "stall_seconds", operator.le, "<=", parse_duration, lambda v: f"{v:.3f}s", "a duration such as 500ms"
+    ),
+    "min_goodput": Limit("goodput", operator.ge, ">=", parse_fraction, lambda v: f"{v:.4f}", "a fraction such as 0.95"),
 }
 KINDS = (*LIMITS, "ratio", "baseline")
 CHECK_KEYS = ("name", "where", *KINDS, "min_ratio", "host", "per_host", "allow_flags")
@@ -326,7 +339,7 @@ def _limit(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
     limit = LIMITS[check.kind]
     threshold = check.limit
     assert threshold is not None  # parse_check sets it for every absolute kind
-    medians = ok.groupby([*RUN_COLUMNS, "case"])[limit.column].median().dropna()
+    medians = ok.groupby([*RUN_COLUMNS, "case"])[limit.column].median().dropna() if limit.column in ok else ok[[]]
     if medians.empty:
         return FAIL, f"no {limit.column} values in the matching rows", ""
     bad = medians[~medians.map(lambda v: limit.compare(v, threshold))]

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 #: The results schema this version writes (in the sidecar's `schema_version`). 1: files written before it was
 #: recorded, read the same way (a column they lack is empty; a case parameter they lack matches its default).
-#: Measured columns added since (cpu_seconds, machine_cpu_seconds) leave it as it is: older files read them empty.
+#: Measured columns added since (cpu_seconds, machine_cpu_seconds, the train pattern's stall_seconds ... goodput)
+#: leave it as it is: older files read them empty.
 SCHEMA_VERSION = 2
 
 TEXT, NUMBER = "text", "number"
@@ -61,6 +62,12 @@ SCHEMA: tuple[tuple[str, str], ...] = (
     ("peak_rss_bytes", NUMBER),
     ("cpu_seconds", NUMBER),
     ("machine_cpu_seconds", NUMBER),
+    ("stall_seconds", NUMBER),
+    ("slowdown", NUMBER),
+    ("checkpoint_cost_seconds", NUMBER),
+    ("restore_seconds", NUMBER),
+    ("optimal_interval_seconds", NUMBER),
+    ("goodput", NUMBER),
     ("bytes_on_disk", NUMBER),
     ("blocking_seconds", NUMBER),
     ("compression_ratio", NUMBER),

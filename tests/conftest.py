@@ -52,6 +52,7 @@ SLOW_TESTS = (
     "test_an_interrupt_during_start_up_leaves_no_file_without_its_sidecar",
     "test_a_stop_once_the_csv_exists_leaves_its_sidecar_and_resume_finishes_the_run",
     "test_distributed_engines_save_and_load_on_two_ranks",
+    "test_distributed_train_steps_in_lockstep_and_restores_on_every_rank",
     "test_sweep_and_report_show_each_engine_against_fio",
     "test_a_killed_save_leaves_the_previous_checkpoint_loadable",
     "test_concurrent_savers_always_leave_one_complete_checkpoint",

@@ -57,6 +57,7 @@ def test_save_then_load_measures_the_workload(engine, ctx):
         assert m.bw_bytes == m.bytes / m.seconds and m.seconds > 0
         assert m.bytes_on_disk >= m.bytes  # the tensors plus the format's metadata
         assert m.peak_rss_bytes > m.bytes  # the workload itself is in memory
+        assert m.cpu_seconds > 0 and m.machine_cpu_seconds > 0
     assert saved.cache is None and loaded.cache == "cold"
     assert "verified" in loaded.note
     assert "cold: posix_fadvise(DONTNEED) on each of the checkpoint's files" in loaded.note
@@ -64,6 +65,34 @@ def test_save_then_load_measures_the_workload(engine, ctx):
     assert on_disk and sum(p.stat().st_size for p in on_disk) == saved.bytes_on_disk
     ctx.cleanup()
     assert list(ctx.directory.iterdir()) == []  # everything it made is gone
+    assert workloads._CACHE == {} and not getattr(runner, "_open", {}), "nothing kept for the next sweep"
+
+
+def train_case(engine: str, transfer: str, **axes) -> Case:
+    """A short train case: 6 steps of 20 ms, a checkpoint every 3."""
+    block = {"engine": [engine], "pattern": ["train"], "transfer": [transfer], "steps": [6], "interval": [3],
+             "step_time": ["20ms"], "mtbf": ["1h"], **{k: [v] for k, v in axes.items()}}  # fmt: skip
+    document = {"checkpoint_size": SIZE, "workload": "llama3-8b", "dtype": "mixed", "matrix": block}
+    [case] = config.from_dict(document, "test.yaml").cases
+    return case
+
+
+def assert_a_train_row(m, checkpoints: int) -> None:
+    """The figures of a train row are there and consistent with each other."""
+    assert m.bytes == workload_bytes() and m.seconds > 0 and m.bw_bytes == m.bytes / m.seconds
+    assert 0 < m.stall_seconds <= m.checkpoint_cost_seconds and m.blocking_seconds == m.stall_seconds
+    assert m.restore_seconds > 0.02  # a load and one 20 ms step
+    assert 0 < m.goodput < 1 and m.optimal_interval_seconds > 0
+    assert f"{checkpoints} checkpoints in 6 steps" in m.note and "verified" in m.note
+
+
+def test_a_train_case_checkpoints_restores_and_reports_its_goodput(ctx):
+    runner = runners.get("fastpersist")
+    m = runner.run(train_case("fastpersist", "CPU_ONLY", threads=2), ctx)
+    assert_a_train_row(m, 2)
+    assert m.slowdown == 0 and m.cpu_seconds > 0.1  # synchronous saves never drain behind steps; 6 steps of compute
+    ctx.cleanup()
+    assert list(ctx.directory.iterdir()) == []
 
 
 @pytest.mark.parametrize("engine", list(DISTRIBUTED))
@@ -82,6 +111,23 @@ def test_distributed_engines_save_and_load_on_two_ranks(engine, ctx):
     assert "verified on every rank" in loaded.note and loaded.cache == "cold"
     ctx.cleanup()
     assert list(ctx.directory.iterdir()) == [] and not list(Path("/dev/shm").glob(f"gdsbench-workload.{os.getpid()}.*"))
+
+
+@pytest.mark.parametrize(("engine", "is_async"), [("dcp_fast", True), ("dcp", False)])
+def test_distributed_train_steps_in_lockstep_and_restores_on_every_rank(engine, is_async, ctx):
+    """Two ranks train with an all-reduce per step; an async save drains behind the steps (it stalls the
+    loop less than it takes to be durable), a synchronous one stalls for all of it; both restore, verified."""
+    runner = runners.get(engine)
+    m = runner.run(train_case(engine, DISTRIBUTED[engine], world_size=2, threads=2, **{"async": is_async}), ctx)
+    assert_a_train_row(m, 2)
+    assert "verified on every rank" in m.note and "an all-reduce on 2 ranks" in m.note
+    if is_async:
+        assert m.stall_seconds < m.seconds
+    else:
+        assert m.slowdown == 0 and m.stall_seconds >= m.seconds * 0.9
+    assert m.cpu_seconds > 0.2 and m.peak_rss_bytes > 0  # two ranks' loops
+    ctx.cleanup()
+    assert list(ctx.directory.iterdir()) == []
 
 
 def test_torch_mmap_loads_what_torch_save_wrote_and_only_loads(ctx):

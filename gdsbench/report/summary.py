@@ -9,7 +9,7 @@ import pandas as pd
 
 from gdsbench import flags
 from gdsbench.errors import UsageError
-from gdsbench.report import ceilings, cpu_cost, fio_style, tables, trust
+from gdsbench.report import ceilings, cpu_cost, fio_style, goodput, tables, trust
 from gdsbench.report.sections import Legend, Lines, Notes, Report, Table
 from gdsbench.results import parameters
 
@@ -158,6 +158,8 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
     labels = run_labels(frame)
     ratio_header, ratio_cells = tables.ratio_rows(ratios, labels) if not ratios.empty else ([], [])
     costs = cpu_cost.cpu_costs(frame, metas)
+    loops = goodput.goodputs(frame)
+    loop_header, loop_cells = goodput.goodput_rows(loops, labels) if not loops.empty else ([], [])
     cost_header, cost_cells = cpu_cost.cost_rows(costs, labels) if not costs.empty else ([], [])
     return Report(
         groups=tuple(groups),
@@ -168,6 +170,7 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
         if ratio_header
         else None,
         cpu=_table(cpu_cost.TITLE, cost_header, cost_cells, cost_header.index("pattern") + 1) if cost_header else None,
+        goodput=_table(goodput.TITLE, loop_header, loop_cells, loop_header.index("mtbf") + 1) if loop_header else None,
         notes=Notes(
             NOTES_TITLE,
             tuple(tables.problems(frame)),
@@ -183,5 +186,6 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
         runs=runs_legend(frame, labels),
         ratios=ratios,
         cpu_costs=costs,
+        goodputs=loops,
         labels=tuple(labels.items()),
     )

@@ -16,7 +16,7 @@ SPREAD_WARNING = 0.10
 #: Parameter columns that hold sizes in bytes, shown as people write them (4K, 16M, 4G).
 SIZE_COLUMNS = ("io_size", "file_size", "checkpoint_size", "staging", "alignment", "block_size")
 #: Checkpoint patterns; every other pattern is storage I/O (fio, gdsio). The two never share a table.
-CHECKPOINT_PATTERNS = ("save", "load")
+CHECKPOINT_PATTERNS = ("save", "load", "train")
 #: The header of the run_id column in tables: runs are labelled `run 1`, `run 2` (report.summary.run_labels).
 RUN = "run"
 

@@ -61,6 +61,12 @@ class Measurement:
     bw_min_bytes: float | None = None  # slowest job's bandwidth
     bw_max_bytes: float | None = None  # fastest job's bandwidth
     peak_rss_bytes: int | None = None  # all processes of the measurement together (every rank's)
+    stall_seconds: float | None = None  # train: median wall time per checkpoint the loop could not step
+    slowdown: float | None = None  # train: median step while a save drains / median step with none - 1
+    checkpoint_cost_seconds: float | None = None  # train: the stall plus the slowed steps' extra time, per checkpoint
+    restore_seconds: float | None = None  # train: load into the training state and take the next step
+    optimal_interval_seconds: float | None = None  # train: Daly's optimal compute between checkpoints at `mtbf`
+    goodput: float | None = None  # train: the fraction of wall time on useful steps at that interval
     cpu_seconds: float | None = None  # user + system CPU of the measurement's processes (every rank, fio's jobs)
     machine_cpu_seconds: float | None = None  # every CPU's busy time over the measured window (/proc/stat)
     bytes_on_disk: int | None = None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 SAMPLE_SECONDS = 0.005
 #: /proc/stat's cpu fields counted as work: user, nice, system, (idle), (iowait), irq, softirq.
@@ -49,6 +50,14 @@ class Usage:
             self._stop.set()
             self._sampler.join()
         self.peak_rss = max(self.peak_rss, peak_rss() if self.exact else rss())
+
+    def columns(self) -> dict[str, Any]:
+        """The cost as result columns."""
+        return {
+            "peak_rss_bytes": self.peak_rss,
+            "cpu_seconds": self.cpu_seconds,
+            "machine_cpu_seconds": self.machine_cpu_seconds,
+        }
 
     def _sample(self) -> None:
         """Record the highest RSS until told to stop (the fallback)."""

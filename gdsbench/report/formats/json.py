@@ -32,6 +32,7 @@ def render(report: Report) -> str:
         "summary": records(report.summary),
         "ceilings": records(report.ratios),
         "cpu_cost": records(report.cpu_costs),
+        "goodput": records(report.goodputs),
         "status": [{"group": title, "line": line} for title, line in report.status.items],
         "problems": list(report.notes.problems),
         "warnings": list(report.notes.warnings),

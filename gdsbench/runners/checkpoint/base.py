@@ -36,6 +36,7 @@ from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import GdsbenchError, ToolError, UsageError
 from gdsbench.keys import Key, non_negative_int, one_of, size
 from gdsbench.runners.base import Measurement, RunContext, axes_of
+from gdsbench.runners.checkpoint import train
 from gdsbench.runners.checkpoint.conditions import (
     CACHE_STATES,
     MEMORY_STATES,
@@ -91,6 +92,7 @@ OPTIONS: tuple[Key, ...] = (
         "then 10 s idle, so a VM balloon's free page reporting has handed free memory back to the host), "
         "as-is (nothing done)",
     ),
+    *train.TRAIN_OPTIONS,
 )
 #: Exceptions an engine raises for a bad file or a failed I/O; anything else is a bug (traceback).
 EXPECTED_ERRORS: tuple[type[BaseException], ...] = (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError)
@@ -103,7 +105,7 @@ class CheckpointRunner(abc.ABC):
     name = ""
     description = ""
     calls: Mapping[Pattern, str] = {}  # the API each pattern calls, for --dry-run and the results
-    patterns = frozenset({Pattern.SAVE, Pattern.LOAD})
+    patterns = frozenset({Pattern.SAVE, Pattern.LOAD, Pattern.TRAIN})
     transfers = frozenset({Transfer.CPU_CACHED})
     extra_options: tuple[Key, ...] = ()  # the engine's own YAML keys, beside the shared OPTIONS
     packages: tuple[str, ...] = ("torch",)  # importable modules the engine needs
@@ -126,8 +128,21 @@ class CheckpointRunner(abc.ABC):
         """Why the engine cannot run this case here (beyond missing packages), or None."""
         return None
 
+    def release(self) -> None:
+        """Free what the engine keeps between cases (a GPU copy, locked buffers, the workload): the sweep
+        calls it once, when it ends, so nothing leaks into the next sweep of the same process."""
+        workloads.release()
+
+    def keep_until_sweep_end(self, ctx: RunContext) -> None:
+        """Have this sweep call `release` when it ends (once, however many cases ran)."""
+        if self.release not in ctx.closers:
+            ctx.closers.append(self.release)
+
     def call(self, case: Case) -> str:
         """The API call a case makes, as --dry-run and the results show it."""
+        if case.pattern is Pattern.TRAIN:  # the engine's own save and load calls, however it names them
+            save, load = (self.call(case.with_params(pattern=p)) for p in (Pattern.SAVE, Pattern.LOAD))
+            return f"training loop: {save} every {case.get('interval')} steps, then {load}"
         return self.calls[case.pattern]
 
     # -- the runner contract ---------------------------------------------------------------------
@@ -151,6 +166,7 @@ class CheckpointRunner(abc.ABC):
             f"seed={spec.seed}",
         ]
         argv += ["fsync=files+directory"] if case.pattern is Pattern.SAVE else [f"cache={case.get('cache')}"]
+        argv += [f"{k}={case.get(k)}" for k in ("steps", "step_time", "interval", "mtbf") if k in dict(case.params)]
         return [*argv, f"memory={case.get('memory')}"]
 
     @abc.abstractmethod
@@ -227,9 +243,12 @@ class InProcessRunner(CheckpointRunner):
             raise UsageError(f"workload {case.get('workload')!r}: {exc}") from None
         for module in self.modules:
             importlib.import_module(module)
+        self.keep_until_sweep_end(ctx)
         path = self.path(case, ctx)
         if case.pattern is Pattern.SAVE:
             return self._measure_save(case, ctx, workload, path)
+        if case.pattern is Pattern.TRAIN:
+            return self._measure_train(case, ctx, workload, path)
         return self._measure_load(case, ctx, workload, path)
 
     # -- the measurement -------------------------------------------------------------------------
@@ -279,7 +298,7 @@ class InProcessRunner(CheckpointRunner):
             bytes=workload.nbytes,
             seconds=seconds,
             bw_bytes=workload.nbytes / seconds,
-            **usage_columns(usage),
+            **usage.columns(),
             bytes_on_disk=disk_bytes(self.files(path)),
             path=self.last_path,
             note="; ".join(filter(None, [how, workload.description, f"RSS before {mib(usage.rss_before)}"])),
@@ -302,21 +321,42 @@ class InProcessRunner(CheckpointRunner):
             bytes=workload.nbytes,
             seconds=seconds,
             bw_bytes=workload.nbytes / seconds,
-            **usage_columns(usage),
+            **usage.columns(),
             bytes_on_disk=disk_bytes(self.files(path)),
             path=self.last_path,
             cache=case.get("cache"),
             note=f"{cache_note}; {memory_note}; verified; {workload.description}; RSS before {mib(usage.rss_before)}",
         )
 
+    def _measure_train(self, case: Case, ctx: RunContext, workload: workloads.Workload, path: Path) -> Measurement:
+        """A training loop checkpointing with this engine (durable saves, the previous one replaced), then a
+        restore from the page-cache state `cache` into memory plus one step, verified."""
+        step = train.Step(case.get("step_time"))
+        saving = case.with_params(pattern=Pattern.SAVE, memory="as-is")  # the loop's memory is its own
 
-def usage_columns(usage: Usage) -> dict[str, Any]:
-    """A measured call's cost as Measurement fields."""
-    return {
-        "peak_rss_bytes": usage.peak_rss,
-        "cpu_seconds": usage.cpu_seconds,
-        "machine_cpu_seconds": usage.machine_cpu_seconds,
-    }
+        def checkpoint() -> None:
+            self._write(saving, ctx, workload, path)
+
+        with Usage() as usage:
+            times = train.run_loop(step, case.get("steps"), case.get("interval"), checkpoint)
+        loading = case.with_params(pattern=Pattern.LOAD)
+        staged = self.prepare(loading, workload, path, ctx)
+        cache_note = set_cache(self.files(path), case.get("cache"))
+
+        def restore() -> Mapping[str, Any]:
+            loaded = self.load(path, loading, staged)
+            step()
+            return loaded
+
+        loaded, seconds, _ = self._call(restore)
+        staged = None  # destination buffers are freed before the next case
+        try:
+            verify(workload.tensors, loaded, path)
+        finally:
+            del loaded
+        notes = [f"{len(times.stalls)} checkpoints in {len(times.steps)} steps of {step.reps} matmuls",
+                 f"restore from {cache_note}, verified", workload.description]  # fmt: skip
+        return train.measurement(train.summarize(times, seconds, case.get("mtbf")), workload.nbytes, notes, usage)
 
 
 def as_save(case: Case) -> Case:

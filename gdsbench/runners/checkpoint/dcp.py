@@ -44,6 +44,8 @@ class Dcp(DistributedRunner):
 
     def call(self, case: Case) -> str:
         """The DCP call, async with its executor where the case says so."""
+        if case.pattern is Pattern.TRAIN:
+            return super().call(case)
         if case.pattern is Pattern.SAVE and case.get("async"):
             return f"torch.distributed.checkpoint.async_save(FileSystemWriter, {case.get('executor')} executor)"
         return super().call(case)

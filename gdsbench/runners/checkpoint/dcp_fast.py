@@ -42,6 +42,8 @@ class DcpFast(DistributedRunner):
 
     def call(self, case: Case) -> str:
         """The DCP call with our writer or reader and its options."""
+        if case.pattern is Pattern.TRAIN:
+            return super().call(case)
         if case.pattern is Pattern.LOAD:
             return f"torch.distributed.checkpoint.load(Reader(broadcast={bool(case.get('broadcast'))}))"
         verb = f"async_save({case.get('executor')} executor" if case.get("async") else "save("

@@ -48,6 +48,16 @@ class DeepSpeed(InProcessRunner):
         self._aio: dict[int, tuple[Any, Any]] = {}  # threads -> (aio handle, locked staging buffer)
         self._read_buffer: tuple[Any, Any] | None = None  # (aio handle, locked buffer) of the last load
 
+    def release(self) -> None:
+        """Free the locked read buffer and every handle's locked staging buffer, drop the handles."""
+        if self._read_buffer is not None:
+            self._read_buffer[0].free_cpu_locked_tensor(self._read_buffer[1])
+            self._read_buffer = None
+        for aio, locked in self._aio.values():
+            aio.free_cpu_locked_tensor(locked)
+        self._aio.clear()
+        super().release()
+
     def available(self, case: Case, ctx: RunContext) -> str | None:
         """DeepSpeed's async_io op must be buildable (libaio) and O_DIRECT must work in the directory."""
         try:

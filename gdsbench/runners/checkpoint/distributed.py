@@ -21,7 +21,7 @@ import socket
 import sys
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from gdsbench.cases import Case, Pattern
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, one_of, positive_int
 from gdsbench.runners.base import Measurement, RunContext, run_tool
+from gdsbench.runners.checkpoint import train
 from gdsbench.runners.checkpoint.base import CheckpointRunner, disk_bytes, workload_spec
 from gdsbench.runners.checkpoint.conditions import level_memory, set_cache
 from gdsbench.units import num2str, size_label
@@ -146,8 +147,11 @@ class DistributedRunner(CheckpointRunner):
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Save or load the case's workload once, on `world_size` ranks, and measure it."""
+        self.keep_until_sweep_end(ctx)
         shared, workload = self._workload_file(workload_spec(case, ctx), ctx)
         path = self.path(case, ctx)
+        if case.pattern is Pattern.TRAIN:
+            return self._train(case, ctx, path, shared, workload)
         if case.pattern is Pattern.SAVE:
             self.remove_previous(path, ctx)
             self._track(path, ctx, written=False)
@@ -164,6 +168,29 @@ class DistributedRunner(CheckpointRunner):
             figures = self._launch(case, ctx, "load", path, shared)
             notes.append("verified on every rank")
         return self._measurement(case, workload, path, figures, notes)
+
+    def release(self) -> None:
+        """Forget the sweep's workload files (the sweep removes them with its other files)."""
+        self._written.clear()
+        super().release()
+
+    def _train(self, case: Case, ctx: RunContext, path: Path, shared: Path, workload: WorkloadFacts) -> Measurement:
+        """A training loop on every rank checkpointing with this engine, then a restore; steps and stalls are
+        the slowest rank's (the ranks step in lockstep)."""
+        self.remove_previous(path, ctx)
+        self._track(path, ctx, written=False)
+        ranks = self._launch(case, ctx, "train", path, shared)
+        self._track(path, ctx, written=True)
+        slowest = [
+            [max(values) for values in zip(*(r[k] for r in ranks))] for k in ("steps", "draining", "stalls", "durable")
+        ]
+        times = train.LoopTimes(*slowest)
+        figures = train.summarize(times, max(r["restore_seconds"] for r in ranks), case.get("mtbf"))
+        notes = [f"{len(times.stalls)} checkpoints in {len(times.steps)} steps of {ranks[0]['step_reps']} matmuls "
+                 f"and an all-reduce on {len(ranks)} ranks ({case.get('layout')})", f"restore from cache={case.get('cache')}, "
+                 f"verified on every rank", workload.description, "CPU and RSS of the whole loop, every rank"]  # fmt: skip
+        return replace(train.measurement(figures, workload.nbytes, notes), **ranks_cost(ranks),
+                       bytes_on_disk=disk_bytes(self.files(path)))  # fmt: skip
 
     def _workload_file(self, spec: workloads.WorkloadSpec, ctx: RunContext) -> tuple[Path, WorkloadFacts]:
         """The workload as a torch.save file in shared memory, written once per sweep (ours: removed at cleanup),
@@ -207,6 +234,9 @@ class DistributedRunner(CheckpointRunner):
                 "--workload-file", str(shared), "--threads", str(case.get("threads")),
                 "--compression", case.get("compression"), "--executor", case.get("executor"),
                 "--layout", case.get("layout"), "--warmup", str(WARMUP_SAVES if pattern == "save" else 0)]  # fmt: skip
+        if pattern == "train":
+            argv += ["--steps", str(case.get("steps")), "--interval", str(case.get("interval")),
+                     "--step-time", str(case.get("step_time")), "--cache", case.get("cache")]  # fmt: skip
         return argv + ["--async"] * bool(case.get("async")) + ["--broadcast"] * bool(case.get("broadcast"))
 
     def _measurement(self, case: Case, workload: WorkloadFacts, path: Path, ranks: list[dict[str, Any]],

@@ -89,6 +89,8 @@ class FastPersist(InProcessRunner):
         staging = f", buffer_bytes={case.get('staging')}" if case.get("staging") else ""
         options = f"IOOptions(threads={case.get('threads')}, backend={BACKENDS[case.transfer]!r}{flush}{staging})"
         recycle = ", recycle=True" if case.get("recycle") else ""
+        if case.pattern is Pattern.TRAIN:
+            return super().call(case)
         method = "save" if case.pattern is Pattern.SAVE else _load_method(case)
         return f"ckptio.Checkpointer(options={options}{recycle}).{method}"
 

@@ -62,6 +62,11 @@ class Kvikio(InProcessRunner):
     def __init__(self) -> None:
         self._staged: tuple[int, dict[str, Any]] | None = None  # (id of the workload dict, its GPU copy)
 
+    def release(self) -> None:
+        """Drop the workload's GPU copy."""
+        self._staged = None
+        super().release()
+
     def available(self, case: Case, ctx: RunContext) -> str | None:
         """CUDA first, then an importable kvikio."""
         return kvikio_reason()

@@ -125,11 +125,58 @@ def host_copy_seconds(state: dict[str, Any]) -> float:
     return time.perf_counter() - started
 
 
+def train_loop(job: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """The training loop of a train case on this rank: steps in lockstep (a gradient all-reduce per step),
+    a checkpoint every `interval` steps (async_save on a gloo group of its own, so its collectives never
+    meet the step's), then a restore from the page-cache state `cache` plus one step, verified."""
+    from gdsbench.runners.checkpoint import train
+    from gdsbench.runners.checkpoint.conditions import set_cache
+
+    compute, gradient = train.Step(job["step_time"]), torch.zeros(1)
+
+    def step() -> None:
+        compute()
+        dist.all_reduce(gradient)
+
+    storage, planner = writer(job), DefaultSavePlanner(enable_plan_caching=True)
+    group = dist.new_group(backend="gloo") if job["async"] else None
+
+    def checkpoint() -> Any:
+        if not job["async"]:
+            dcp.save(state, storage_writer=storage, planner=planner)
+            return None
+        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+        kind = AsyncCheckpointerType.PROCESS if job["executor"] == "process" else AsyncCheckpointerType.THREAD
+        return dcp.async_save(state, storage_writer=storage, planner=planner, process_group=group,
+                              async_checkpointer_type=kind)  # fmt: skip
+
+    dist.barrier()
+    with Usage() as usage:
+        times = train.run_loop(step, job["steps"], job["interval"], checkpoint)
+    dist.barrier()
+    if dist.get_rank() == 0:
+        set_cache([p for p in Path(job["path"]).iterdir() if p.is_file()], job["cache"])
+    dest = destination(state)
+    dist.barrier()
+    started = time.perf_counter()
+    dcp.load(dest, storage_reader=reader(job))
+    step()
+    restore = time.perf_counter() - started
+    wrong = same(dest, state)
+    if wrong:
+        raise RuntimeError(f"rank {dist.get_rank()}: restored tensor {wrong!r} differs from the saved one")
+    loop = {"steps": times.steps, "draining": times.draining, "stalls": times.stalls, "durable": times.durable}
+    return {**loop, "restore_seconds": restore, "step_reps": compute.reps, **cost(usage)}
+
+
 def run(job: dict[str, Any]) -> dict[str, Any]:
-    """Save (after `warmup` unmeasured saves) or load this rank's share; return its figures."""
+    """Save (after `warmup` unmeasured saves) or load this rank's share, or train; return its figures."""
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     full = torch.load(job["workload"], map_location="cpu", weights_only=True, mmap=True)
     state = shares(full, job["layout"], mesh)
+    if job["pattern"] == "train":
+        return train_loop(job, state)
     if job["pattern"] == "load":
         dest = destination(state)
         storage = reader(job)
@@ -181,7 +228,7 @@ def parse(argv: list[str]) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="python -m gdsbench.runners.checkpoint.rank", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--engine", choices=("dcp", "dcp_fast"), required=True)
-    p.add_argument("--pattern", choices=("save", "load"), required=True)
+    p.add_argument("--pattern", choices=("save", "load", "train"), required=True)
     p.add_argument("--checkpoint", dest="path", required=True, help="checkpoint directory (shared by all nodes)")
     p.add_argument("--out", required=True, help="where rank 0 writes ranks.json")
     source = p.add_mutually_exclusive_group(required=True)
@@ -197,6 +244,10 @@ def parse(argv: list[str]) -> dict[str, Any]:
     p.add_argument("--layout", choices=LAYOUTS, default="sharded")
     p.add_argument("--broadcast", action="store_true")
     p.add_argument("--warmup", type=int, default=1, help="unmeasured saves before the measured one")
+    p.add_argument("--steps", type=int, default=60, help="train: training steps")
+    p.add_argument("--interval", type=int, default=10, help="train: checkpoint every this many steps")
+    p.add_argument("--step-time", type=float, default=0.2, help="train: seconds of compute per step")
+    p.add_argument("--cache", default="cold", help="train: page cache before the restore (cold, cold-machine, warm)")
     return vars(p.parse_args(argv))
 
 

@@ -1,0 +1,181 @@
+"""`pattern: train`: a synthetic training loop that checkpoints, and the goodput its checkpoints leave.
+
+A step is `step_time` of compute: matmuls on one thread, their count calibrated on this host before the
+loop. Every `interval` steps the loop checkpoints with the engine (synchronously, or with DCP's async_save
+where the case says `async: true`: then the next checkpoint first waits for the previous one). What is
+measured, per checkpoint and per step:
+- stall: wall time the loop could not step (the save call, and any wait for the previous background save);
+- slowdown: the median step while a background save drains, over the median step with none, minus one;
+- restore: loading the last checkpoint into the training state and taking the next step.
+From them (docs/benchmarks.md, "Goodput", has the formulas and their sources):
+- cost C per checkpoint: the median stall plus the extra step time of the slowed steps per checkpoint;
+- the optimal interval, Daly's higher-order estimate for C and `mtbf` M:
+  sqrt(2CM) (1 + sqrt(C/2M)/3 + (C/2M)/9) - C when C < 2M, else M;
+- goodput at that interval tau, with restart R (exponential failures; Daly 2006's expected wall time per
+  tau of compute, inverted):
+  tau / (M e^(R/M) (e^((tau + C)/M) - 1)).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gdsbench.keys import Key, duration, positive_int
+from gdsbench.runners.base import Measurement
+from gdsbench.runners.resources import Usage
+
+TRAIN = ("train",)
+TRAIN_OPTIONS: tuple[Key, ...] = (
+    Key("steps", positive_int, "a positive integer", 60, "training steps of a train case", patterns=TRAIN),
+    Key("step_time", duration, "a duration such as 200ms", 0.2,
+        "compute of one training step (matmuls on one thread, calibrated on this host)", patterns=TRAIN),
+    Key("interval", positive_int, "a positive integer", 10, "checkpoint every this many steps", patterns=TRAIN),
+    Key("mtbf", duration, "a duration such as 1h or 24h", 86400.0,
+        "mean time between failures, for the optimal interval and the goodput", patterns=TRAIN),
+)  # fmt: skip
+MATMUL = 256  # the side of the square fp32 matrices one step multiplies
+CALIBRATION_SECONDS = 0.3
+
+
+class Step:
+    """One training step: `reps` matmuls on one thread, calibrated so that they take `seconds` here."""
+
+    def __init__(self, seconds: float) -> None:
+        import torch
+
+        self._a, self._b = torch.rand(MATMUL, MATMUL), torch.rand(MATMUL, MATMUL)
+        self.reps = 1
+        started, done = time.perf_counter(), 0
+        while time.perf_counter() - started < CALIBRATION_SECONDS:
+            self()
+            done += 1
+        self.reps = max(1, round(seconds * done / (time.perf_counter() - started)))
+
+    def __call__(self) -> None:
+        """Compute one step on one torch thread (the engine's own threads keep theirs)."""
+        import torch
+
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            for _ in range(self.reps):
+                torch.mm(self._a, self._b)
+        finally:
+            torch.set_num_threads(threads)
+
+
+@dataclass
+class LoopTimes:
+    """What one training loop measured: each step's seconds and whether a save drained behind it, each
+    checkpoint's stall and its seconds until durable."""
+
+    steps: list[float] = field(default_factory=list)
+    draining: list[bool] = field(default_factory=list)
+    stalls: list[float] = field(default_factory=list)
+    durable: list[float] = field(default_factory=list)
+
+
+class Pending:
+    """A checkpoint still being written behind the loop: `done` once durable; `finished` is when."""
+
+    def __init__(self, started: float, future: Any = None) -> None:
+        self.started, self.finished = started, None if future is not None else time.perf_counter()
+        self._future = future
+        if future is not None:
+            future.add_done_callback(lambda _: self._finish())
+
+    def _finish(self) -> None:
+        self.finished = time.perf_counter()
+
+    @property
+    def done(self) -> bool:
+        """Whether the checkpoint is durable."""
+        return self.finished is not None
+
+    def wait(self) -> None:
+        """Block until it is durable (raising its failure)."""
+        if self._future is not None:
+            self._future.result()
+            self.finished = self.finished or time.perf_counter()
+
+
+def run_loop(step: Callable[[], None], steps: int, interval: int, checkpoint: Callable[[], Any]) -> LoopTimes:
+    """Train `steps` steps, calling `checkpoint()` after every `interval`-th: it returns a future of a
+    background save or None once its save is durable. One save is in flight at a time."""
+    times, pending = LoopTimes(), None
+    for index in range(1, steps + 1):
+        draining = pending is not None and not pending.done
+        started = time.perf_counter()
+        step()
+        times.steps.append(time.perf_counter() - started)
+        times.draining.append(draining)
+        if index % interval == 0:
+            started = time.perf_counter()
+            if pending is not None:
+                pending.wait()
+                times.durable.append(pending.finished - pending.started)  # type: ignore[operator]
+            pending = Pending(started, checkpoint())
+            times.stalls.append(time.perf_counter() - started)
+    if pending is not None:
+        pending.wait()
+        times.durable.append(pending.finished - pending.started)  # type: ignore[operator]
+    return times
+
+
+def daly_interval(cost: float, mtbf: float) -> float:
+    """Daly's higher-order estimate of the optimal compute time between checkpoints (2006)."""
+    if cost >= 2 * mtbf:
+        return mtbf
+    ratio = cost / (2 * mtbf)
+    return math.sqrt(2 * cost * mtbf) * (1 + math.sqrt(ratio) / 3 + ratio / 9) - cost
+
+
+def goodput(interval: float, cost: float, restart: float, mtbf: float) -> float:
+    """The fraction of wall time spent on useful compute, for exponential failures with mean `mtbf`
+    (Daly 2006: the expected wall time per tau of compute is M e^(R/M) (e^((tau+C)/M) - 1))."""
+    return interval / (mtbf * math.exp(restart / mtbf) * math.expm1((interval + cost) / mtbf))
+
+
+def summarize(times: LoopTimes, restore_seconds: float, mtbf: float) -> dict[str, float]:
+    """The row's figures of one loop: stall, slowdown, checkpoint cost, optimal interval and goodput."""
+    quiet = [s for s, d in zip(times.steps, times.draining) if not d]
+    slowed = [s for s, d in zip(times.steps, times.draining) if d]
+    base = statistics.median(quiet) if quiet else statistics.median(times.steps)
+    extra = sum(max(0.0, s - base) for s in slowed) / max(1, len(times.stalls))
+    stall = statistics.median(times.stalls)
+    cost = stall + extra
+    interval = daly_interval(cost, mtbf)
+    return {
+        "stall_seconds": stall,
+        "slowdown": statistics.median(slowed) / base - 1 if slowed else 0.0,
+        "checkpoint_cost_seconds": cost,
+        "restore_seconds": restore_seconds,
+        "optimal_interval_seconds": interval,
+        "goodput": goodput(interval, cost, restore_seconds, mtbf),
+        "step_seconds": base,
+        "durable_seconds": statistics.median(times.durable),
+    }
+
+
+def measurement(figures: dict[str, float], nbytes: int, notes: list[str], usage: Usage | None = None) -> Measurement:
+    """A train row: the checkpoint's bytes over its median time until durable, the loop's figures and, for
+    a loop in this process, what it cost (CPU and RSS of the whole loop, compute included)."""
+    return Measurement(
+        bytes=nbytes,
+        seconds=figures["durable_seconds"],
+        bw_bytes=nbytes / figures["durable_seconds"],
+        blocking_seconds=figures["stall_seconds"],
+        stall_seconds=figures["stall_seconds"],
+        slowdown=figures["slowdown"],
+        checkpoint_cost_seconds=figures["checkpoint_cost_seconds"],
+        restore_seconds=figures["restore_seconds"],
+        optimal_interval_seconds=figures["optimal_interval_seconds"],
+        goodput=figures["goodput"],
+        **(usage.columns() if usage is not None else {}),
+        note="; ".join([f"step {figures['step_seconds'] * 1000:.0f} ms", *notes]),
+    )
