@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CONFIG ?= configs/local.yaml
 RESULTS ?= results
 
-.PHONY: run test test-fast lint docs-screenshot torch-floor system-deps install clean-venv gpu-smoke
+.PHONY: run test test-fast coverage lint docs-screenshot torch-floor system-deps install clean-venv gpu-smoke
 
 system-deps:  ## fio (with its libaio and liburing) and python3-venv from the OS packages
 	@command -v fio >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || { $(SUDO) apt-get update && \
@@ -45,6 +45,9 @@ test: lint  ## lint, then the whole test suite
 
 test-fast: install  ## the edit loop: every test not marked slow, no lint
 	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -q -m "not slow"
+
+coverage: install  ## every test, with branch coverage of both distributions (this process's code; ranks and CLI children are not traced)
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -q --cov --cov-report=term --cov-report=xml:coverage.xml
 
 docs-screenshot: install  ## docs/figures/report-html.png: the whole HTML report of the sample checkpoint runs, headless Chromium
 	command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }

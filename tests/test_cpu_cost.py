@@ -35,7 +35,7 @@ def costed_run() -> pd.DataFrame:
     return pd.DataFrame(rows).assign(source="r.csv")
 
 
-METAS = {"r.csv": {"machine": {"cpu_count": 8}}}
+METAS = {"r.csv": {"machine": {"cpu_count": 16, "usable_cpus": 8}}}  # the run could use 8 of 16
 
 
 def test_costs_are_medians_per_gib_and_project_to_every_core():
@@ -66,3 +66,9 @@ def test_every_format_shows_the_table_and_files_without_cpu_columns_have_none():
     old = frame.drop(columns=["cpu_seconds", "machine_cpu_seconds"])
     assert summary.build(old, ["engine", "pattern"]).cpu is None
     assert json.loads(report.render(old, ["engine", "pattern"], "json"))["cpu_cost"] == []
+
+
+def test_files_from_before_usable_cpus_project_with_the_machines_count():
+    costs = cpu_cost.cpu_costs(costed_run(), {"r.csv": {"machine": {"cpu_count": 4}}})
+    save = costs.set_index(["engine", "pattern"]).loc[("fastpersist", "save")]
+    assert save["cores"] == 4 and save["cpu_bound_bw"] == pytest.approx(4 * GIB / 0.4)

@@ -128,4 +128,5 @@ def test_collect_holds_every_section(tmp_path: Path) -> None:
     assert set(facts) == {"machine", "target", "tools", "gpu_gds", "packages", "gdsbench_commit", "topology"}
     assert facts["topology"]["block_device"]["name"] == facts["target"]["block_device"]["name"]
     assert facts["machine"]["cpu_count"] == os.cpu_count() and facts["machine"]["cpu_model"] != ""
+    assert facts["machine"]["usable_cpus"] == len(os.sched_getaffinity(0))
     assert facts["target"]["directory"] == str(tmp_path) and facts["target"]["mount_point"]

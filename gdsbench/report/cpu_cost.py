@@ -63,9 +63,11 @@ def per_gib(rows: pd.DataFrame, column: str) -> float:
 
 
 def _cores(run: pd.DataFrame, metas: dict[str, dict[str, Any]]) -> float:
-    """The CPUs of the host the run measured, from its sidecar (NaN where it does not say)."""
+    """The CPUs the run could use on its host, from its sidecar (its affinity; the machine's count in files
+    written before it was recorded; NaN where neither is said)."""
     for source in run["source"].dropna().unique() if "source" in run else ():
-        count = (metas.get(str(source), {}).get("machine") or {}).get("cpu_count")
+        facts = metas.get(str(source), {}).get("machine") or {}
+        count = facts.get("usable_cpus", facts.get("cpu_count"))
         if isinstance(count, int) and count > 0:
             return float(count)
     return float("nan")

@@ -35,6 +35,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu_model": _cpu_model(),
         "cpu_count": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "memory_bytes": psutil.virtual_memory().total,
         "user": getpass.getuser(),
     }
