@@ -3,6 +3,7 @@
 Each line: page cache dropped, then `--idle` seconds, then one of
   anon 1 thread / 2 threads  fault in (and zero) a fresh huge-page mapping of the file's size,
                              written by torch with 1 or 2 threads
+  anon 4K 2 threads          the same without MADV_HUGEPAGE (4 KiB pages, unless THP is `always`)
   page cache                 read the file through the page cache into one reused 16 MiB buffer
   O_DIRECT                   read the file with O_DIRECT into one reused buffer: the disk alone
 
@@ -21,12 +22,14 @@ from gdsbench.runners import cache
 CHUNK = 16 << 20
 
 
-def anon(size: int, threads: int) -> None:
-    """Fault in a fresh huge-page-advised anonymous mapping of `size` bytes with `threads` threads."""
+def anon(size: int, threads: int, huge: bool = True) -> None:
+    """Fault in a fresh anonymous mapping of `size` bytes (advised to huge pages unless `huge` is False)
+    with `threads` threads."""
     import torch
 
     mapping = mmap.mmap(-1, size)
-    mapping.madvise(mmap.MADV_HUGEPAGE)
+    if huge:
+        mapping.madvise(mmap.MADV_HUGEPAGE)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -64,6 +67,7 @@ def main() -> None:
     ways = {
         "anon 1 thread": lambda: anon(size, 1),
         "anon 2 threads": lambda: anon(size, 2),
+        "anon 4K 2 threads": lambda: anon(size, 2, huge=False),
         "page cache": lambda: page_cache(args.file),
         "O_DIRECT": lambda: direct(args.file),
     }
@@ -76,7 +80,7 @@ def main() -> None:
                 started = time.perf_counter()
                 fn()
                 print(
-                    f"idle {idle:4.1f} s  {name:15} {size / (time.perf_counter() - started) / 1e9:.2f} GB/s", flush=True
+                    f"idle {idle:4.1f} s  {name:17} {size / (time.perf_counter() - started) / 1e9:.2f} GB/s", flush=True
                 )
 
 

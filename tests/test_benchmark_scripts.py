@@ -34,7 +34,13 @@ def test_first_touch_measures_every_way(disk_tmp: Path) -> None:
     sample.write_bytes(b"\x5a" * (32 << 20))
     out = run("benchmarks/first_touch.py", str(sample), "--idle", "0", "--reps", "1")
     lines = re.findall(r"^idle\s+0\.0 s  (.+?)\s+([\d.]+) GB/s$", out, re.M)
-    assert [name for name, _ in lines] == ["anon 1 thread", "anon 2 threads", "page cache", "O_DIRECT"]
+    assert [name for name, _ in lines] == [
+        "anon 1 thread",
+        "anon 2 threads",
+        "anon 4K 2 threads",
+        "page cache",
+        "O_DIRECT",
+    ]
     assert sample.read_bytes() == b"\x5a" * (32 << 20)  # read, never written
 
 
@@ -44,3 +50,27 @@ def test_dcp_ab_compares_two_checkouts_and_cleans_up(disk_tmp: Path) -> None:
     ratios = dict(re.findall(r"^  (save|load)  old [\d.]+ .+ new/old x([\d.]+)$", out, re.M))
     assert set(ratios) == {"save", "load"} and all(float(r) > 0 for r in ratios.values())
     assert list(disk_tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("engine", ["fastpersist", "dcp_fast", "torch_save", "dcp"])
+def test_cpu_profile_runs_each_engine_each_way_and_cleans_up(disk_tmp: Path, engine: str) -> None:
+    for pattern in ("save", "load"):
+        out = run("benchmarks/cpu_profile.py", "run", pattern, "--engine", engine, "--dir", str(disk_tmp),
+                  "--size", "16M", "--reps", "2")  # fmt: skip
+        reps = re.findall(rf"^{engine} {pattern} rep (\d): ([\d.]+) s, ([\d.]+) CPU-s$", out, re.M)
+        assert [r[0] for r in reps] == ["1", "2"] and all(float(r[1]) > 0 for r in reps)
+    assert list(disk_tmp.iterdir()) == []
+
+
+def test_cpu_profile_ranks_a_recorded_profile(tmp_path: Path) -> None:
+    """A py-spy raw profile (three stacks, 100 samples) ranked by leaf and by category."""
+    profile = tmp_path / "p.txt"
+    profile.write_text(
+        "main (x.py:1);save (ckptio/save.py:9);XXH3_64bits (libxxhash.so) 50\n"
+        "main (x.py:1);copy (ckptio/memory.py:60);__memmove_avx_unaligned_erms (libc.so.6) 30\n"
+        "main (x.py:1);_write_piece (ckptio/backends/posix.py:80);__libc_pwrite64 (libc.so.6) 20\n"
+    )
+    out = run("benchmarks/cpu_profile.py", "top", str(profile))
+    assert "100 samples of busy threads" in out
+    assert re.search(r"^ 50\.0%  checksum", out, re.M) and re.search(r"^ 30\.0%  copy", out, re.M)
+    assert re.search(r"^ 20\.0%  write syscalls", out, re.M)

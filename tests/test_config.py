@@ -297,3 +297,14 @@ def test_the_cli_refuses_an_io_larger_than_its_file_and_writes_nothing(tmp_path:
         assert_exits(run, 2, one_line_error=True)
         assert "matrix.io_size: expected at most file_size (1M)" in run.output and "(got '16M')" in run.output
     assert not (tmp_path / "out").exists()
+
+
+def test_the_cpu_cost_config_runs_the_fast_device_matrix_on_the_disk():
+    """configs/cpu-cost.yaml is configs/fast-device.yaml on another directory: the same cases, so the CPU
+    costs of the two devices compare row for row."""
+    root = Path(__file__).parent.parent / "configs"
+    fast, disk = (config.load(root / name) for name in ("fast-device.yaml", "cpu-cost.yaml"))
+    assert fast.cases == disk.cases and fast.directory != disk.directory
+    assert {k: v for k, v in fast.settings.items() if k not in ("name", "directory", "allow_root_filesystem")} == {
+        k: v for k, v in disk.settings.items() if k not in ("name", "directory", "allow_root_filesystem")
+    }

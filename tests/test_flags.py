@@ -71,6 +71,9 @@ def test_throttled_and_too_short_are_judged_on_the_row_and_its_series():
     assert flags.row_flags({"status": "ok", "seconds": 1.0}, falling) == []
     assert flags.row_flags({"status": "ok", "seconds": 0.05}, steady[:3]) == ["too_short"]
     assert flags.row_flags({"status": "failed", "seconds": 0.05}) == []
+    # a train row's seconds is one checkpoint of a whole loop, not a measuring window (its gate failed on it)
+    assert flags.row_flags({"status": "ok", "seconds": 0.05, "pattern": "train"}) == []
+    assert flags.row_flags({"status": "ok", "seconds": 0.05, "pattern": "save"}) == ["too_short"]
 
 
 def test_above_the_links_limit(tmp_path):
