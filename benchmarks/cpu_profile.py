@@ -19,6 +19,8 @@ import argparse
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,6 +33,7 @@ CATEGORIES = (
     ("write syscalls", r"pwrite|^write$|libc_write|writev|fsync|fdatasync"),
     ("read syscalls", r"pread|^read$|libc_read|readv|readinto"),
     ("page faults, zeroing (memset, fresh memory)", r"memset|populate|fault|_prefault|zero"),
+    ("libc, unsymbolized (its memcpy and memset)", r"^0x[0-9a-f]+$"),
     ("pickle and torch serialization", r"pickle|Pickler|_save|persistent_id|serializ|_load\b"),
     ("waiting on threads and locks", r"wait|acquire|futex|sleep|select|poll|join"),
 )
@@ -105,8 +108,10 @@ def run(args: argparse.Namespace) -> None:
     state = state_dict(parse_size(args.size))
     path = Path(args.dir) / f"cpu-profile.{args.engine}{'' if args.engine in ('fastpersist', 'torch_save') else '.d'}"
     remove(path)
-    if args.pattern == "load":
-        save_with(args.engine, state, path)
+    if args.pattern == "load":  # written by a child process: a profiler of this one sees the loads only
+        child = [sys.executable, __file__, "run", "save", "--engine", args.engine, "--dir", args.dir, "--size",
+                 args.size, "--reps", "1", "--keep"]  # fmt: skip
+        subprocess.run(child, check=True, stdout=subprocess.DEVNULL)
     try:
         for rep in range(1, args.reps + 1):
             if args.pattern == "save":
@@ -119,20 +124,28 @@ def run(args: argparse.Namespace) -> None:
             used = after.user + after.system - cpu.user - cpu.system
             print(f"{args.engine} {args.pattern} rep {rep}: {seconds:.3f} s, {used:.3f} CPU-s")
     finally:
-        remove(path)
+        if not args.keep:
+            remove(path)
 
 
 def top(args: argparse.Namespace) -> None:
     """Rank py-spy's raw samples by leaf function and by category."""
     leaves: Counter[str] = Counter()
+    callers: Counter[str] = Counter()
     for line in Path(args.profile).read_text().splitlines():
         stack, _, count = line.rpartition(" ")
-        if stack and count.isdigit():
-            leaves[stack.split(";")[-1]] += int(count)
+        if stack and count.isdigit() and re.search(args.within, stack):
+            frames = stack.split(";")
+            leaves[frames[-1]] += int(count)
+            python = [f for f in frames if ".py:" in f]
+            callers[f"{frames[-1].split(' (')[0]} <- {python[-1] if python else '?'}"] += int(count)
     total = sum(leaves.values()) or 1
-    print(f"{total} samples of busy threads")
+    print(f"{total} samples of busy threads inside {args.within}")
     for leaf, count in leaves.most_common(args.most):
         print(f"{100 * count / total:5.1f}%  {leaf}")
+    print("by leaf and the Python frame that called it:")
+    for pair, count in callers.most_common(args.most):
+        print(f"{100 * count / total:5.1f}%  {pair}")
     shares: Counter[str] = Counter()
     for leaf, count in leaves.items():
         function = leaf.split(" (")[0]  # py-spy's leaf: `function (file:line)`
@@ -151,9 +164,13 @@ def main() -> None:
     runner.add_argument("--dir", required=True, help="a folder on the device under test")
     runner.add_argument("--size", default="1G")
     runner.add_argument("--reps", type=int, default=4)
+    runner.add_argument("--keep", action="store_true", help="leave the last checkpoint (for a later load)")
     ranking = commands.add_parser("top", help="rank a py-spy raw profile")
     ranking.add_argument("profile")
     ranking.add_argument("--most", type=int, default=15)
+    ranking.add_argument("--within", default=r"save_with|load_with|_bootstrap_inner",
+                         help="count only stacks with a frame matching this (default: the measured calls and the "
+                         "threads they start, not the workload's generation)")  # fmt: skip
     args = parser.parse_args()
     (run if args.command == "run" else top)(args)
 
