@@ -325,3 +325,20 @@ def case_defaults() -> dict[str, str]:
     results file does not name had this value (files written before the parameter existed)."""
     keys = {**AXIS_KEYS, **runners.option_keys()}
     return {name: str(plain(key.default)) for name, key in keys.items()}
+
+
+def case_from_key(text: str, source: str = "--case") -> Case:
+    """A case from its key (`engine=dcp_fast,pattern=save,world_size=2,...`: a results row's `case` cell),
+    every value parsed by its key's own parser and every parameter the text leaves out at its default: the
+    one way a case travels as text (torchrun's rank program gets its case so)."""
+    block: dict[str, list[Any]] = {}
+    for part in filter(None, str(text).split(",")):
+        name, equals, value = part.partition("=")
+        if not equals or not name.strip():
+            raise ConfigError(source, part, "name=value pairs separated by commas")
+        if value != "None":  # an option left unset: its default is None
+            block[name.strip()] = [yaml.safe_load(value)]
+    cases = from_dict({"matrix": block}, source).cases
+    if len(cases) != 1:
+        raise ConfigError(source, "(case)", "one case, not a list of values")
+    return cases[0]

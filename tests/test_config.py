@@ -308,3 +308,25 @@ def test_the_cpu_cost_config_runs_the_fast_device_matrix_on_the_disk():
     assert {k: v for k, v in fast.settings.items() if k not in ("name", "directory", "allow_root_filesystem")} == {
         k: v for k, v in disk.settings.items() if k not in ("name", "directory", "allow_root_filesystem")
     }
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_case_travels_as_its_key(path):
+    """A case's key (a results row's `case`) parses back into the same case: the rank program gets its case so."""
+    for case in config.load(path).cases:
+        assert config.case_from_key(case.key) == case
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("engine=dcp_fast,pattern=save,world_size=two", "matrix.world_size[0]"),
+        ("engine=dcp_fast,pattern=save,colour=red", "matrix.colour"),
+        ("engine=dcp_fast,world_size=2", "matrix.pattern"),
+        ("engine=dcp_fast,pattern,world_size=2", "pattern"),
+    ],
+)
+def test_a_bad_case_key_names_what_is_wrong(text, key):
+    with pytest.raises(ConfigError) as caught:
+        config.case_from_key(text)
+    assert caught.value.file == "--case" and caught.value.key == key
