@@ -44,8 +44,8 @@ def test_two_nodes_save_and_load_over_loopback_rendezvous(tmp_path: Path, engine
     load it back verified; rank 0 reports every rank, and the generated workloads are gone afterwards."""
     for pattern in ("save", "load"):
         out = tmp_path / pattern
-        job = ["--engine", engine, "--pattern", pattern, "--checkpoint", str(tmp_path / "ckpt"), "--out", str(out),
-               "--workload", "llama3-8b", "--checkpoint-size", "16M", "--threads", "2"]  # fmt: skip
+        case = f"engine={engine},pattern={pattern},world_size=2,workload=llama3-8b,checkpoint_size=16M,threads=2"
+        job = ["--case", case, "--checkpoint", str(tmp_path / "ckpt"), "--out", str(out)]
         done = two_nodes(free_port(), job)
         assert all(p.returncode == 0 for p in done), [p.stderr[-2000:] for p in done]
         ranks = json.loads((out / "ranks.json").read_text())

@@ -142,7 +142,7 @@ class DistributedRunner(CheckpointRunner):
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
         """The launcher's command with the rank program's arguments, then the case's conditions."""
-        job = self._job(case, case.pattern.value, self.path(case, ctx), SHM / "<workload>.pt", "<out>")
+        job = self._job(case, self.path(case, ctx), SHM / "<workload>.pt", "<out>")
         return [sys.executable, *launcher(case.get("world_size"), 0), *job, "#", *super().command(case, ctx)[3:]]
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
@@ -157,15 +157,15 @@ class DistributedRunner(CheckpointRunner):
             self._track(path, ctx, written=False)
             os.sync()
             notes = [level_memory(case.get("memory"), workload.nbytes)]
-            figures = self._launch(case, ctx, "save", path, shared)
+            figures = self._launch(case, ctx, path, shared)
             self._track(path, ctx, written=True)
         else:
             if not self.complete(path):
                 self._track(path, ctx, written=False)
-                self._launch(case, ctx, "save", path, shared)
+                self._launch(case.with_params(pattern=Pattern.SAVE), ctx, path, shared)
                 self._track(path, ctx, written=True)
             notes = [set_cache(self.files(path), case.get("cache")), level_memory(case.get("memory"), workload.nbytes)]
-            figures = self._launch(case, ctx, "load", path, shared)
+            figures = self._launch(case, ctx, path, shared)
             notes.append("verified on every rank")
         return self._measurement(case, workload, path, figures, notes)
 
@@ -179,7 +179,7 @@ class DistributedRunner(CheckpointRunner):
         the slowest rank's (the ranks step in lockstep)."""
         self.remove_previous(path, ctx)
         self._track(path, ctx, written=False)
-        ranks = self._launch(case, ctx, "train", path, shared)
+        ranks = self._launch(case, ctx, path, shared)
         self._track(path, ctx, written=True)
         slowest = [
             [max(values) for values in zip(*(r[k] for r in ranks))] for k in ("steps", "draining", "stalls", "durable")
@@ -208,13 +208,13 @@ class DistributedRunner(CheckpointRunner):
             workloads.release()
         return path, self._written[path]
 
-    def _launch(self, case: Case, ctx: RunContext, pattern: str, path: Path, shared: Path) -> list[dict[str, Any]]:
+    def _launch(self, case: Case, ctx: RunContext, path: Path, shared: Path) -> list[dict[str, Any]]:
         """Run the ranks through torchrun; return every rank's figures, or raise the first rank's error."""
         with tempfile.TemporaryDirectory(prefix="gdsbench-ranks-") as out:
             argv = [
                 sys.executable,
                 *launcher(case.get("world_size"), free_port()),
-                *self._job(case, pattern, path, shared, out),
+                *self._job(case, path, shared, out),
             ]
             try:
                 proc = run_tool(argv, timeout=ctx.timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -228,16 +228,12 @@ class DistributedRunner(CheckpointRunner):
             raise ToolError(f"{self.name}: {errors[0] if errors else launcher_failure(proc.stderr, proc.returncode)}")
         return ranks
 
-    def _job(self, case: Case, pattern: str, path: Path, shared: Path, out: str) -> list[str]:
-        """The rank program's arguments: what every rank needs to know."""
-        argv = ["--engine", self.name, "--pattern", pattern, "--checkpoint", str(path), "--out", out,
-                "--workload-file", str(shared), "--threads", str(case.get("threads")),
-                "--compression", case.get("compression"), "--executor", case.get("executor"),
-                "--layout", case.get("layout"), "--warmup", str(WARMUP_SAVES if pattern == "save" else 0)]  # fmt: skip
-        if pattern == "train":
-            argv += ["--steps", str(case.get("steps")), "--interval", str(case.get("interval")),
-                     "--step-time", str(case.get("step_time")), "--cache", case.get("cache")]  # fmt: skip
-        return argv + ["--async"] * bool(case.get("async")) + ["--broadcast"] * bool(case.get("broadcast"))
+    def _job(self, case: Case, path: Path, shared: Path, out: str) -> list[str]:
+        """The rank program's arguments: the case as its key (the rank parses it with the config's keys), the
+        checkpoint, the shared workload, and the unmeasured saves before a measured one."""
+        warmup = WARMUP_SAVES if case.pattern is Pattern.SAVE else 0
+        return ["--case", case.key, "--checkpoint", str(path), "--out", out, "--workload-file", str(shared),
+                "--warmup", str(warmup)]  # fmt: skip
 
     def _measurement(self, case: Case, workload: WorkloadFacts, path: Path, ranks: list[dict[str, Any]],
                      notes: list[str]) -> Measurement:  # fmt: skip

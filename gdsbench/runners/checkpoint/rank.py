@@ -1,12 +1,14 @@
 """One rank of a distributed checkpoint case: what torchrun starts on every rank of every node.
 
     torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 --rdzv-id=ck1 \
-        -m gdsbench.runners.checkpoint.rank --engine dcp_fast --pattern save --checkpoint /shared/ckpt \
-        --workload llama3-8b --checkpoint-size 4G --out /tmp/ck1
+        -m gdsbench.runners.checkpoint.rank --checkpoint /shared/ckpt --out /tmp/ck1 \
+        --case engine=dcp_fast,pattern=save,world_size=8,workload=llama3-8b,checkpoint_size=4G
 
-The engine is `dcp` (DCP's FileSystemWriter/Reader) or `dcp_fast` (ckptio.Writer/Reader).
-The workload is a torch.save file every rank maps (--workload-file: the sweep writes it to /dev/shm once),
-or a preset that each node's first rank generates into /dev/shm for the node's ranks (--workload).
+The case is its key, as a results row's `case` cell holds it (a sweep passes its cases so): the config's own
+keys parse it and fill in every value it leaves out. The engine is `dcp` (DCP's FileSystemWriter/Reader) or
+`dcp_fast` (ckptio.Writer/Reader). The workload is a torch.save file every rank maps (--workload-file: the
+sweep writes it to /dev/shm once), or the case's preset, which each node's first rank generates into /dev/shm
+for the node's ranks.
 Each rank takes its share (`layout`: sharded = every tensor Shard(0) as FSDP keeps it; replicated = the
 whole model on every rank as DDP keeps it), saves or loads it between two barriers; a load is checked
 against the workload before it counts. Rank 0 gathers every rank's figures into `<out>/ranks.json`.
@@ -31,7 +33,6 @@ from torch.distributed.checkpoint import DefaultSavePlanner
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
-from gdsbench.runners.checkpoint.distributed import EXECUTORS, LAYOUTS
 from gdsbench.runners.resources import Usage
 
 
@@ -83,7 +84,7 @@ def reader(job: dict[str, Any]) -> Any:
         return dcp.FileSystemReader(job["path"])
     from ckptio import IOOptions, Reader
 
-    return Reader(job["path"], options=IOOptions(threads=job["threads"]), broadcast=job["broadcast"])
+    return Reader(job["path"], options=IOOptions(threads=job["threads"]), broadcast=job.get("broadcast", False))
 
 
 def _zstd() -> Any:
@@ -173,7 +174,7 @@ def train_loop(job: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
 def run(job: dict[str, Any]) -> dict[str, Any]:
     """Save (after `warmup` unmeasured saves) or load this rank's share, or train; return its figures."""
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    full = torch.load(job["workload"], map_location="cpu", weights_only=True, mmap=True)
+    full = torch.load(job["workload_path"], map_location="cpu", weights_only=True, mmap=True)
     state = shares(full, job["layout"], mesh)
     if job["pattern"] == "train":
         return train_loop(job, state)
@@ -224,42 +225,45 @@ def failure(exc: BaseException) -> str:
 
 
 def parse(argv: list[str]) -> dict[str, Any]:
-    """The job, from the command line."""
+    """The job: the case, from its key (parsed by the config's own keys, every value it leaves out at its
+    default), and where to work."""
     p = argparse.ArgumentParser(prog="python -m gdsbench.runners.checkpoint.rank", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--engine", choices=("dcp", "dcp_fast"), required=True)
-    p.add_argument("--pattern", choices=("save", "load", "train"), required=True)
+    p.add_argument("--case", required=True,
+                   help="the case's key, as a results row's `case` cell or gdsbench sweep --dry-run prints it, e.g. "
+                        "engine=dcp_fast,pattern=save,world_size=8,checkpoint_size=16G,threads=4")  # fmt: skip
     p.add_argument("--checkpoint", dest="path", required=True, help="checkpoint directory (shared by all nodes)")
     p.add_argument("--out", required=True, help="where rank 0 writes ranks.json")
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--workload-file", help="a torch.save state dict every rank maps")
-    source.add_argument("--workload", help="a preset each node generates (llama3-8b, gpt2-xl, resnet)")
-    p.add_argument("--checkpoint-size", default="1G", help="preset size (with --workload)")
-    p.add_argument("--dtype", default="mixed")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=4)
-    p.add_argument("--compression", default="none")
-    p.add_argument("--async", dest="async", action="store_true")
-    p.add_argument("--executor", choices=EXECUTORS, default="thread")
-    p.add_argument("--layout", choices=LAYOUTS, default="sharded")
-    p.add_argument("--broadcast", action="store_true")
+    p.add_argument("--workload-file", help="a torch.save state dict every rank maps (else each node generates the "
+                   "case's workload preset at its checkpoint_size)")  # fmt: skip
     p.add_argument("--warmup", type=int, default=1, help="unmeasured saves before the measured one")
-    p.add_argument("--steps", type=int, default=60, help="train: training steps")
-    p.add_argument("--interval", type=int, default=10, help="train: checkpoint every this many steps")
-    p.add_argument("--step-time", type=float, default=0.2, help="train: seconds of compute per step")
-    p.add_argument("--cache", default="cold", help="train: page cache before the restore (cold, cold-machine, warm)")
-    return vars(p.parse_args(argv))
+    args = p.parse_args(argv)
+    from gdsbench import config
+    from gdsbench.cases import plain
+    from gdsbench.errors import ConfigError
+
+    try:
+        case = config.case_from_key(args.case)
+    except ConfigError as exc:
+        p.error(str(exc))
+    if case.engine not in ("dcp", "dcp_fast"):
+        p.error(f"--case: engine {case.engine!r} has no ranks (dcp or dcp_fast)")
+    if args.workload_file is None and case.get("checkpoint_size") is None:
+        p.error("--case: name checkpoint_size (each node generates the workload preset at that size), "
+                "or give --workload-file")  # fmt: skip
+    params = {name: plain(value) for name, value in case.params}
+    return {**params, "engine": case.engine, "path": args.path, "out": args.out,
+            "workload_file": args.workload_file, "warmup": args.warmup}  # fmt: skip
 
 
 def node_workload(job: dict[str, Any]) -> Path:
     """A preset's state dict in this node's /dev/shm, generated by the node's first rank for all of them."""
     from gdsbench import workloads
-    from gdsbench.units import parse_size
 
     run_id, node = os.environ.get("TORCHELASTIC_RUN_ID", "local"), os.environ.get("GROUP_RANK", "0")
     path = Path("/dev/shm") / f"gdsbench-workload.{run_id}.n{node}.{job['workload']}.{job['seed']}.pt"
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        spec = workloads.WorkloadSpec(job["workload"], parse_size(job["checkpoint_size"]), job["dtype"], job["seed"])
+        spec = workloads.WorkloadSpec(job["workload"], job["checkpoint_size"], job["dtype"], job["seed"])
         torch.save(dict(workloads.get(spec).tensors), path)
         workloads.release()
     dist.barrier()
@@ -283,10 +287,12 @@ def main(argv: list[str]) -> int:
     job = parse(argv)
     quiet_but_direct()
     dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    if dist.get_world_size() != job["world_size"]:
+        raise SystemExit(f"--case says world_size={job['world_size']}, torchrun started {dist.get_world_size()} ranks")
     rank, generated = dist.get_rank(), None
     if job["workload_file"] is None:
         generated = node_workload(job)
-    job["workload"] = str(job["workload_file"] or generated)
+    job["workload_path"] = str(job["workload_file"] or generated)
     try:
         figures = {"rank": rank, "host": socket.gethostname(), **run(job)}
     except (Exception, CheckpointException) as exc:
