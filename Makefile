@@ -76,5 +76,6 @@ clean-venv:
 SMOKE_OUT ?= results/gpu-smoke-$(shell hostname)-$(shell date +%Y%m%d-%H%M%S)
 SMOKE_DIR ?= /var/tmp/gdsbench-smoke
 
-gpu-smoke: install  ## the first GPU run: everything (CSVs, reports, logs) in SMOKE_OUT, 00-summary.txt first
-	$(VENV)/bin/gdsbench smoke --gpu --install -o $(SMOKE_OUT) -d $(SMOKE_DIR)
+gpu-smoke: install  ## the first GPU run: CUDA torch and kvikio installed (tools/gpu_install.py), then everything in SMOKE_OUT
+	$(PY) tools/gpu_install.py $(SMOKE_OUT)
+	$(VENV)/bin/gdsbench smoke --gpu -o $(SMOKE_OUT) -d $(SMOKE_DIR)

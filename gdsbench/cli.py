@@ -231,13 +231,12 @@ def _folder(name: str, short: str, default: str, text: str) -> Callable[[Any], A
 @_folder("--output", "-o", "results/gpu-smoke", "The folder every file of the run goes to (00-summary.txt first).")
 @_folder("--directory", "-d", "/var/tmp/gdsbench-smoke", "Where test files go: a real disk; ~12 GiB on a GPU host.")
 @click.option("--gpu/--no-gpu", default=True, show_default=True, help="Run the GPU steps where a CUDA device is.")
-@click.option("--install", is_flag=True, help="On a GPU host: pip-install PyPI's CUDA torch wheel and kvikio first.")
 @click.option("--quick", is_flag=True, help="Tiny sizes: checks the run end to end in well under a minute or two.")
-def smoke(output: Path, directory: Path, gpu: bool, install: bool, quick: bool) -> None:
+def smoke(output: Path, directory: Path, gpu: bool, quick: bool) -> None:
     """The first run on a GPU server in one command: facts, doctor, GPU tests, sweeps, to one folder."""
     from gdsbench import smoke as smoke_mod
 
-    sys.exit(smoke_mod.run(output, directory, gpu=gpu, install=install, quick=quick))
+    sys.exit(smoke_mod.run(output, directory, gpu=gpu, quick=quick))
 
 
 @cli.command()

@@ -14,7 +14,7 @@ from gdsbench.cli import cli
 from gdsbench.smoke import plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_fio, pytest.mark.needs_torch]
-STEPS = ["01", "02", "03", "04", "05", "06", "07", "08", "09"]
+STEPS = ["01", "03", "04", "05", "06", "07", "08", "09"]
 
 
 def rows(folder: Path) -> list[dict]:
@@ -32,7 +32,7 @@ def test_smoke_runs_end_to_end_and_fills_its_folder(tmp_path):
     assert [s["step"][:2] for s in summary] == STEPS
     status = {s["step"][:2]: s["status"] for s in summary}
     assert {status[n] for n in ("01", "04", "06", "08")} == {"done"}
-    assert status["02"] == "skipped: not asked (--install)"
+    assert "02" not in status  # installing is tools/gpu_install.py's, before the run
     cuda = status["03"] != "skipped: no CUDA device"
     if not cuda:  # this machine: the GPU steps say why they did not run
         assert status["05"] == status["07"] == "skipped: no CUDA device" and status["09"].startswith("skipped")
@@ -55,8 +55,26 @@ def test_smoke_runs_end_to_end_and_fills_its_folder(tmp_path):
 
 def test_make_gpu_smoke_is_the_documented_command():
     makefile = (plan.ROOT / "Makefile").read_text()
-    assert "gpu-smoke: install" in makefile and "gdsbench smoke --gpu --install" in makefile
+    assert "gpu-smoke: install" in makefile and "tools/gpu_install.py $(SMOKE_OUT)" in makefile
+    assert "gdsbench smoke --gpu -o $(SMOKE_OUT)" in makefile
     doc = (plan.ROOT / "docs" / "gds-server.md").read_text()
     for name in ("make gpu-smoke", "00-summary.txt", "01-machine.txt", "03-kvikio.txt", "04-doctor.txt", "05-pytest.txt",
                  "06-checkpoint", "07-gds-load.txt", "08-gds-smoke", "09-gdsio.txt"):  # fmt: skip
         assert name in doc, name
+
+
+def test_the_gpu_install_step_is_a_tool_that_installs_nothing_without_a_gpu(tmp_path):
+    """tools/gpu_install.py (make gpu-smoke runs it before the smoke run): on a host without a GPU it says so
+    in 02-install.log, leaves the venv alone and exits 0."""
+    import subprocess
+    import sys
+
+    from gdsbench.smoke import gpu_host
+
+    if gpu_host():
+        pytest.skip("a GPU host: the tool would install CUDA torch into this venv")
+    done = subprocess.run([sys.executable, "tools/gpu_install.py", str(tmp_path / "out")], cwd=plan.ROOT,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "02-install.log").read_text() == "no GPU on this host: nothing installed\n"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["02-install.log"]

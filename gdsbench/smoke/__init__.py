@@ -3,8 +3,8 @@
 Each step runs as its own process (argument lists, never a shell) with a time limit, writes its output to
 a numbered file, and never stops the steps after it; `00-summary.txt` (and `summary.json`) says what each
 step did: `done`, `failed (exit N)` or `skipped: <reason>`. GPU steps run only where torch sees a CUDA
-device and are otherwise `skipped: no CUDA device`. With `install`, a GPU host whose torch is a CPU build
-gets PyPI's CUDA wheel of the same torch version, and kvikio matching torch's CUDA major (kvikio-cu12/-cu13).
+device and are otherwise `skipped: no CUDA device`. Installing CUDA torch and kvikio is an ops step before it
+(tools/gpu_install.py, which `make gpu-smoke` runs first), not part of the run.
 docs/gds-server.md says what to look at in each file. Designed for under 25 minutes on one H100.
 """
 
@@ -30,10 +30,9 @@ class Smoke:
     out: Path
     directory: Path
     gpu: bool = True
-    install: bool = False
     quick: bool = False
     outcomes: list[dict[str, Any]] = field(default_factory=list)
-    cuda_reason: list[str | None] = field(default_factory=list)  # torch's answer, asked once (again after install)
+    cuda_reason: list[str | None] = field(default_factory=list)  # torch's answer, asked once
 
     def python(self, *args: str) -> list[str]:
         """This interpreter (the venv gdsbench runs in) with `args`."""
@@ -95,12 +94,12 @@ def gpu_host() -> bool:
     )
 
 
-def run(out: Path, directory: Path, gpu: bool = True, install: bool = False, quick: bool = False) -> int:
+def run(out: Path, directory: Path, gpu: bool = True, quick: bool = False) -> int:
     """Every smoke step in order (plan.STEPS), then the summary; the exit status of the whole run."""
     out.mkdir(parents=True, exist_ok=True)
     made = not directory.exists()
     directory.mkdir(parents=True, exist_ok=True)
-    smoke = Smoke(out, directory, gpu, install, quick)
+    smoke = Smoke(out, directory, gpu, quick)
     try:
         for step in plan.STEPS:
             step(smoke)

@@ -1,6 +1,6 @@
 """The smoke run's steps, in order (GPU-NOTES section 3), each a function of the Smoke run.
 
-01 machine facts, 02 install (CUDA torch + kvikio, GPU hosts), 03 kvikio probe, 04 doctor, 05 the
+01 machine facts, (02: tools/gpu_install.py, run before by `make gpu-smoke`), 03 kvikio probe, 04 doctor, 05 the
 needs_cuda tests, 06 kvikio vs fastpersist checkpoint sweep at 1 and 8 kvikio threads, 07 the gds load
 round trip with a flipped byte, 08 configs/gds-smoke.yaml, 09 gdsio and nvidia-fs directly.
 """
@@ -50,37 +50,6 @@ def machine(smoke: Smoke) -> None:
         return 0
 
     smoke.step("01 machine facts", None, body)
-
-
-def install(smoke: Smoke) -> None:
-    """02: on a GPU host, PyPI's CUDA wheel of this torch version, then kvikio for torch's CUDA major."""
-    skip = None if smoke.install else "not asked (--install)"
-    skip = skip or (None if smoke.gpu and gpu_present() else "no CUDA device")
-
-    def body() -> int:
-        log, version = "02-install.log", "import torch; print(torch.__version__.split('+')[0])"
-        smoke.run("install", smoke.python("-c", version), log, 120)
-        pin = (smoke.out / log).read_text().splitlines()[-1].strip()
-        if smoke.cuda(fresh=True) is not None:  # a CPU build: PyPI's Linux wheel of the same version is the CUDA one
-            smoke.run("install", smoke.python("-m", "pip", "uninstall", "-y", "torch"), log, 300, append=True)
-            smoke.run("install", smoke.python("-m", "pip", "install", f"torch=={pin}"), log, 900, append=True)
-        cuda = "import torch; print(torch.version.cuda.split('.')[0])"
-        smoke.run("install", smoke.python("-c", cuda), "02-torch-cuda.txt", 120)
-        major = (smoke.out / "02-torch-cuda.txt").read_text().splitlines()[-1].strip()
-        rc = smoke.run(
-            "install", smoke.python("-m", "pip", "install", f"kvikio-cu{major}", "nvidia-ml-py"), log, 900, append=True
-        )
-        smoke.run("install", smoke.python("-m", "pip", "list"), "02-pip-list.txt", 120)
-        return rc or (0 if smoke.cuda(fresh=True) is None else 1)
-
-    smoke.step("02 install CUDA torch+kvikio", skip, body)
-
-
-def gpu_present() -> bool:
-    """Whether there is a GPU to install for."""
-    from gdsbench.smoke import gpu_host
-
-    return gpu_host()
 
 
 def kvikio_probe(smoke: Smoke) -> None:
@@ -185,4 +154,4 @@ def _gpu_skip(smoke: Smoke) -> str | None:
     return smoke.cuda()
 
 
-STEPS = (machine, install, kvikio_probe, doctor, gpu_tests, checkpoints, gds_load, gds_smoke, gdsio_direct)
+STEPS = (machine, kvikio_probe, doctor, gpu_tests, checkpoints, gds_load, gds_smoke, gdsio_direct)
