@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 #: The results schema this version writes (in the sidecar's `schema_version`). 1: files written before it was
 #: recorded, read the same way (a column they lack is empty; a case parameter they lack matches its default).
-#: Measured columns added since (cpu_seconds, machine_cpu_seconds, the train pattern's stall_seconds ... goodput)
+#: Measured columns added since (cpu_seconds, machine_cpu_seconds, staging_bytes, the train pattern's stall_seconds ... goodput)
 #: leave it as it is: older files read them empty.
 SCHEMA_VERSION = 2
 
@@ -60,6 +60,7 @@ SCHEMA: tuple[tuple[str, str], ...] = (
     ("straggler", TEXT),
     ("bw_sum_bytes", NUMBER),
     ("peak_rss_bytes", NUMBER),
+    ("staging_bytes", NUMBER),
     ("cpu_seconds", NUMBER),
     ("machine_cpu_seconds", NUMBER),
     ("stall_seconds", NUMBER),

@@ -59,6 +59,8 @@ def test_save_then_load_measures_the_workload(engine, ctx):
         assert m.peak_rss_bytes > m.bytes  # the workload itself is in memory
         assert m.cpu_seconds > 0 and m.machine_cpu_seconds > 0
     assert saved.cache is None and loaded.cache == "cold"
+    if engine == "fastpersist":  # ckptio says what staging it held: within IOOptions.buffer_bytes (64 MiB)
+        assert 0 < saved.staging_bytes <= 64 << 20 and loaded.staging_bytes is None
     assert "verified" in loaded.note
     assert "cold: posix_fadvise(DONTNEED) on each of the checkpoint's files" in loaded.note
     on_disk = runner.files(runner.path(save_case, ctx))
@@ -106,6 +108,7 @@ def test_distributed_engines_save_and_load_on_two_ranks(engine, ctx):
     assert saved.bytes == loaded.bytes == workload_bytes()
     assert 0 < saved.blocking_seconds <= saved.seconds and loaded.blocking_seconds is None
     assert saved.bytes_on_disk >= saved.bytes and 0.9 < saved.compression_ratio <= 1.0
+    assert (saved.staging_bytes or 0) > 0 if engine == "dcp_fast" else saved.staging_bytes is None
     shares = re.search(r"written per rank: ([\d.]+)KiB, ([\d.]+)KiB", saved.note)
     assert shares and abs(float(shares[1]) - float(shares[2])) < 64  # each rank wrote its half
     assert "verified on every rank" in loaded.note and loaded.cache == "cold"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -91,7 +92,9 @@ def test_ckptio_installs_alone_and_round_trips_a_dcp_save(tmp_path):
     assert site != Path(sysconfig.get_paths()["purelib"])
     for dist in requirement_closure("torch"):
         link_distribution(dist, site)
-    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", str(LIBRARY)]
+    source = tmp_path / "ckptio-src"  # pip builds in the source folder: a copy keeps the checkout clean
+    shutil.copytree(LIBRARY, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    install = [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", str(source)]
     done = subprocess.run(install, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     listed = subprocess.run(

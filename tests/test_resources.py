@@ -77,10 +77,15 @@ def test_fio_cpu_is_each_jobs_share_of_its_own_runtime():
 
 def test_ranks_add_up_and_each_host_counts_its_machine_once():
     ranks = [
-        {"host": "a", "cpu_seconds": 1.0, "machine_cpu_seconds": 3.0, "peak_rss_bytes": 100},
-        {"host": "a", "cpu_seconds": 1.5, "machine_cpu_seconds": 3.2, "peak_rss_bytes": 200},
-        {"host": "b", "cpu_seconds": 2.0, "machine_cpu_seconds": 2.5, "peak_rss_bytes": 300},
+        {"host": "a", "cpu_seconds": 1.0, "machine_cpu_seconds": 3.0, "peak_rss_bytes": 100, "staging_bytes": 8},
+        {"host": "a", "cpu_seconds": 1.5, "machine_cpu_seconds": 3.2, "peak_rss_bytes": 200, "staging_bytes": 8},
+        {"host": "b", "cpu_seconds": 2.0, "machine_cpu_seconds": 2.5, "peak_rss_bytes": 300, "staging_bytes": 16},
     ]
-    assert ranks_cost(ranks) == {"cpu_seconds": 4.5, "peak_rss_bytes": 600, "machine_cpu_seconds": 5.7}
+    assert ranks_cost(ranks) == {
+        "cpu_seconds": 4.5,
+        "peak_rss_bytes": 600,
+        "staging_bytes": 32,
+        "machine_cpu_seconds": 5.7,
+    }
     ranks[2].pop("cpu_seconds")
     assert ranks_cost(ranks)["cpu_seconds"] is None

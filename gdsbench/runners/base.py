@@ -61,6 +61,7 @@ class Measurement:
     bw_min_bytes: float | None = None  # slowest job's bandwidth
     bw_max_bytes: float | None = None  # fastest job's bandwidth
     peak_rss_bytes: int | None = None  # all processes of the measurement together (every rank's)
+    staging_bytes: int | None = None  # the most staging memory the engine held at once (every rank's), where it says
     stall_seconds: float | None = None  # train: median wall time per checkpoint the loop could not step
     slowdown: float | None = None  # train: median step while a save drains / median step with none - 1
     checkpoint_cost_seconds: float | None = None  # train: the stall plus the slowed steps' extra time, per checkpoint

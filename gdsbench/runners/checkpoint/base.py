@@ -213,6 +213,7 @@ class InProcessRunner(CheckpointRunner):
     override `prepare`, `errors`); the measured, durable, verified run around them is the same for all."""
 
     last_path: str | None = None  # GPU engines: the path (gds_path.PATHS) the last save or load's bytes took
+    last_staging: int | None = None  # engines that say so: the most staging memory the last save held at once
 
     @abc.abstractmethod
     def save(self, staged: Any, path: Path, case: Case) -> str | None:
@@ -255,7 +256,7 @@ class InProcessRunner(CheckpointRunner):
 
     def _call(self, fn: Callable[[], Any]) -> tuple[Any, float, Usage]:
         """Run fn timed, with what it cost; an engine failure becomes a ToolError."""
-        self.last_path = None
+        self.last_path = self.last_staging = None
         try:
             with Usage() as usage:
                 started = time.perf_counter()
@@ -299,6 +300,7 @@ class InProcessRunner(CheckpointRunner):
             seconds=seconds,
             bw_bytes=workload.nbytes / seconds,
             **usage.columns(),
+            staging_bytes=self.last_staging,
             bytes_on_disk=disk_bytes(self.files(path)),
             path=self.last_path,
             note="; ".join(filter(None, [how, workload.description, f"RSS before {mib(usage.rss_before)}"])),

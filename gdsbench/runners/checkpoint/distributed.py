@@ -73,6 +73,7 @@ def ranks_cost(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "cpu_seconds": total("cpu_seconds", ranks),
         "peak_rss_bytes": total("peak_rss_bytes", ranks),
+        "staging_bytes": total("staging_bytes", ranks),
         "machine_cpu_seconds": total("machine_cpu_seconds", list(per_host.values())),
     }
 

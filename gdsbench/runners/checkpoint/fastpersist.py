@@ -140,6 +140,7 @@ class FastPersist(InProcessRunner):
         with warnings.catch_warnings():
             warnings.simplefilter("error", DirectIOFallbackWarning)
             saved = ckpt.save(staged)
+        self.last_staging = saved.staging_bytes
         if not case.get("recycle"):
             return "new file"
         if saved.recycled:

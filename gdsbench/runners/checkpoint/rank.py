@@ -201,7 +201,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     stats = getattr(storage, "stats", None)
     if stats is not None:
         figures.update(stored_bytes=stats.stored_bytes, raw_bytes=stats.raw_bytes, rank_bytes=stats.rank_bytes,
-                       cached_plans=stats.cached_plans)  # fmt: skip
+                       cached_plans=stats.cached_plans, staging_bytes=stats.staging_bytes)  # fmt: skip
     return figures
 
 

@@ -26,11 +26,13 @@ from .options import IOOptions
 
 @dataclass(frozen=True)
 class Saved:
-    """What one save did: where, how many bytes, and whether it overwrote a recycled generation."""
+    """What one save did: where, how many bytes, whether it overwrote a recycled generation, and the most
+    staging memory it held at once (its buffers, shared with the other saves of a Checkpointer)."""
 
     path: str
     nbytes: int
     recycled: bool
+    staging_bytes: int = 0
 
 
 def save_to(
@@ -49,7 +51,7 @@ def save_to(
             write_file(plan, writer)
         finally:
             writer.close()
-    return Saved(os.path.abspath(path), plan.size, target.recycled)
+    return Saved(os.path.abspath(path), plan.size, target.recycled, staging.peak_bytes)
 
 
 def write_file(plan: planning.Plan, writer: backends.Writer) -> None:

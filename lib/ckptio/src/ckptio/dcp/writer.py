@@ -51,11 +51,13 @@ DCP_VERSION = "1.0.0"
 
 @dataclass
 class WriteStats:
-    """What the last save did: bytes this rank wrote (stored, raw), the coordinator's view of every rank's
-    share, and how many of the gathered plans DCP's plan cache marked unchanged."""
+    """What the last save did: bytes this rank wrote (stored, raw), the most staging memory it held at once,
+    the coordinator's view of every rank's share, and how many of the gathered plans DCP's plan cache
+    marked unchanged."""
 
     stored_bytes: int = 0
     raw_bytes: int = 0
+    staging_bytes: int = 0
     rank_bytes: list[int] = field(default_factory=list)
     cached_plans: int = 0
     plans: int = 0
@@ -219,6 +221,7 @@ class Writer(StorageWriter, AsyncStager):
         staging = self._state("staging", StagingCache).within(self.options.buffer_bytes, slot)
         records = self._write_file(str(self.path / data_file(self.save_id, self.rank)), items, codec, staging)
         self.stats.stored_bytes = sum(r.stored_bytes for r in records)
+        self.stats.staging_bytes = staging.peak_bytes
         self.stats.raw_bytes = sum(r.nbytes for r in records)
         return [WriteResult(wi.index, r.stored_bytes, r) for wi, r in zip(plan.items, records)]
 
