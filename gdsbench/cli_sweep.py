@@ -10,6 +10,7 @@ import signal
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -181,9 +182,9 @@ def print_plan(config: Any) -> None:
     )
     for index, case in enumerate(config.cases, 1):
         click.echo(f"[{index}] {case_text(case.key)}")
-        ctx.hosts = sweep_mod.fleet(config, case)  # a multi-host case shows the client command and its job files
-        reason = sweep_mod.skip_reason(case, ctx)
+        case_ctx = replace(ctx, hosts=sweep_mod.fleet(config, case))  # a multi-host case: the client and its jobs
+        reason = sweep_mod.skip_reason(case, case_ctx)
         if reason:
             click.echo(f"    skipped: {reason}")
         else:
-            click.echo("    " + shlex.join(runners.get(case.engine).command(case, ctx)))
+            click.echo("    " + shlex.join(runners.get(case.engine).command(case, case_ctx)))

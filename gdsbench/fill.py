@@ -82,7 +82,7 @@ def timeout_for(files: FileSet, configured: float | None) -> float:
 
 def fill(files: FileSet, argv: list[str], ctx: RunContext, configured: float | None) -> Iterator[dict[str, Any]]:
     """Write one file set with its tool, yielding a progress row at the start, every few seconds and at the end."""
-    ctx.track_new(list(files.paths))
+    ctx.resources.track_new(list(files.paths))
     total, limit, started = len(files.paths) * files.each, timeout_for(files, configured), time.monotonic()
     yield _row(files, f"fill {files.label} in {ctx.directory}: {filesets.human(files.missing_bytes())} to write, "
                f"timeout {limit:.0f}s: {' '.join(argv)}")  # fmt: skip

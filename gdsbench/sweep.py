@@ -12,7 +12,7 @@ import os
 import shlex
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from gdsbench.cases import Case
 from gdsbench.config import SweepConfig
 from gdsbench.errors import GdsbenchError, TargetError
 from gdsbench.hosts import AGGREGATE, Host
-from gdsbench.runners.base import Measurement, RunContext
+from gdsbench.runners.base import Measurement, Resources, RunContext
 from gdsbench.runners.fio import FioRunner
 
 
@@ -71,7 +71,7 @@ def context(config: SweepConfig, csv_path: Path | None) -> RunContext:
         runtime=runtime,
         ramp_time=ramp,
         timeout=timeout,
-        keep_files=config.keep_files,
+        resources=Resources(keep_files=config.keep_files),
         options=config.options,
         raw_dir=results.raw_dir(csv_path) if csv_path else None,
         series_ms=series_window_ms(config),
@@ -186,7 +186,7 @@ def run(
                 yield {**row, "step_done": index == len(rows) - 1}
     finally:
         series.close()
-        ctx.cleanup()
+        ctx.resources.cleanup()
 
 
 def _warmup(rows: list[dict[str, Any]], multi: bool) -> list[dict[str, Any]]:
@@ -200,7 +200,7 @@ def _warmup(rows: list[dict[str, Any]], multi: bool) -> list[dict[str, Any]]:
 
 def _measure_step(step: Step, ctx: RunContext, run_id: str, series: _Series) -> list[dict[str, Any]]:
     """Run one step: its rows (one, or a row per host and `all`), row flags set, series stored."""
-    ctx.hosts, ctx.run_stem = step.hosts, step.stem
+    ctx = replace(ctx, hosts=step.hosts, run_stem=step.stem)  # this step's values; the sweep's are shared
     outcomes = _measure_hosts(step, ctx, run_id) if step.hosts else [_measure(step, ctx, run_id)]
     rows = []
     for row, measurement in outcomes:

@@ -65,7 +65,7 @@ def test_save_then_load_measures_the_workload(engine, ctx):
     assert "cold: posix_fadvise(DONTNEED) on each of the checkpoint's files" in loaded.note
     on_disk = runner.files(runner.path(save_case, ctx))
     assert on_disk and sum(p.stat().st_size for p in on_disk) == saved.bytes_on_disk
-    ctx.cleanup()
+    ctx.resources.cleanup()
     assert list(ctx.directory.iterdir()) == []  # everything it made is gone
     assert workloads._CACHE == {} and not getattr(runner, "_open", {}), "nothing kept for the next sweep"
 
@@ -93,7 +93,7 @@ def test_a_train_case_checkpoints_restores_and_reports_its_goodput(ctx):
     m = runner.run(train_case("fastpersist", "CPU_ONLY", threads=2), ctx)
     assert_a_train_row(m, 2)
     assert m.slowdown == 0 and m.cpu_seconds > 0.1  # synchronous saves never drain behind steps; 6 steps of compute
-    ctx.cleanup()
+    ctx.resources.cleanup()
     assert list(ctx.directory.iterdir()) == []
 
 
@@ -112,7 +112,7 @@ def test_distributed_engines_save_and_load_on_two_ranks(engine, ctx):
     shares = re.search(r"written per rank: ([\d.]+)KiB, ([\d.]+)KiB", saved.note)
     assert shares and abs(float(shares[1]) - float(shares[2])) < 64  # each rank wrote its half
     assert "verified on every rank" in loaded.note and loaded.cache == "cold"
-    ctx.cleanup()
+    ctx.resources.cleanup()
     assert list(ctx.directory.iterdir()) == [] and not list(Path("/dev/shm").glob(f"gdsbench-workload.{os.getpid()}.*"))
 
 
@@ -129,7 +129,7 @@ def test_distributed_train_steps_in_lockstep_and_restores_on_every_rank(engine, 
     else:
         assert m.slowdown == 0 and m.stall_seconds >= m.seconds * 0.9
     assert m.cpu_seconds > 0.2 and m.peak_rss_bytes > 0  # two ranks' loops
-    ctx.cleanup()
+    ctx.resources.cleanup()
     assert list(ctx.directory.iterdir()) == []
 
 
@@ -145,7 +145,7 @@ def test_torch_mmap_loads_what_torch_save_wrote_and_only_loads(ctx):
     loaded = runner.run(load_case, ctx)  # writes its file first (untimed), then loads and verifies it
     assert loaded.bytes == workload_bytes() and loaded.cache == "cold" and "verified" in loaded.note
     assert runner.patterns == {Pattern.LOAD}
-    ctx.cleanup()
+    ctx.resources.cleanup()
     assert list(ctx.directory.iterdir()) == []
 
 
@@ -179,7 +179,7 @@ def test_a_corrupted_checkpoint_fails_the_load(engine, ctx):
     flip_tensor_bytes(runner.files(runner.path(save_case, ctx)), tensors["model.layers.0.mlp.up_proj.weight"])
     with pytest.raises(GdsbenchError, match=rf"^{engine}: |differs from the saved one"):
         runner.run(load_case, ctx)
-    ctx.cleanup()
+    ctx.resources.cleanup()
 
 
 def test_a_load_without_its_save_writes_the_checkpoint_first_and_cleans_it_up(ctx):
@@ -189,7 +189,7 @@ def test_a_load_without_its_save_writes_the_checkpoint_first_and_cleans_it_up(ct
     load_case = cases("torch_save", "CPU_CACHED")[Pattern.LOAD]
     measured = runner.run(load_case, ctx)
     assert measured.bytes == workload_bytes() and runner.path(load_case, ctx).is_file()
-    ctx.cleanup()
+    ctx.resources.cleanup()
     assert list(ctx.directory.iterdir()) == [keep] and keep.read_bytes() == b"precious"
 
 
@@ -201,7 +201,7 @@ def test_warm_and_unprivileged_cold_loads_say_how_the_cache_was_set(ctx, monkeyp
     monkeypatch.setattr("gdsbench.runners.cache.is_root", lambda: False)
     cold = runner.run(cases("safetensors", "CPU_CACHED")[Pattern.LOAD], ctx)
     assert cold.cache == "cold" and cold.note.startswith("cold: posix_fadvise(DONTNEED)")
-    ctx.cleanup()
+    ctx.resources.cleanup()
 
 
 def test_command_names_the_api_threads_and_durability(ctx):
@@ -307,7 +307,7 @@ def test_fastpersist_load_into_fills_existing_tensors(ctx):
     runner.run(save_case, ctx)
     loaded = runner.run(load_case, ctx)  # verified against the workload inside run()
     assert loaded.bytes == workload_bytes() and "verified" in loaded.note
-    ctx.cleanup()
+    ctx.resources.cleanup()
 
 
 def test_fastpersist_staging_sets_the_checkpointers_buffer_bytes(ctx):
@@ -320,7 +320,7 @@ def test_fastpersist_staging_sets_the_checkpointers_buffer_bytes(ctx):
     assert staged == [32 << 20]
     assert runner.run(load_case, ctx).bytes == workload_bytes()
     assert cases("fastpersist", "CPU_ONLY")[Pattern.SAVE].get("staging") is None  # unset: the library's default
-    ctx.cleanup()
+    ctx.resources.cleanup()
 
 
 def test_fastpersist_recycle_overwrites_the_spare_and_cleans_it_up(ctx):
@@ -339,7 +339,7 @@ def test_fastpersist_recycle_overwrites_the_spare_and_cleans_it_up(ctx):
     plain = runner.run(cases("fastpersist", "CPU_ONLY")[Pattern.SAVE], ctx)
     assert plain.note.startswith("new file")
     assert len(list(ctx.directory.iterdir())) == 3  # its own file: the recycling Checkpointer keeps its spare
-    ctx.cleanup()
+    ctx.resources.cleanup()
     assert list(ctx.directory.iterdir()) == []
 
 
@@ -409,7 +409,7 @@ def test_load_note_and_command_name_the_memory_state(ctx):
     assert "memory=as-is" in runner.command(load_case, ctx)
     runner.run(save_case, ctx)
     assert "memory: as left by the previous case" in runner.run(load_case, ctx).note
-    ctx.cleanup()
+    ctx.resources.cleanup()
 
 
 def test_failed_save_leaves_no_partial_checkpoint(ctx, monkeypatch):
@@ -427,7 +427,7 @@ def test_failed_save_leaves_no_partial_checkpoint(ctx, monkeypatch):
         with pytest.raises(ToolError, match="No space left on device"):
             runner.run(case, ctx)
         assert not runner.path(save_case, ctx).exists()
-    ctx.cleanup()
+    ctx.resources.cleanup()
 
 
 @pytest.mark.parametrize(

@@ -147,7 +147,7 @@ def test_fio_fill_lays_out_the_widest_read_case_once(tmp_path):
         extents = subprocess.run(["filefrag", "-v", str(ctx.directory / files[0])], capture_output=True, text=True)
         assert "unwritten" not in extents.stdout and "eof" in extents.stdout
     assert list(fill.prepare(loaded, ctx, sweep.skip_reason)) == []  # ready: nothing written twice
-    ctx.cleanup()
+    ctx.resources.cleanup()
     assert not list(ctx.directory.iterdir())  # the fill's files are this sweep's: removed at the end
 
 

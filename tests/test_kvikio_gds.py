@@ -179,7 +179,7 @@ def test_kvikio_engine_saves_and_loads_on_the_gpu(tmp_path, threads):
     assert kd.get("num_threads") == threads and f"kvikio {threads} threads" in saved.note
     assert saved.path in ("gds", "compat", "posix", "unknown") and loaded.path == saved.path
     assert "verified" in loaded.note
-    ctx.cleanup()
+    ctx.resources.cleanup()
 
 
 @pytest.mark.needs_cuda

@@ -237,13 +237,13 @@ def test_cleanup_removes_our_directories_only_when_empty(tmp_path):
 
     ctx = RunContext(directory=tmp_path, file_size=1)
     ours, theirs = tmp_path / "ours", tmp_path / "shared"
-    ctx.track_new([ours, theirs])
+    ctx.resources.track_new([ours, theirs])
     ours.mkdir()
     theirs.mkdir()
     (ours / "a.bin").write_bytes(b"x")
-    ctx.created.append(ours / "a.bin")
+    ctx.resources.created.append(ours / "a.bin")
     (theirs / "someone-elses.txt").write_text("keep")
-    removed = ctx.cleanup()
+    removed = ctx.resources.cleanup()
     assert removed == [ours / "a.bin", ours] and not ours.exists()
     assert (theirs / "someone-elses.txt").read_text() == "keep"
 

@@ -87,26 +87,14 @@ class Measurement:
 
 
 @dataclass
-class RunContext:
-    """What a runner needs beyond the case: the target, sizes and time limits, and a place for raw output."""
+class Resources:
+    """The one registry of what a sweep must undo when it ends: the files and folders it created (removed
+    newest first, a folder only once empty, never anything it did not create) and what runners keep across
+    cases (closed first: Checkpointers, GPU copies, locked buffers)."""
 
-    directory: Path
-    file_size: int
-    runtime: float | None = None
-    ramp_time: float | None = None
-    timeout: float = 3600.0
-    keep_files: bool = False
-    raw_dir: Path | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)  # top-level runner options from the config
-    hosts: tuple[Host, ...] = ()  # fio servers of a multi-host sweep (fio cases only); () = this machine
-    series_ms: int | None = None  # fio's bandwidth/latency logs averaged over this many ms; None = no logs
-    status_interval: float | None = None  # fio's periodic status (live figures) every this many seconds
-    run_stem: str = "run"  # the current run's name for its raw files (<raw_dir>/<stem>.txt, jobs/, series/)
-    on_status: Callable[[LiveStatus], None] | None = None  # the live display, while a run goes
-    host_facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # what fio's servers told of themselves
-    created: list[Path] = field(default_factory=list)  # files this sweep created, removed at the end
-    closers: list[Callable[[], None]] = field(default_factory=list)  # runners' resources kept across cases
-    fill_failures: dict[str, str] = field(default_factory=dict)  # engine -> why the sweep's fill step failed
+    keep_files: bool = False  # leave the created files where they are
+    created: list[Path] = field(default_factory=list)
+    closers: list[Callable[[], None]] = field(default_factory=list)
 
     def track_new(self, paths: list[Path]) -> None:
         """Remember which of `paths` do not exist yet, so cleanup removes only files we created."""
@@ -114,10 +102,15 @@ class RunContext:
             if not path.exists() and path not in self.created:
                 self.created.append(path)
 
+    def close_at_end(self, closer: Callable[[], None]) -> None:
+        """Call `closer` when the sweep ends (once, however often it is registered)."""
+        if closer not in self.closers:
+            self.closers.append(closer)
+
     def cleanup(self) -> list[Path]:
         """Remove what this sweep created (never anything else), newest first; return what was removed.
 
-        Directories are removed only once empty (rmdir, never recursively), so a file someone else
+        Folders are removed only once empty (rmdir, never recursively), so a file someone else
         put inside one of ours survives.
         """
         while self.closers:
@@ -136,6 +129,28 @@ class RunContext:
                     raise
         self.created.clear()
         return removed
+
+
+@dataclass
+class RunContext:
+    """What a runner needs beyond the case: the target, sizes and time limits, a place for raw output, and
+    the sweep's registry of what to undo at its end."""
+
+    directory: Path
+    file_size: int
+    runtime: float | None = None
+    ramp_time: float | None = None
+    timeout: float = 3600.0
+    raw_dir: Path | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)  # top-level runner options from the config
+    hosts: tuple[Host, ...] = ()  # fio servers of a multi-host sweep (fio cases only); () = this machine
+    series_ms: int | None = None  # fio's bandwidth/latency logs averaged over this many ms; None = no logs
+    status_interval: float | None = None  # fio's periodic status (live figures) every this many seconds
+    run_stem: str = "run"  # the current run's name for its raw files (<raw_dir>/<stem>.txt, jobs/, series/)
+    on_status: Callable[[LiveStatus], None] | None = None  # the live display, while a run goes
+    host_facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # what fio's servers told of themselves
+    resources: Resources = field(default_factory=Resources)  # what the sweep must undo at its end
+    fill_failures: dict[str, str] = field(default_factory=dict)  # engine -> why the sweep's fill step failed
 
 
 def axes_of(core: Iterable[str], options: Iterable[Key]) -> frozenset[str]:

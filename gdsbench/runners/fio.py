@@ -98,7 +98,7 @@ class FioRunner:
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Run fio once and measure the case (live status to ctx.on_status, logs read into the series)."""
-        ctx.track_new(job_files(case, ctx))
+        ctx.resources.track_new(job_files(case, ctx))
         prefix = fio_series.standalone_prefix(ctx)
         if prefix:
             prefix.parent.mkdir(parents=True, exist_ok=True)

@@ -165,7 +165,7 @@ def _run_on(
 ) -> ClientRun:
     """Run one case on these hosts: local hosts' files tracked for cleanup, each host's time series read back."""
     jobs = host_jobs(hosts, options)
-    ctx.track_new([path for job in jobs if job.host.is_local for path in job.files()])
+    ctx.resources.track_new([path for job in jobs if job.host.is_local for path in job.files()])
     series = fio_series.client_folder(ctx)
     if series is not None:
         for job in jobs:

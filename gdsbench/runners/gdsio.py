@@ -112,7 +112,7 @@ class GdsioRunner:
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Settle the page cache, run gdsio once (its files already written for reads) and measure the case."""
         files = data_files(case, ctx)
-        ctx.track_new(files)
+        ctx.resources.track_new(files)
         notes = [] if case.pattern.is_write else [ensure_files(case, ctx, files)]
         notes.append(settle_cache(case, files))
         with Usage() as usage:

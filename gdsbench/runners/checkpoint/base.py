@@ -133,11 +133,6 @@ class CheckpointRunner(abc.ABC):
         calls it once, when it ends, so nothing leaks into the next sweep of the same process."""
         workloads.release()
 
-    def keep_until_sweep_end(self, ctx: RunContext) -> None:
-        """Have this sweep call `release` when it ends (once, however many cases ran)."""
-        if self.release not in ctx.closers:
-            ctx.closers.append(self.release)
-
     def call(self, case: Case) -> str:
         """The API call a case makes, as --dry-run and the results show it."""
         if case.pattern is Pattern.TRAIN:  # the engine's own save and load calls, however it names them
@@ -194,8 +189,8 @@ class CheckpointRunner(abc.ABC):
 
     def remove_previous(self, path: Path, ctx: RunContext) -> None:
         """Delete this sweep's previous checkpoint at `path` (files it created there only, never others)."""
-        if path in ctx.created:
-            for created in [p for p in ctx.created if p == path or path in p.parents]:
+        if path in ctx.resources.created:
+            for created in [p for p in ctx.resources.created if p == path or path in p.parents]:
                 if created.is_file():
                     created.unlink()
 
@@ -203,9 +198,9 @@ class CheckpointRunner(abc.ABC):
         """Before a save: the checkpoint is this sweep's when it does not exist yet; after it, so is every
         file written into a directory this sweep made."""
         if not written:
-            ctx.track_new([path])
-        elif self.marker is not None and path in ctx.created:
-            ctx.created.extend(p for p in self.files(path) if p not in ctx.created)
+            ctx.resources.track_new([path])
+        elif self.marker is not None and path in ctx.resources.created:
+            ctx.resources.created.extend(p for p in self.files(path) if p not in ctx.resources.created)
 
 
 class InProcessRunner(CheckpointRunner):
@@ -244,7 +239,7 @@ class InProcessRunner(CheckpointRunner):
             raise UsageError(f"workload {case.get('workload')!r}: {exc}") from None
         for module in self.modules:
             importlib.import_module(module)
-        self.keep_until_sweep_end(ctx)
+        ctx.resources.close_at_end(self.release)
         path = self.path(case, ctx)
         if case.pattern is Pattern.SAVE:
             return self._measure_save(case, ctx, workload, path)

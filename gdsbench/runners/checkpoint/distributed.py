@@ -148,7 +148,7 @@ class DistributedRunner(CheckpointRunner):
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Save or load the case's workload once, on `world_size` ranks, and measure it."""
-        self.keep_until_sweep_end(ctx)
+        ctx.resources.close_at_end(self.release)
         shared, workload = self._workload_file(workload_spec(case, ctx), ctx)
         path = self.path(case, ctx)
         if case.pattern is Pattern.TRAIN:
@@ -203,7 +203,7 @@ class DistributedRunner(CheckpointRunner):
             import torch
 
             workload = workloads.get(spec)
-            ctx.track_new([path])
+            ctx.resources.track_new([path])
             torch.save(dict(workload.tensors), path)
             self._written[path] = WorkloadFacts(workload.nbytes, workload.description)
             workloads.release()

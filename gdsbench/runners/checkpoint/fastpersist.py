@@ -115,7 +115,7 @@ class FastPersist(InProcessRunner):
             staging = {"buffer_bytes": key[5]} if key[5] else {}
             options = IOOptions(threads=key[1], backend=key[2], flush=key[4], **staging)
             self._open[key] = Checkpointer(path, options=options, recycle=key[3])
-            ctx.closers.append(lambda: self._open.pop(key).close())
+            ctx.resources.close_at_end(lambda: self._open.pop(key).close())
         return self._open[key]
 
     def prepare(self, case: Case, workload: workloads.Workload, path: Path, ctx: RunContext) -> Any:
@@ -127,7 +127,7 @@ class FastPersist(InProcessRunner):
         if not case.get("recycle"):
             return super().prepare(case, workload, path, ctx)
         if ckpt.last is None:
-            ctx.track_new([path])
+            ctx.resources.track_new([path])
             for _ in range(WARMUP_SAVES):
                 ckpt.save(workload.tensors)
         return workload.tensors
