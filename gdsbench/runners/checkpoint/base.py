@@ -2,8 +2,9 @@
 
 An engine module subclasses InProcessRunner, declares its name, the API it calls, its transfers and
 packages, and implements `save` and `load` (an engine whose saves run elsewhere, in torchrun's ranks,
-subclasses CheckpointRunner and implements `run`); `prepare` (unmeasured set-up) and `available` (a reason
-it cannot run here) are optional. Everything else is the same for every engine:
+subclasses CheckpointRunner and implements `run`); `prepare` (unmeasured set-up), `cannot_run` (a reason it
+cannot run here) and `release` (free what it keeps between cases) are optional. Everything else is the same
+for every engine:
 - The workload (gdsbench.workloads) is built once per (workload, checkpoint_size, dtype, seed) and
   held in memory, so every engine of a sweep saves the same tensors.
 - save: unmeasured, `prepare` (by default: remove this sweep's previous checkpoint of the case, so
@@ -124,7 +125,7 @@ class CheckpointRunner(abc.ABC):
         """Case parameters: pattern, transfer, threads when the engine has I/O threads, and its options."""
         return axes_of(("pattern", "transfer", *(("threads",) if self.threaded else ())), self.options)
 
-    def available(self, case: Case, ctx: RunContext) -> str | None:
+    def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
         """Why the engine cannot run this case here (beyond missing packages), or None."""
         return None
 
@@ -147,7 +148,7 @@ class CheckpointRunner(abc.ABC):
         for package in self.packages:
             if importlib.util.find_spec(package) is None:
                 return f"{package} not installed"
-        return self.available(case, ctx)
+        return self.cannot_run(case, ctx)
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
         """The API call and the conditions of a case, readable in --dry-run and in the results."""

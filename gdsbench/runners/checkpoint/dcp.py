@@ -27,7 +27,7 @@ class Dcp(DistributedRunner):
         Pattern.LOAD: "torch.distributed.checkpoint.load(FileSystemReader)",
     }
 
-    def available(self, case: Case, ctx: RunContext) -> str | None:
+    def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
         """DCP compresses whole item streams (zstd); the float codecs need the bytes' dtype: dcp_fast's."""
         if case.get("compression") not in ("none", "zstd"):
             return f"dcp compresses with its zstd stream extension only; {case.get('compression')} is dcp_fast's"

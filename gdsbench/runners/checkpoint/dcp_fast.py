@@ -31,7 +31,7 @@ class DcpFast(DistributedRunner):
             "loads: an item several ranks need is read by one rank and broadcast to the others"),
     )  # fmt: skip
 
-    def available(self, case: Case, ctx: RunContext) -> str | None:
+    def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
         """The codec's library must be installed; O_DIRECT must work in the directory (the rows say O_DIRECT:
         a page-cache fallback would measure memory, and the ranks refuse it too)."""
         from ckptio import codec

@@ -58,7 +58,7 @@ class DeepSpeed(InProcessRunner):
         self._aio.clear()
         super().release()
 
-    def available(self, case: Case, ctx: RunContext) -> str | None:
+    def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
         """DeepSpeed's async_io op must be buildable (libaio) and O_DIRECT must work in the directory."""
         try:
             from deepspeed.ops.op_builder import AsyncIOBuilder

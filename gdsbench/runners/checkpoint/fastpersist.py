@@ -71,7 +71,7 @@ class FastPersist(InProcessRunner):
     def __init__(self) -> None:
         self._open: dict[tuple[Path, int, str, bool, str, int | None], Any] = {}  # _key(case, path) -> Checkpointer
 
-    def available(self, case: Case, ctx: RunContext) -> str | None:
+    def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
         """The library must import; mmap loads read through the page cache; CPU_ONLY needs O_DIRECT."""
         try:
             import ckptio  # noqa: F401

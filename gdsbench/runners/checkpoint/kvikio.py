@@ -67,7 +67,7 @@ class Kvikio(InProcessRunner):
         self._staged = None
         super().release()
 
-    def available(self, case: Case, ctx: RunContext) -> str | None:
+    def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
         """CUDA first, then an importable kvikio."""
         return kvikio_reason()
 
