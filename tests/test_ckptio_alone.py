@@ -10,6 +10,7 @@ rest of ckptio's dependencies (xxhash, crc32c) itself.
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 import shutil
 import subprocess
@@ -107,12 +108,14 @@ def test_ckptio_installs_alone_and_round_trips_a_dcp_save(tmp_path):
     assert not any(f"{name}==" in listed for name in ("gdsbench", "pandas", "click", "rich", "matplotlib"))
     data = tmp_path / "data"
     data.mkdir()
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}  # nothing of this tree
     ran = subprocess.run(
         [str(python), "-c", PROGRAM, str(data), ",".join(BENCHMARK_ONLY)],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=tmp_path,
+        env=clean,
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert ran.stdout.startswith("ok ") and str(site) in ran.stdout, "the installed copy ran, not the source tree"
