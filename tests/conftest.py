@@ -14,6 +14,9 @@ from gdsbench import sysinfo
 from gdsbench.sysinfo import gpu
 
 DATA = Path(__file__).parent / "data"
+# The many child processes of the suite (the CLI, torchrun's ranks, tools) reuse compiled modules: an environment
+# with PYTHONDONTWRITEBYTECODE set (this machine's) made every child compile gdsbench and ckptio again.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 #: The fio-server fixtures (servers, short_dir) for every test module.
 pytest_plugins = ["tests.fio_servers"]
 

@@ -52,13 +52,13 @@ def test_dcp_ab_compares_two_checkouts_and_cleans_up(disk_tmp: Path) -> None:
     assert list(disk_tmp.iterdir()) == []
 
 
-@pytest.mark.parametrize("engine", ["fastpersist", "dcp_fast", "torch_save", "dcp"])
+@pytest.mark.parametrize("engine", ["fastpersist", "dcp"])  # a single file of ours, a DCP folder of torch's
 def test_cpu_profile_runs_each_engine_each_way_and_cleans_up(disk_tmp: Path, engine: str) -> None:
     for pattern in ("save", "load"):
         out = run("benchmarks/cpu_profile.py", "run", pattern, "--engine", engine, "--dir", str(disk_tmp),
-                  "--size", "16M", "--reps", "2")  # fmt: skip
+                  "--size", "16M", "--reps", "1")  # fmt: skip
         reps = re.findall(rf"^{engine} {pattern} rep (\d): ([\d.]+) s, ([\d.]+) CPU-s$", out, re.M)
-        assert [r[0] for r in reps] == ["1", "2"] and all(float(r[1]) > 0 for r in reps)
+        assert [r[0] for r in reps] == ["1"] and all(float(r[1]) > 0 for r in reps)
     assert list(disk_tmp.iterdir()) == []
 
 

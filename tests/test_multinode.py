@@ -38,7 +38,7 @@ def two_nodes(port: int, job: list[str]) -> list[subprocess.CompletedProcess[str
         ]
 
 
-@pytest.mark.parametrize("engine", ["dcp_fast", "dcp"])
+@pytest.mark.parametrize("engine", ["dcp_fast"])  # dcp's two-node run would test torch's own code (issue 18)
 def test_two_nodes_save_and_load_over_loopback_rendezvous(tmp_path: Path, engine: str) -> None:
     """Each node generates the preset for its ranks, both save their shards into one checkpoint, then both
     load it back verified; rank 0 reports every rank, and the generated workloads are gone afterwards."""

@@ -354,6 +354,31 @@ def test_a_commit_never_removes_a_live_writers_file(tmp_path: Path) -> None:
     assert not os.path.exists(live) and same(dcp_load(path), state(3))
 
 
+def test_a_data_file_never_exists_unheld_while_a_commit_sweeps(tmp_path: Path) -> None:
+    """The race a concurrent-savers run found (a FileNotFoundError): a commit's sweep took the exclusive flock of a
+    data file in the moment between its creation and its writer's shared flock, and removed it. A writer now
+    creates its file under the directory's lock held shared, so while a commit holds it exclusively the file
+    does not exist yet, and once it exists it is held."""
+    import threading
+
+    from ckptio.dcp.lock import acquire, create_held, release, remove_if_unheld
+
+    path = tmp_path / "ckpt"
+    path.mkdir()
+    new = path / data_file("e" * 32, 0)
+    committing = acquire(path)  # a commit of another save, sweeping
+    made: list[int] = []
+    writer = threading.Thread(target=lambda: made.append(create_held(str(new))))
+    writer.start()
+    writer.join(0.3)
+    assert writer.is_alive() and not new.exists(), "the writer waits for the commit before creating its file"
+    release(committing)
+    writer.join(10)
+    assert made and new.exists() and not remove_if_unheld(str(new)), "created and held: no sweep removes it"
+    os.close(made[0])
+    assert remove_if_unheld(str(new)) and not new.exists()
+
+
 # -- 7. a full file system ---------------------------------------------------------------------------
 
 

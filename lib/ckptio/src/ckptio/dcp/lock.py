@@ -32,15 +32,16 @@ POLL_SECONDS = 0.05
 UNSUPPORTED = (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL)
 
 
-def acquire(directory: Path, wait: float = WAIT_SECONDS) -> IO[bytes] | None:
+def acquire(directory: Path, wait: float = WAIT_SECONDS, shared: bool = False) -> IO[bytes] | None:
     """The directory's save lock, held by the returned open file (closing it releases the lock); None where
-    the file system has no flock. CheckpointBusy after `wait` seconds if another save keeps it."""
+    the file system has no flock. CheckpointBusy after `wait` seconds if another save keeps it. A commit holds
+    it exclusively; `shared` is a writer creating its data file (no commit's sweep may run meanwhile)."""
     fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     f = os.fdopen(fd, "r+b", buffering=0)
     deadline = time.monotonic() + wait
     while True:
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             break
         except OSError as e:
             if e.errno in UNSUPPORTED:
@@ -52,20 +53,27 @@ def acquire(directory: Path, wait: float = WAIT_SECONDS) -> IO[bytes] | None:
                 f.close()
                 raise CheckpointBusy(directory, holder, wait) from None
         time.sleep(POLL_SECONDS)
-    f.truncate(0)
-    f.write(f"host={socket.gethostname()} pid={os.getpid()}\n".encode())
+    if not shared:
+        f.truncate(0)
+        f.write(f"host={socket.gethostname()} pid={os.getpid()}\n".encode())
     return f
 
 
 def create_held(path: str) -> int:
-    """Create `path` exclusively and hold a shared flock on it (a live writer's mark); the descriptor."""
-    fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    """Create `path` exclusively and hold a shared flock on it (a live writer's mark); the descriptor. The
+    directory's lock is held shared meanwhile: a commit sweeping unheld files (under that lock, exclusive) never
+    sees the new file in the moment between its creation and its flock, and never removes it."""
+    creating = acquire(Path(path).parent, shared=True)
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError as e:
-        if e.errno not in UNSUPPORTED:
-            os.close(fd)
-            raise
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in UNSUPPORTED:
+                os.close(fd)
+                raise
+    finally:
+        release(creating)
     return fd
 
 
