@@ -36,9 +36,10 @@ lint: install  ## ruff (lint + format check) and mypy, as CI runs them
 	$(VENV)/bin/ruff format --check $(LINTED)
 	$(VENV)/bin/mypy
 
-# Tests run on every core (pytest-xdist; work stealing keeps the slow multi-process tests from queueing behind
-# each other); `pytest tests/x.py` alone still runs in one process.
-PYTEST_PARALLEL ?= -n auto --dist worksteal
+# Tests run in parallel (pytest-xdist; work stealing keeps the slow multi-process tests from queueing behind
+# each other): one worker more than the cores, since many tests wait on the processes they start (torchrun ranks,
+# fio servers, the CLI); `pytest tests/x.py` alone still runs in one process.
+PYTEST_PARALLEL ?= -n $(shell echo $$(( $$(nproc) + 1 ))) --dist worksteal
 
 test: lint  ## lint, then the whole test suite
 	$(VENV)/bin/pytest $(PYTEST_PARALLEL)
