@@ -41,8 +41,15 @@ lint: install  ## ruff (lint + format check) and mypy, as CI runs them
 # fio servers, the CLI); `pytest tests/x.py` alone still runs in one process.
 PYTEST_PARALLEL ?= -n $(shell echo $$(( $$(nproc) + 1 ))) --dist worksteal
 
-test: lint  ## lint, then the whole test suite
-	$(VENV)/bin/pytest $(PYTEST_PARALLEL)
+# The lint runs beside the tests (its output held and printed after theirs); either failing fails the target.
+LINT_LOG := $(VENV)/lint.log
+
+test: install  ## ruff, mypy and the whole test suite, side by side
+	@$(MAKE) --no-print-directory lint > $(LINT_LOG) 2>&1 & lint=$$!; \
+	  $(VENV)/bin/pytest $(PYTEST_PARALLEL); tests=$$?; \
+	  wait $$lint; linted=$$?; cat $(LINT_LOG); \
+	  [ $$linted -eq 0 ] || echo "make test: lint failed (above)"; \
+	  [ $$tests -eq 0 ] && [ $$linted -eq 0 ]
 
 test-fast: install  ## the edit loop: every test not marked slow, no lint
 	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -q -m "not slow"
