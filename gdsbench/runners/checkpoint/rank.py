@@ -94,20 +94,28 @@ def _zstd() -> Any:
     return ZStandard()
 
 
+def start_save(job: dict[str, Any], state: dict[str, Any], storage: Any, planner: Any, group: Any = None) -> Any:
+    """Save as the case says: dcp.save (None once durable), or dcp.async_save with the case's executor and,
+    where given, its own process group (the future of the background save: a plain Future, both writers
+    stage synchronously)."""
+    if not job["async"]:
+        dcp.save(state, storage_writer=storage, planner=planner)
+        return None
+    from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+    kind = AsyncCheckpointerType.PROCESS if job["executor"] == "process" else AsyncCheckpointerType.THREAD
+    return dcp.async_save(state, storage_writer=storage, planner=planner, process_group=group,
+                          async_checkpointer_type=kind)  # fmt: skip
+
+
 def save_once(job: dict[str, Any], state: dict[str, Any], storage: Any, planner: Any) -> tuple[float, float]:
     """One save between barriers: (seconds the caller was blocked, seconds until it was durable)."""
     dist.barrier()
     started = time.perf_counter()
-    if job["async"]:
-        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
-
-        kind = AsyncCheckpointerType.PROCESS if job["executor"] == "process" else AsyncCheckpointerType.THREAD
-        future = dcp.async_save(state, storage_writer=storage, planner=planner, async_checkpointer_type=kind)
-        blocked = time.perf_counter() - started
-        future.result()  # type: ignore[union-attr]  # a plain Future: both writers stage synchronously
-    else:
-        dcp.save(state, storage_writer=storage, planner=planner)
-        blocked = time.perf_counter() - started
+    future = start_save(job, state, storage, planner)
+    blocked = time.perf_counter() - started
+    if future is not None:
+        future.result()
     dist.barrier()
     return blocked, time.perf_counter() - started
 
@@ -142,19 +150,11 @@ def train_loop(job: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     storage, planner = writer(job), DefaultSavePlanner(enable_plan_caching=True)
     group = dist.new_group(backend="gloo") if job["async"] else None
 
-    def checkpoint() -> Any:
-        if not job["async"]:
-            dcp.save(state, storage_writer=storage, planner=planner)
-            return None
-        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
-
-        kind = AsyncCheckpointerType.PROCESS if job["executor"] == "process" else AsyncCheckpointerType.THREAD
-        return dcp.async_save(state, storage_writer=storage, planner=planner, process_group=group,
-                              async_checkpointer_type=kind)  # fmt: skip
-
     dist.barrier()
     with Usage() as usage:
-        times = train.run_loop(step, job["steps"], job["interval"], checkpoint)
+        times = train.run_loop(
+            step, job["steps"], job["interval"], lambda: start_save(job, state, storage, planner, group)
+        )
     dist.barrier()
     if dist.get_rank() == 0:
         set_cache([p for p in Path(job["path"]).iterdir() if p.is_file()], job["cache"])
