@@ -97,11 +97,12 @@ class Pending:
         """Whether the checkpoint is durable."""
         return self.finished is not None
 
-    def wait(self) -> None:
-        """Block until it is durable (raising its failure)."""
+    def wait(self) -> float:
+        """Block until it is durable (raising its failure); the seconds it took from its start."""
         if self._future is not None:
             self._future.result()
-            self.finished = self.finished or time.perf_counter()
+        self.finished = self.finished or time.perf_counter()
+        return self.finished - self.started
 
 
 def run_loop(step: Callable[[], None], steps: int, interval: int, checkpoint: Callable[[], Any]) -> LoopTimes:
@@ -117,13 +118,11 @@ def run_loop(step: Callable[[], None], steps: int, interval: int, checkpoint: Ca
         if index % interval == 0:
             started = time.perf_counter()
             if pending is not None:
-                pending.wait()
-                times.durable.append(pending.finished - pending.started)  # type: ignore[operator]
+                times.durable.append(pending.wait())
             pending = Pending(started, checkpoint())
             times.stalls.append(time.perf_counter() - started)
     if pending is not None:
-        pending.wait()
-        times.durable.append(pending.finished - pending.started)  # type: ignore[operator]
+        times.durable.append(pending.wait())
     return times
 
 
