@@ -119,7 +119,7 @@ def run_loop(step: Callable[[], None], steps: int, interval: int, checkpoint: Ca
             started = time.perf_counter()
             if pending is not None:
                 times.durable.append(pending.wait())
-            pending = Pending(started, checkpoint())
+            pending = Pending(time.perf_counter(), checkpoint())  # its own time from here; the stall has the wait
             times.stalls.append(time.perf_counter() - started)
     if pending is not None:
         times.durable.append(pending.wait())
