@@ -168,7 +168,7 @@ def train_loop(job: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     if wrong:
         raise RuntimeError(f"rank {dist.get_rank()}: restored tensor {wrong!r} differs from the saved one")
     loop = {"steps": times.steps, "draining": times.draining, "stalls": times.stalls, "durable": times.durable}
-    return {**loop, "restore_seconds": restore, "step_reps": compute.reps, **cost(usage)}
+    return {**loop, "restore_seconds": restore, "step_reps": compute.reps, **usage.columns()}
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
@@ -190,29 +190,19 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         wrong = same(dest, state)
         if wrong:
             raise RuntimeError(f"rank {dist.get_rank()}: loaded tensor {wrong!r} differs from the saved one")
-        return {"seconds": seconds, "read_bytes": getattr(storage, "read_bytes", None), **cost(usage)}
+        return {"seconds": seconds, "read_bytes": getattr(storage, "read_bytes", None), **usage.columns()}
     figures = {"host_copy_seconds": host_copy_seconds(state)} if job["async"] else {}
     storage, planner = writer(job), DefaultSavePlanner(enable_plan_caching=True)
     for _ in range(job["warmup"]):
         save_once(job, state, storage, planner)
     with Usage() as usage:
         blocked, seconds = save_once(job, state, storage, planner)
-    figures.update(seconds=seconds, blocking_seconds=blocked, **cost(usage))
+    figures.update(seconds=seconds, blocking_seconds=blocked, **usage.columns())
     stats = getattr(storage, "stats", None)
     if stats is not None:
         figures.update(stored_bytes=stats.stored_bytes, raw_bytes=stats.raw_bytes, rank_bytes=stats.rank_bytes,
                        cached_plans=stats.cached_plans, staging_bytes=stats.staging_bytes)  # fmt: skip
     return figures
-
-
-def cost(usage: Usage) -> dict[str, Any]:
-    """What this rank's measured window cost, for the launcher to add up (the machine figure once per host)."""
-    return {
-        "cpu_seconds": usage.cpu_seconds,
-        "machine_cpu_seconds": usage.machine_cpu_seconds,
-        "peak_rss_bytes": usage.peak_rss,
-        "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
-    }
 
 
 def failure(exc: BaseException) -> str:
