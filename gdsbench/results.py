@@ -55,6 +55,8 @@ SCHEMA: tuple[tuple[str, str], ...] = (
     ("lat_p999_us", NUMBER),
     ("bw_min_bytes", NUMBER),
     ("bw_max_bytes", NUMBER),
+    ("max_rank_seconds", NUMBER),
+    ("min_rank_bw_bytes", NUMBER),
     ("seconds_min", NUMBER),
     ("spread_seconds", NUMBER),
     ("straggler", TEXT),

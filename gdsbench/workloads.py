@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gdsbench import mlperf
+
 #: Widths tried, largest first, until one layer plus the embeddings fit the requested size.
 SCALES = tuple(1 / 2**k for k in range(12))
 MIN_DIM = 64  # scaled widths are multiples of this (and at least this)
@@ -155,7 +157,7 @@ class WorkloadSpec:
     @property
     def is_file(self) -> bool:
         """True when the source is a state-dict file rather than a preset."""
-        return self.source not in PRESETS
+        return self.source not in PRESETS and not mlperf.is_geometry(self.source)
 
 
 @dataclass(frozen=True)
@@ -179,10 +181,11 @@ class Workload:
 
 
 def parse_source(value: Any) -> str:
-    """A `workload` value: a preset name, or a path to an existing .pt/.pth/.bin/.safetensors file."""
+    """A `workload` value: a preset name, an MLPerf geometry's name, or a path to an existing
+    .pt/.pth/.bin/.safetensors file."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError("not a workload")
-    if value in PRESETS:
+    if value in PRESETS or mlperf.is_geometry(value):
         return value
     path = Path(value).expanduser()
     if path.suffix not in FILE_SUFFIXES or not path.is_file():
@@ -192,7 +195,8 @@ def parse_source(value: Any) -> str:
 
 def source_expected() -> str:
     """The `workload` key's expectation, for error messages."""
-    return f"a preset ({', '.join(PRESETS)}) or a path to an existing {'/'.join(FILE_SUFFIXES)} state dict"
+    return (f"a preset ({', '.join(PRESETS)}), an MLPerf geometry ({', '.join(mlperf.names())}) or a path to an "
+            f"existing {'/'.join(FILE_SUFFIXES)} state dict")  # fmt: skip
 
 
 def _dim(expr: str | int, dims: Mapping[str, int]) -> int:
@@ -329,6 +333,8 @@ def get(spec: WorkloadSpec) -> Workload:
     """The workload for `spec`, generated once and kept; only one is held, so memory stays bounded."""
     if spec in _CACHE:
         return _CACHE[spec]
+    if mlperf.is_geometry(spec.source):
+        raise ValueError("an MLPerf geometry is every rank's own tensors, drawn by the ranks themselves")
     _CACHE.clear()
     gc.collect()  # let the previous workload's memory go before the next one is allocated
     workload = read_file(spec) if spec.is_file else generate(spec)

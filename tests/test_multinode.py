@@ -53,3 +53,23 @@ def test_two_nodes_save_and_load_over_loopback_rendezvous(tmp_path: Path, engine
         assert all(r["seconds"] > 0 for r in ranks)
     assert (tmp_path / "ckpt" / ".metadata").is_file()
     assert not list(Path("/dev/shm").glob("gdsbench-workload.gdsbench-test-*"))
+
+
+def test_mlperf_geometry_reads_back_what_the_other_node_wrote(tmp_path: Path) -> None:
+    """The MLPerf Storage rules read a checkpoint back on other nodes than wrote it (DLIO's recovery_rank_shift):
+    two checkpoints written by two "nodes" of one rank each, then each rank loads what the rank on the other node
+    wrote, through DCP, and checks it against that rank's tensors (its own would not match: every rank draws
+    its own)."""
+    path = tmp_path / "ckpt"
+    for pattern in ("save", "load"):
+        out = tmp_path / pattern
+        case = (f"engine=dcp_fast,pattern={pattern},world_size=2,workload=mlperf-llama3-8b,scale=1/8192,"
+                "checkpoints=2,threads=2,cache=cold")  # fmt: skip
+        done = two_nodes(free_port(), ["--case", case, "--checkpoint", str(path), "--out", str(out), "--warmup", "0"])
+        assert all(p.returncode == 0 for p in done), [p.stderr[-2000:] for p in done]
+        ranks = json.loads((out / "ranks.json").read_text())
+        assert not any("error" in r for r in ranks)
+        assert all(len(r["durations"]) == 2 and r["own_bytes"] > 0 for r in ranks)
+    assert [(r["rank"], r["source_rank"]) for r in ranks] == [(0, 1), (1, 0)]
+    assert ranks[0]["cache_note"].startswith("cold") and ranks[1]["cache_note"].startswith("cold")  # each node's own
+    assert all((path / f"checkpoint-{i}" / ".metadata").is_file() for i in range(2))

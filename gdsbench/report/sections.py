@@ -67,11 +67,13 @@ class Report:
     ceilings: Table | None  # checkpoint engines against fio, when the results have checkpoint rows
     cpu: Table | None  # what each checkpoint engine's bytes cost in CPU, when its rows recorded it
     goodput: Table | None  # train rows: engines side by side on stall, slowdown, restore and goodput
+    mlperf: Table | None  # runs of the MLPerf Storage checkpoint geometry in the rules' terms
     notes: Notes
     runs: Legend | None = None  # when several runs are reported: `run N` -> file and run id
     ratios: pd.DataFrame | None = None  # the ceilings table in base units (the json format)
     cpu_costs: pd.DataFrame | None = None  # the CPU-cost table in base units (the json format)
     goodputs: pd.DataFrame | None = None  # the goodput table in base units (the json format)
+    geometries: pd.DataFrame | None = None  # the MLPerf geometry table in base units (the json format)
     labels: tuple[tuple[str, str], ...] = ()  # (run_id, `run N`) when several runs are reported
 
     @property
@@ -79,5 +81,5 @@ class Report:
         """The sections in reading order (the only place the order is written); empty ones left out."""
         notes = (self.notes,) if self.notes.lines else ()
         runs = (self.runs,) if self.runs else ()
-        tables = (*self.results, *(t for t in (self.ceilings, self.goodput, self.cpu) if t))
+        tables = (*self.results, *(t for t in (self.ceilings, self.mlperf, self.goodput, self.cpu) if t))
         return (*runs, self.status, *tables, *notes)

@@ -9,7 +9,7 @@ import pandas as pd
 
 from gdsbench import flags
 from gdsbench.errors import UsageError
-from gdsbench.report import ceilings, cpu_cost, fio_style, goodput, tables, trust
+from gdsbench.report import ceilings, cpu_cost, fio_style, goodput, mlperf, tables, trust
 from gdsbench.report.sections import Legend, Lines, Notes, Report, Table
 from gdsbench.results import parameters
 
@@ -161,6 +161,8 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
     loops = goodput.goodputs(frame)
     loop_header, loop_cells = goodput.goodput_rows(loops, labels) if not loops.empty else ([], [])
     cost_header, cost_cells = cpu_cost.cost_rows(costs, labels) if not costs.empty else ([], [])
+    geometries = mlperf.geometry_runs(frame)
+    geo_header, geo_cells = mlperf.geometry_rows(geometries, labels) if not geometries.empty else ([], [])
     return Report(
         groups=tuple(groups),
         summary=summary,
@@ -171,6 +173,7 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
         else None,
         cpu=_table(cpu_cost.TITLE, cost_header, cost_cells, cost_header.index("pattern") + 1) if cost_header else None,
         goodput=_table(goodput.TITLE, loop_header, loop_cells, loop_header.index("mtbf") + 1) if loop_header else None,
+        mlperf=_table(mlperf.TITLE, geo_header, geo_cells, geo_header.index("engine") + 1) if geo_header else None,
         notes=Notes(
             NOTES_TITLE,
             tuple(tables.problems(frame)),
@@ -187,5 +190,6 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
         ratios=ratios,
         cpu_costs=costs,
         goodputs=loops,
+        geometries=geometries,
         labels=tuple(labels.items()),
     )

@@ -60,6 +60,8 @@ class Measurement:
     lat_p999_us: float | None = None
     bw_min_bytes: float | None = None  # slowest job's bandwidth
     bw_max_bytes: float | None = None  # fastest job's bandwidth
+    max_rank_seconds: float | None = None  # ranks: the longest rank's time per checkpoint (mean over a phase's)
+    min_rank_bw_bytes: float | None = None  # ranks: the slowest rank's own bytes/s per checkpoint (mean over them)
     peak_rss_bytes: int | None = None  # all processes of the measurement together (every rank's)
     staging_bytes: int | None = None  # the most staging memory the engine held at once (every rank's), where it says
     stall_seconds: float | None = None  # train: median wall time per checkpoint the loop could not step

@@ -33,6 +33,7 @@ def render(report: Report) -> str:
         "ceilings": records(report.ratios),
         "cpu_cost": records(report.cpu_costs),
         "goodput": records(report.goodputs),
+        "mlperf_geometry": records(report.geometries),
         "status": [{"group": title, "line": line} for title, line in report.status.items],
         "problems": list(report.notes.problems),
         "warnings": list(report.notes.warnings),

@@ -12,11 +12,13 @@ from gdsbench.runners.checkpoint import (
     safetensors,
     torch_mmap,
     torch_save,
+    torch_save_ranks,
 )
 from gdsbench.runners.checkpoint.base import OPTIONS, CheckpointRunner
 
 ENGINES: tuple[CheckpointRunner, ...] = tuple(
-    module.ENGINE for module in (torch_save, torch_mmap, fastpersist, safetensors, dcp, dcp_fast, kvikio, deepspeed)
+    module.ENGINE
+    for module in (torch_save, torch_mmap, fastpersist, safetensors, dcp, dcp_fast, torch_save_ranks, kvikio, deepspeed)
 )
 
 __all__ = ["ENGINES", "OPTIONS", "CheckpointRunner"]

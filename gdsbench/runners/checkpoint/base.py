@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gdsbench import workloads
+from gdsbench import mlperf, workloads
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import GdsbenchError, ToolError, UsageError
 from gdsbench.keys import Key, non_negative_int, one_of, size
@@ -148,19 +148,24 @@ class CheckpointRunner(abc.ABC):
         for package in self.packages:
             if importlib.util.find_spec(package) is None:
                 return f"{package} not installed"
-        return self.cannot_run(case, ctx)
+        return self.workload_reason(case) or self.cannot_run(case, ctx)
+
+    def workload_reason(self, case: Case) -> str | None:
+        """Why the case's workload cannot run on this engine: an MLPerf geometry is every rank's own tensors, for
+        engines with ranks."""
+        if mlperf.is_geometry(case.get("workload")):
+            return f"{case.get('workload')} is written by ranks: run it with dcp, dcp_fast or torch_save_ranks"
+        return None
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
         """The API call and the conditions of a case, readable in --dry-run and in the results."""
         spec = workload_spec(case, ctx)
         argv = ["python-api", self.call(case), str(self.path(case, ctx))]
         argv += [f"threads={case.get('threads')}"] if self.threaded else []
-        argv += [
-            f"workload={spec.source}",
-            f"checkpoint_size={size_label(spec.size)}",
-            f"dtype={spec.dtype}",
-            f"seed={spec.seed}",
-        ]
+        sized = [f"checkpoint_size={size_label(spec.size)}", f"dtype={spec.dtype}"]
+        if mlperf.is_geometry(spec.source):
+            sized = [f"scale={case.get('scale')}", f"checkpoints={case.get('checkpoints')}"]
+        argv += [f"workload={spec.source}", *sized, f"seed={spec.seed}"]
         argv += ["fsync=files+directory"] if case.pattern is Pattern.SAVE else [f"cache={case.get('cache')}"]
         argv += [f"{k}={case.get(k)}" for k in ("steps", "step_time", "interval", "mtbf") if k in dict(case.params)]
         return [*argv, f"memory={case.get('memory')}"]

@@ -7,9 +7,6 @@ FileSystemReader, on `world_size` ranks launched by torchrun (distributed.py). T
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 from gdsbench.cases import Case, Pattern
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.checkpoint.distributed import DistributedRunner
@@ -19,6 +16,7 @@ class Dcp(DistributedRunner):
     """DCP's FileSystemWriter / FileSystemReader."""
 
     name = "dcp"
+    rank_file_pattern = r"__(\d+)_\d+\.distcp"  # FileSystemWriter's data files
     description = (
         "torch.distributed.checkpoint: FileSystemWriter(thread_count=threads) / FileSystemReader, torchrun ranks"
     )
@@ -32,15 +30,6 @@ class Dcp(DistributedRunner):
         if case.get("compression") not in ("none", "zstd"):
             return f"dcp compresses with its zstd stream extension only; {case.get('compression')} is dcp_fast's"
         return None
-
-    def rank_files(self, path: Path) -> list[int]:
-        """Bytes per rank from FileSystemWriter's file names, __<rank>_<n>.distcp."""
-        sizes: dict[int, int] = {}
-        for p in self.files(path):
-            match = re.fullmatch(r"__(\d+)_\d+\.distcp", p.name)
-            if match:
-                sizes[int(match[1])] = sizes.get(int(match[1]), 0) + p.stat().st_size
-        return [sizes.get(rank, 0) for rank in range(max(sizes) + 1)] if sizes else []
 
     def call(self, case: Case) -> str:
         """The DCP call, async with its executor where the case says so."""

@@ -25,14 +25,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gdsbench import workloads
+from gdsbench import mlperf, workloads
 from gdsbench.cases import Case, Pattern
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, one_of, positive_int
 from gdsbench.runners.base import Measurement, RunContext, run_tool
-from gdsbench.runners.checkpoint import train
+from gdsbench.runners.checkpoint import cycle, train
 from gdsbench.runners.checkpoint.base import CheckpointRunner, disk_bytes, workload_spec
-from gdsbench.runners.checkpoint.conditions import level_memory, set_cache
+from gdsbench.runners.checkpoint.conditions import level_memory
 from gdsbench.units import num2str, size_label
 
 SHM = Path("/dev/shm")
@@ -41,6 +41,7 @@ EXECUTORS = ("thread", "process")
 WARMUP_SAVES = 1
 ROOT_CAUSE = "Root Cause (first observed failure):"  # torchrun's failure summary
 CODECS = ("none", "zstd", "blosc", "blosc-fast")
+SAVE_LOAD = ("save", "load")
 
 #: Options every distributed engine takes, beside the shared checkpoint options.
 DISTRIBUTED_OPTIONS: tuple[Key, ...] = (
@@ -53,6 +54,12 @@ DISTRIBUTED_OPTIONS: tuple[Key, ...] = (
         "lossless compression of the checkpoint (dcp: zstd only, DCP's stream extension)"),
     Key("layout", one_of(*LAYOUTS), "sharded or replicated", "sharded",
         "how ranks hold the model: sharded (every tensor Shard(0), as FSDP) or replicated (as DDP)"),
+    Key("checkpoints", positive_int, "a positive integer", 1,
+        "checkpoints a case saves (or loads) in a row, each in a directory of its own, every rank timing its own "
+        "part (max_rank_seconds, min_rank_bw_bytes: the MLPerf Storage rules' metrics)", patterns=SAVE_LOAD),
+    Key("scale", mlperf.scale_value, "a number in (0, 1] or a fraction such as 1/64", 1.0,
+        "an MLPerf geometry's tensors shrunk by this factor (presets are sized by checkpoint_size)",
+        patterns=SAVE_LOAD),
 )  # fmt: skip
 
 
@@ -123,6 +130,7 @@ class DistributedRunner(CheckpointRunner):
     threaded = True
     suffix = ".dcp"
     marker = ".metadata"
+    rank_file_pattern = ""  # a data file's name, its rank the first group, where the names say it
     modules = ()  # torch is imported by the ranks, not by the sweep process
 
     def __init__(self) -> None:
@@ -136,20 +144,59 @@ class DistributedRunner(CheckpointRunner):
         return (*DISTRIBUTED_OPTIONS, *self.engine_options)
 
     def path(self, case: Case, ctx: RunContext) -> Path:
-        """One checkpoint directory per engine, workload, world size, layout and compression."""
+        """One checkpoint directory per engine, workload, world size, layout, compression (and count of
+        checkpoints in a row, where more than one); an MLPerf geometry's named by its scale."""
         base = super().path(case, ctx)
+        if mlperf.is_geometry(case.get("workload")):
+            base = base.with_name(f"gdsbench-ckpt.{self.name}.{case.get('workload')}.x{case.get('scale'):g}"
+                                  f".s{case.get('seed')}{base.suffix}")  # fmt: skip
+        count = case.get("checkpoints", 1)
         tail = f".ws{case.get('world_size')}.{case.get('layout')}.{case.get('compression')}"
-        return base.with_name(base.stem + tail + base.suffix)
+        return base.with_name(base.stem + tail + (f".n{count}" if count > 1 else "") + base.suffix)
+
+    def files(self, path: Path) -> list[Path]:
+        """Every file of the checkpoints at `path` (those in a row each in a directory of their own)."""
+        return sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+
+    def _track(self, path: Path, ctx: RunContext, written: bool) -> None:
+        """As every engine's, and the folders of checkpoints in a row: after a save into a directory this sweep
+        made, every folder and file under it is this sweep's (folders first: they are removed last)."""
+        if written and path in ctx.resources.created:
+            folders = sorted(p for p in path.rglob("*") if p.is_dir())
+            ctx.resources.created.extend(p for p in folders if p not in ctx.resources.created)
+        super()._track(path, ctx, written)
+
+    def complete_all(self, case: Case, path: Path) -> bool:
+        """Whether every checkpoint of the case's phase is whole."""
+        return all(self.complete(d) for d in cycle.checkpoint_dirs(path, case.get("checkpoints", 1)))
+
+    def workload_reason(self, case: Case) -> str | None:
+        """Why the case's workload cannot run on ranks: an MLPerf geometry at a rank count its rules exclude,
+        in a training loop or a replicated layout, or `scale` given to a preset."""
+        if not mlperf.is_geometry(case.get("workload")):
+            scale = case.get("scale", 1.0)
+            return f"scale {scale:g} shrinks the MLPerf geometries only; size a preset by checkpoint_size" if (
+                scale != 1.0) else None  # fmt: skip
+        if case.pattern is Pattern.TRAIN:
+            return "train cases checkpoint a preset; the MLPerf geometries run save and load cases"
+        if case.get("layout") != "sharded":
+            return "an MLPerf geometry gives every rank tensors of its own: layout does not apply"
+        try:
+            mlperf.geometry(case.get("workload"), case.get("world_size"), case.get("scale"))
+        except ValueError as exc:
+            return str(exc)
+        return None
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
         """The launcher's command with the rank program's arguments, then the case's conditions."""
-        job = self._job(case, self.path(case, ctx), SHM / "<workload>.pt", "<out>")
+        shared = None if mlperf.is_geometry(case.get("workload")) else SHM / "<workload>.pt"
+        job = self._job(case, self.path(case, ctx), shared, "<out>", self.warmup(case))
         return [sys.executable, *launcher(case.get("world_size"), 0), *job, "#", *super().command(case, ctx)[3:]]
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
-        """Save or load the case's workload once, on `world_size` ranks, and measure it."""
+        """Save or load the case's workload `checkpoints` times in a row, on `world_size` ranks, and measure it."""
         ctx.resources.close_at_end(self.release)
-        shared, workload = self._workload_file(workload_spec(case, ctx), ctx)
+        shared, workload = self._workload(case, ctx)
         path = self.path(case, ctx)
         if case.pattern is Pattern.TRAIN:
             return self._train(case, ctx, path, shared, workload)
@@ -158,29 +205,53 @@ class DistributedRunner(CheckpointRunner):
             self._track(path, ctx, written=False)
             os.sync()
             notes = [level_memory(case.get("memory"), workload.nbytes)]
-            figures = self._launch(case, ctx, path, shared)
+            figures = self._launch(case, ctx, path, shared, self.warmup(case))
             self._track(path, ctx, written=True)
         else:
-            if not self.complete(path):
+            if not self.complete_all(case, path):
+                self.remove_previous(path, ctx)
                 self._track(path, ctx, written=False)
-                self._launch(case.with_params(pattern=Pattern.SAVE), ctx, path, shared)
+                self._launch(case.with_params(pattern=Pattern.SAVE), ctx, path, shared, warmup=0)
                 self._track(path, ctx, written=True)
-            notes = [set_cache(self.files(path), case.get("cache")), level_memory(case.get("memory"), workload.nbytes)]
-            figures = self._launch(case, ctx, path, shared)
-            notes.append("verified on every rank")
+            notes = [level_memory(case.get("memory"), workload.nbytes)]
+            figures = self._launch(case, ctx, path, shared, warmup=0)
+            notes = [figures[0].get("cache_note") or "", *notes, "verified on every rank", self._sources(figures)]
         return self._measurement(case, workload, path, figures, notes)
+
+    def warmup(self, case: Case) -> int:
+        """Unmeasured saves before a measured phase: one for a preset (staging buffers and DCP's plan cache then
+        hold, as from a training run's second checkpoint on), none for an MLPerf geometry (its rules time
+        every checkpoint)."""
+        return WARMUP_SAVES if case.pattern is Pattern.SAVE and not mlperf.is_geometry(case.get("workload")) else 0
+
+    def _workload(self, case: Case, ctx: RunContext) -> tuple[Path | None, WorkloadFacts]:
+        """The shared workload file the ranks map (none for an MLPerf geometry: its ranks draw their own tensors)
+        and what a row says of the workload."""
+        if mlperf.is_geometry(case.get("workload")):
+            geometry = mlperf.geometry(case.get("workload"), case.get("world_size"), case.get("scale"))
+            return None, WorkloadFacts(geometry.total_bytes(), geometry.describe())
+        return self._workload_file(workload_spec(case, ctx), ctx)
+
+    @staticmethod
+    def _sources(ranks: list[dict[str, Any]]) -> str:
+        """Which rank's checkpoint each rank read, where one read another's (the rules' rank shift)."""
+        shifted = [(r["rank"], r["source_rank"]) for r in ranks if r.get("source_rank", r["rank"]) != r["rank"]]
+        if not shifted:
+            return ""
+        return "read back across nodes: " + ", ".join(f"rank {a} <- {b}" for a, b in shifted)
 
     def release(self) -> None:
         """Forget the sweep's workload files (the sweep removes them with its other files)."""
         self._written.clear()
         super().release()
 
-    def _train(self, case: Case, ctx: RunContext, path: Path, shared: Path, workload: WorkloadFacts) -> Measurement:
+    def _train(self, case: Case, ctx: RunContext, path: Path, shared: Path | None,
+               workload: WorkloadFacts) -> Measurement:  # fmt: skip
         """A training loop on every rank checkpointing with this engine, then a restore; steps and stalls are
         the slowest rank's (the ranks step in lockstep)."""
         self.remove_previous(path, ctx)
         self._track(path, ctx, written=False)
-        ranks = self._launch(case, ctx, path, shared)
+        ranks = self._launch(case, ctx, path, shared, warmup=0)
         self._track(path, ctx, written=True)
         slowest = [
             [max(values) for values in zip(*(r[k] for r in ranks))] for k in ("steps", "draining", "stalls", "durable")
@@ -209,13 +280,14 @@ class DistributedRunner(CheckpointRunner):
             workloads.release()
         return path, self._written[path]
 
-    def _launch(self, case: Case, ctx: RunContext, path: Path, shared: Path) -> list[dict[str, Any]]:
+    def _launch(self, case: Case, ctx: RunContext, path: Path, shared: Path | None,
+                warmup: int) -> list[dict[str, Any]]:  # fmt: skip
         """Run the ranks through torchrun; return every rank's figures, or raise the first rank's error."""
         with tempfile.TemporaryDirectory(prefix="gdsbench-ranks-") as out:
             argv = [
                 sys.executable,
                 *launcher(case.get("world_size"), free_port()),
-                *self._job(case, path, shared, out),
+                *self._job(case, path, shared, out, warmup),
             ]
             try:
                 proc = run_tool(argv, timeout=ctx.timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -229,39 +301,49 @@ class DistributedRunner(CheckpointRunner):
             raise ToolError(f"{self.name}: {errors[0] if errors else launcher_failure(proc.stderr, proc.returncode)}")
         return ranks
 
-    def _job(self, case: Case, path: Path, shared: Path, out: str) -> list[str]:
+    def _job(self, case: Case, path: Path, shared: Path | None, out: str, warmup: int) -> list[str]:
         """The rank program's arguments: the case as its key (the rank parses it with the config's keys), the
-        checkpoint, the shared workload, and the unmeasured saves before a measured one."""
-        warmup = WARMUP_SAVES if case.pattern is Pattern.SAVE else 0
-        return ["--case", case.key, "--checkpoint", str(path), "--out", out, "--workload-file", str(shared),
-                "--warmup", str(warmup)]  # fmt: skip
+        checkpoint, the shared workload (none: an MLPerf geometry), and the unmeasured saves before a measured
+        phase."""
+        workload = ["--workload-file", str(shared)] if shared is not None else []
+        return ["--case", case.key, "--checkpoint", str(path), "--out", out, *workload, "--warmup", str(warmup)]
 
     def _measurement(self, case: Case, workload: WorkloadFacts, path: Path, ranks: list[dict[str, Any]],
                      notes: list[str]) -> Measurement:  # fmt: skip
-        """The row: the longest barrier-to-barrier time and blocking of any rank, disk use, per-rank shares."""
-        on_disk = disk_bytes(self.files(path))
-        seconds = max(r["seconds"] for r in ranks)  # barrier to barrier on each rank: the slowest is the save
+        """The row: the longest barrier-to-barrier time of the phase and blocking of any rank, the rules' per-rank
+        metrics, disk use, per-rank shares."""
+        on_disk, count = disk_bytes(self.files(path)), case.get("checkpoints", 1)
+        nbytes = workload.nbytes * count
+        seconds = max(r["seconds"] for r in ranks)  # barrier to barrier on each rank: the slowest is the phase
         blocking = max(r.get("blocking_seconds", seconds) for r in ranks)
+        per_rank = cycle.rank_metrics(ranks)
+        notes.append(f"{count} checkpoints in a row" if count > 1 else "")
         notes.append(f"{case.get('world_size')} ranks ({case.get('layout')}), {workload.description}")
         notes += [self._shares(ranks, path)]
         copies = [r["host_copy_seconds"] for r in ranks if "host_copy_seconds" in r]
         if copies:
             notes.append(f"host copy {max(copies):.3f} s (blocking / copy = {blocking / max(copies):.2f})")
         return Measurement(
-            bytes=workload.nbytes, seconds=seconds, bw_bytes=workload.nbytes / seconds, bytes_on_disk=on_disk,
-            **ranks_cost(ranks),
+            bytes=nbytes, seconds=seconds, bw_bytes=nbytes / seconds, bytes_on_disk=on_disk, **ranks_cost(ranks),
+            max_rank_seconds=per_rank.max_rank_seconds, min_rank_bw_bytes=per_rank.min_rank_bw_bytes,
             blocking_seconds=blocking if case.pattern is Pattern.SAVE else None,
-            compression_ratio=workload.nbytes / on_disk if on_disk else None,
+            compression_ratio=nbytes / on_disk if on_disk else None,
             cache=case.get("cache") if case.pattern is Pattern.LOAD else None, note="; ".join(filter(None, notes)),
         )  # fmt: skip
 
     def rank_files(self, path: Path) -> list[int]:
-        """Bytes each rank's data files take, where the engine's file names say the rank (none here)."""
-        return []
+        """Bytes each rank's data files take, where the engine's file names say the rank (`rank_file_pattern`)."""
+        sizes: dict[int, int] = {}
+        for p in self.files(path) if self.rank_file_pattern else []:
+            match = re.fullmatch(self.rank_file_pattern, p.name)
+            if match:
+                sizes[int(match[1])] = sizes.get(int(match[1]), 0) + p.stat().st_size
+        return [sizes.get(rank, 0) for rank in range(max(sizes) + 1)] if sizes else []
 
     def _shares(self, ranks: list[dict[str, Any]], path: Path) -> str:
-        """Bytes each rank wrote (saves) or read (loads), for the row's note."""
-        written = next((r["rank_bytes"] for r in ranks if r.get("rank_bytes")), None) or self.rank_files(path)
+        """Bytes each rank wrote (saves) or read (loads) per checkpoint, for the row's note."""
+        first = cycle.checkpoint_dirs(path, len(ranks[0].get("durations", [None])))[0]
+        written = next((r["rank_bytes"] for r in ranks if r.get("rank_bytes")), None) or self.rank_files(first)
         if written and "blocking_seconds" in ranks[0]:
             return "written per rank: " + ", ".join(num2str(b, unit="B") for b in written)
         read = [r.get("read_bytes") for r in ranks]

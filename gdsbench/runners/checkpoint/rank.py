@@ -5,13 +5,16 @@
         --case engine=dcp_fast,pattern=save,world_size=8,workload=llama3-8b,checkpoint_size=4G
 
 The case is its key, as a results row's `case` cell holds it (a sweep passes its cases so): the config's own
-keys parse it and fill in every value it leaves out. The engine is `dcp` (DCP's FileSystemWriter/Reader) or
-`dcp_fast` (ckptio.Writer/Reader). The workload is a torch.save file every rank maps (--workload-file: the
-sweep writes it to /dev/shm once), or the case's preset, which each node's first rank generates into /dev/shm
-for the node's ranks.
-Each rank takes its share (`layout`: sharded = every tensor Shard(0) as FSDP keeps it; replicated = the
-whole model on every rank as DDP keeps it), saves or loads it between two barriers; a load is checked
-against the workload before it counts. Rank 0 gathers every rank's figures into `<out>/ranks.json`.
+keys parse it and fill in every value it leaves out. The engine is `dcp` (DCP's FileSystemWriter/Reader),
+`dcp_fast` (ckptio.Writer/Reader) or `torch_save_ranks` (torch.save of every rank's own file, fsynced).
+The workload is a torch.save file every rank maps (--workload-file: the sweep writes it to /dev/shm once), or
+the case's preset, which each node's first rank generates into /dev/shm for the node's ranks; each rank takes
+its share (`layout`: sharded = every tensor Shard(0) as FSDP keeps it; replicated = the whole model on every
+rank as DDP keeps it). An MLPerf geometry (workload mlperf-llama3-8b, ...) has every rank draw its own
+tensors, and a load reads what the rank one node further on wrote.
+A phase saves or loads `checkpoints` checkpoints in a row (cycle.py), every rank timing its own part; a load
+is checked against what was saved before it counts; before a load phase each node's first rank sets its page
+cache as the case says. Rank 0 gathers every rank's figures into `<out>/ranks.json`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import sys
 import time
 import warnings
@@ -30,42 +34,15 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultSavePlanner
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
+from gdsbench import mlperf
+from gdsbench.runners.checkpoint import cycle
+from gdsbench.runners.checkpoint.conditions import fsync_path, set_cache
+from gdsbench.runners.checkpoint.rank_state import destination, local_tensors, preset_state, rank_state, same
 from gdsbench.runners.resources import Usage
 
-
-def shares(full: dict[str, torch.Tensor], layout: str, mesh: DeviceMesh) -> dict[str, Any]:
-    """This rank's state: Shard(0) DTensors (0-d tensors replicated), or the plain tensors themselves.
-
-    Shards are scattered into memory of their own, as a trained model's are (DCP 2.13's process executor
-    hangs on shards that are views of the mapped workload)."""
-    if layout == "replicated":
-        return dict(full)
-    return {name: distribute_tensor(t, mesh, [Shard(0)] if t.dim() else [Replicate()]) for name, t in full.items()}
-
-
-def destination(state: dict[str, Any]) -> dict[str, Any]:
-    """Zero-filled tensors shaped and placed like `state`, as a model's are before a restart."""
-    out: dict[str, Any] = {}
-    for name, t in state.items():
-        if isinstance(t, DTensor):
-            local = torch.zeros_like(t.to_local())
-            out[name] = DTensor.from_local(local, t.device_mesh, t.placements, shape=t.shape, stride=t.stride())
-        else:
-            out[name] = torch.zeros_like(t)
-    return out
-
-
-def same(loaded: dict[str, Any], state: dict[str, Any]) -> str | None:
-    """None when every local tensor of `loaded` equals the workload's, else the first that differs."""
-    for name, want in state.items():
-        got = loaded[name]
-        a, b = (got.to_local(), want.to_local()) if isinstance(want, DTensor) else (got, want)
-        if a.shape != b.shape or not torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)):
-            return name
-    return None
+FILE_ENGINE = "torch_save_ranks"  # every rank torch.saves its own file; the others are DCP's
+COMPLETE = ".complete"  # written by rank 0 once every rank's file is durable
 
 
 def writer(job: dict[str, Any]) -> Any:
@@ -94,36 +71,72 @@ def _zstd() -> Any:
     return ZStandard()
 
 
-def start_save(job: dict[str, Any], state: dict[str, Any], storage: Any, planner: Any, group: Any = None) -> Any:
-    """Save as the case says: dcp.save (None once durable), or dcp.async_save with the case's executor and,
-    where given, its own process group (the future of the background save: a plain Future, both writers
-    stage synchronously)."""
+def start_save(job: dict[str, Any], state: dict[str, Any], storage: Any, planner: Any, group: Any = None,
+               checkpoint: Path | None = None) -> Any:  # fmt: skip
+    """Save as the case says (into `checkpoint`, else the writer's directory): dcp.save (None once durable), or
+    dcp.async_save with the case's executor and, where given, its own process group (the future of the
+    background save: a plain Future, both writers stage synchronously)."""
     if not job["async"]:
-        dcp.save(state, storage_writer=storage, planner=planner)
+        dcp.save(state, checkpoint_id=checkpoint, storage_writer=storage, planner=planner)
         return None
     from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
     kind = AsyncCheckpointerType.PROCESS if job["executor"] == "process" else AsyncCheckpointerType.THREAD
-    return dcp.async_save(state, storage_writer=storage, planner=planner, process_group=group,
-                          async_checkpointer_type=kind)  # fmt: skip
+    return dcp.async_save(state, checkpoint_id=checkpoint, storage_writer=storage, planner=planner,
+                          process_group=group, async_checkpointer_type=kind)  # fmt: skip
 
 
-def save_once(job: dict[str, Any], state: dict[str, Any], storage: Any, planner: Any) -> tuple[float, float]:
-    """One save between barriers: (seconds the caller was blocked, seconds until it was durable)."""
-    dist.barrier()
-    started = time.perf_counter()
-    future = start_save(job, state, storage, planner)
-    blocked = time.perf_counter() - started
-    if future is not None:
+def dcp_saver(job: dict[str, Any], state: dict[str, Any], storage: Any) -> cycle.One:
+    """One durable DCP save of `state` into a directory: (its seconds, the seconds the caller was blocked).
+    The writer and the planner (so DCP's plan cache and the writer's staging buffers) live across saves."""
+    planner = DefaultSavePlanner(enable_plan_caching=True)
+
+    def save(directory: Path) -> float | None:
+        started = time.perf_counter()
+        future = start_save(job, state, storage, planner, checkpoint=directory)
+        blocked = time.perf_counter() - started
+        if future is None:
+            return None
         future.result()
+        return blocked
+
+    return lambda directory: cycle.timed(lambda: save(directory))
+
+
+def file_saver(state: dict[str, Any], rank: int) -> cycle.One:
+    """One durable torch.save of this rank's tensors into a file of its own (DLIO's checkpoint writer)."""
+    local = local_tensors(state)
+
+    def save(directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / rank_file(rank), "wb") as f:
+            torch.save(local, f)
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_path(directory)
+
+    return lambda directory: cycle.timed(lambda: save(directory))
+
+
+def rank_file(rank: int) -> str:
+    """The file a rank's torch.save writes."""
+    return f"rank-{rank}.pt"
+
+
+def mark_complete(directory: Path) -> None:
+    """Once every rank's file is durable, rank 0 writes the marker that says the checkpoint is whole."""
     dist.barrier()
-    return blocked, time.perf_counter() - started
+    if dist.get_rank() == 0:
+        marker = directory / COMPLETE
+        marker.write_text(f"{dist.get_world_size()}\n")
+        fsync_path(marker)
+        fsync_path(directory)
 
 
 def host_copy_seconds(state: dict[str, Any]) -> float:
     """The reference for async blocking: copying this rank's tensors into existing host memory (one buffer
     the size of the largest, touched before and reused, as staging buffers are: no second copy of the model)."""
-    local = [(t.to_local() if isinstance(t, DTensor) else t).reshape(-1).view(torch.uint8) for t in state.values()]
+    local = [t.reshape(-1).view(torch.uint8) for t in local_tensors(state).values()]
     local = [t for t in local if t.numel()]
     buffer = torch.empty(max((t.numel() for t in local), default=0), dtype=torch.uint8)
     for t in local:  # every source page read once, the buffer faulted in
@@ -139,7 +152,6 @@ def train_loop(job: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     a checkpoint every `interval` steps (async_save on a gloo group of its own, so its collectives never
     meet the step's), then a restore from the page-cache state `cache` plus one step, verified."""
     from gdsbench.runners.checkpoint import train
-    from gdsbench.runners.checkpoint.conditions import set_cache
 
     compute, gradient = train.Step(job["step_time"]), torch.zeros(1)
 
@@ -172,37 +184,72 @@ def train_loop(job: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(job: dict[str, Any]) -> dict[str, Any]:
-    """Save (after `warmup` unmeasured saves) or load this rank's share, or train; return its figures."""
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    full = torch.load(job["workload_path"], map_location="cpu", weights_only=True, mmap=True)
-    state = shares(full, job["layout"], mesh)
+    """Train, or save (after `warmup` unmeasured saves) or load this rank's state `checkpoints` times in a row;
+    return its figures."""
+    rank = dist.get_rank()
     if job["pattern"] == "train":
-        return train_loop(job, state)
+        return train_loop(job, preset_state(job)[0])
+    directories = cycle.checkpoint_dirs(Path(job["path"]), job["checkpoints"])
     if job["pattern"] == "load":
-        dest = destination(state)
-        storage = reader(job)
-        with Usage() as usage:
-            dist.barrier()
-            started = time.perf_counter()
-            dcp.load(dest, storage_reader=storage)
-            dist.barrier()
-            seconds = time.perf_counter() - started
-        wrong = same(dest, state)
-        if wrong:
-            raise RuntimeError(f"rank {dist.get_rank()}: loaded tensor {wrong!r} differs from the saved one")
-        return {"seconds": seconds, "read_bytes": getattr(storage, "read_bytes", None), **usage.columns()}
-    figures = {"host_copy_seconds": host_copy_seconds(state)} if job["async"] else {}
-    storage, planner = writer(job), DefaultSavePlanner(enable_plan_caching=True)
+        return load_phase(job, directories)
+    state, own = rank_state(job, rank)
+    figures: dict[str, Any] = {"host_copy_seconds": host_copy_seconds(state)} if job["async"] else {}
+    storage = None if job["engine"] == FILE_ENGINE else writer(job)
+    one = file_saver(state, rank) if storage is None else dcp_saver(job, state, storage)
+    after = mark_complete if storage is None else (lambda _: None)
     for _ in range(job["warmup"]):
-        save_once(job, state, storage, planner)
+        one(directories[0])
+        after(directories[0])
     with Usage() as usage:
-        blocked, seconds = save_once(job, state, storage, planner)
-    figures.update(seconds=seconds, blocking_seconds=blocked, **usage.columns())
+        phase = cycle.run_phase(directories, one, dist.barrier, after)
+    figures.update(phase.figures(), blocking_seconds=statistics.fmean(phase.blocking), own_bytes=own,
+                   **usage.columns())  # fmt: skip
     stats = getattr(storage, "stats", None)
     if stats is not None:
         figures.update(stored_bytes=stats.stored_bytes, raw_bytes=stats.raw_bytes, rank_bytes=stats.rank_bytes,
                        cached_plans=stats.cached_plans, staging_bytes=stats.staging_bytes)  # fmt: skip
     return figures
+
+
+def load_phase(job: dict[str, Any], directories: list[Path]) -> dict[str, Any]:
+    """Load every checkpoint of the phase, each checked against what was saved; an MLPerf geometry's rank reads
+    what the rank one node further on wrote (on one node: its own)."""
+    rank = dist.get_rank()
+    source = rank
+    if mlperf.is_geometry(job["workload"]):
+        source = mlperf.source_rank(rank, dist.get_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    expected, own = rank_state(job, source)
+    note = set_node_cache(job)
+    storage = None if job["engine"] == FILE_ENGINE else reader(job)
+    dest = destination(expected) if storage is not None else {}
+    loaded: dict[str, Any] = {}
+
+    def load(directory: Path) -> None:
+        if storage is None:
+            loaded.update(torch.load(directory / rank_file(source), map_location="cpu", weights_only=True))
+        else:
+            dcp.load(dest, checkpoint_id=directory, storage_reader=storage)
+
+    def check(directory: Path) -> None:
+        wrong = same(loaded if storage is None else dest, expected)
+        loaded.clear()
+        if wrong:
+            raise RuntimeError(f"rank {rank}: tensor {wrong!r} of {directory} differs from the one saved")
+
+    with Usage() as usage:
+        phase = cycle.run_phase(directories, lambda d: cycle.timed(lambda: load(d)), dist.barrier, check)
+    return {**phase.figures(), "own_bytes": own, "source_rank": source, "cache_note": note,
+            "read_bytes": getattr(storage, "read_bytes", None), **usage.columns()}  # fmt: skip
+
+
+def set_node_cache(job: dict[str, Any]) -> str | None:
+    """Before a load phase, each node's first rank makes the checkpoint's files cold or warm in its page cache
+    (the case's `cache`); every rank waits for it. Rank 0 says how."""
+    note = None
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        note = set_cache(sorted(p for p in Path(job["path"]).rglob("*") if p.is_file()), job["cache"])
+    dist.barrier()
+    return note
 
 
 def failure(exc: BaseException) -> str:
@@ -236,9 +283,10 @@ def parse(argv: list[str]) -> dict[str, Any]:
         case = config.case_from_key(args.case)
     except ConfigError as exc:
         p.error(str(exc))
-    if case.engine not in ("dcp", "dcp_fast"):
-        p.error(f"--case: engine {case.engine!r} has no ranks (dcp or dcp_fast)")
-    if args.workload_file is None and case.get("checkpoint_size") is None:
+    if case.engine not in ("dcp", "dcp_fast", FILE_ENGINE):
+        p.error(f"--case: engine {case.engine!r} has no ranks (dcp, dcp_fast or {FILE_ENGINE})")
+    geometry = mlperf.is_geometry(case.get("workload"))
+    if args.workload_file is None and case.get("checkpoint_size") is None and not geometry:
         p.error("--case: name checkpoint_size (each node generates the workload preset at that size), "
                 "or give --workload-file")  # fmt: skip
     params = {name: plain(value) for name, value in case.params}
@@ -280,7 +328,7 @@ def main(argv: list[str]) -> int:
     if dist.get_world_size() != job["world_size"]:
         raise SystemExit(f"--case says world_size={job['world_size']}, torchrun started {dist.get_world_size()} ranks")
     rank, generated = dist.get_rank(), None
-    if job["workload_file"] is None:
+    if job["workload_file"] is None and not mlperf.is_geometry(job["workload"]):  # a geometry's ranks draw their own
         generated = node_workload(job)
     job["workload_path"] = str(job["workload_file"] or generated)
     try:

@@ -1,0 +1,71 @@
+"""Runs of the MLPerf Storage checkpoint geometry in the rules' terms, engines side by side: per phase (write,
+read) the slowest rank's throughput, the longest rank's duration and the aggregate, in binary units, the mean
+over repetitions (the rules average their five runs). Runs of the geometry, never MLPerf results."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from gdsbench import mlperf
+from gdsbench.report import ceilings, tables
+
+TITLE = f"MLPerf Storage checkpoint geometry ({mlperf.RULES}; runs of the geometry, not MLPerf results)"
+PHASES = {"save": "write", "load": "read"}
+FIGURES = ("min_rank_bw_bytes", "max_rank_seconds", "bw_bytes")
+GIB = 1 << 30
+
+
+def geometry_runs(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per run, host, geometry, engine and rank count: each phase's figures, the mean over repetitions."""
+    ok = frame[frame["status"] == "ok"] if "status" in frame else frame
+    if "workload" not in ok or "min_rank_bw_bytes" not in ok:
+        return pd.DataFrame()
+    rows = ok[ok["workload"].map(mlperf.is_geometry) & ok["pattern"].isin(list(PHASES))]
+    if rows.empty:
+        return pd.DataFrame()
+    rows = rows.assign(label=ceilings.engine_labels(rows.drop(columns=["world_size", "scale"], errors="ignore")))
+    keys = ["run_id", "host", "workload", "label", "world_size", "scale", "checkpoints"]
+    out = []
+    for values, group in rows.groupby(keys, sort=False, dropna=False):
+        row = dict(zip(["run_id", "host", "workload", "engine", "world_size", "scale", "checkpoints"], values))
+        row["division"] = mlperf.geometry(row["workload"], int(row["world_size"]), row["scale"]).division
+        for pattern, phase in PHASES.items():
+            part = group[group["pattern"] == pattern]
+            row[f"{phase}_n"] = len(part)
+            row.update({f"{phase}_{f}": float(part[f].mean()) if len(part) else float("nan") for f in FIGURES})
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def geometry_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of the table: GiB/s and seconds as the rules report them."""
+    where = tables.varying(found, ["run_id", "host"])
+    header = [*map(tables.header_of, where), "geometry", "ranks", "scale", "engine", "ckpts",
+              "write min rank GiB/s", "write max rank s", "write GiB/s", "read min rank GiB/s", "read max rank s",
+              "read GiB/s"]  # fmt: skip
+    rows = [
+        [
+            *((runs or {}).get(r[c], r[c]) for c in where),
+            str(r["workload"]).removeprefix(mlperf.PREFIX),
+            f"{int(r['world_size'])} ({r['division']})",
+            _scale(r["scale"]),
+            r["engine"],
+            str(int(r["checkpoints"])) if not tables.missing(r["checkpoints"]) else "-",
+            *(_figure(r[f"{phase}_{f}"], f) for phase in PHASES.values() for f in FIGURES),
+        ]
+        for _, r in found.iterrows()
+    ]
+    return tables.drop_empty(header, rows, len(where) + 4)
+
+
+def _figure(value: float, name: str) -> str:
+    """Seconds with two decimals, bandwidths in GiB/s with three."""
+    if tables.missing(value):
+        return "-"
+    return f"{value:.2f}" if name == "max_rank_seconds" else f"{value / GIB:.3f}"
+
+
+def _scale(value: float) -> str:
+    """A scale as a fraction where it is one (1/64), else as a number."""
+    fraction = mlperf.parse_scale(float(value)).limit_denominator(1 << 20)
+    return str(fraction) if fraction.numerator == 1 else f"{value:g}"
