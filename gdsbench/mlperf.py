@@ -26,6 +26,7 @@ SOURCE = (
 )
 PREFIX = "mlperf-"
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+GIB = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,17 @@ def num_parameters(m: Model) -> int:
 def geometry(workload: str, world_size: int, scale: Fraction | float = 1) -> Geometry:
     """The geometry a workload name (mlperf-llama3-8b, ...) names, at `world_size` ranks."""
     return Geometry(MODELS[workload.removeprefix(PREFIX)], world_size, Fraction(scale))
+
+
+def cache_rule(data_bytes: int, memory_bytes: int, cache: str) -> str:
+    """The rules' condition on a read phase, for its row: below 3x the client's memory the caches must be
+    cleared first (the case's `cache` says whether they were)."""
+    share = f"{data_bytes / GIB:.1f} GiB read per host vs 3x memory = {3 * memory_bytes / GIB:.0f} GiB"
+    if data_bytes >= 3 * memory_bytes:
+        return f"{share}: beyond the page cache, no clearing needed by the rules"
+    if cache == "warm":
+        return f"{share}: the rules ask caches cleared first; this warm read does not follow them"
+    return f"{share}: caches cleared first, as the rules ask"
 
 
 def source_rank(rank: int, world_size: int, ranks_per_node: int) -> int:

@@ -27,7 +27,7 @@ TOLERANCE = 0.005  # the rules' tables round to whole GB (and 912 is one GB abov
 
 def rules_sizes() -> dict[str, tuple[int, int]]:
     """mlpstorage's LLM_SIZE_BY_RANK: (model GB, optimizer GB) of the whole checkpoint, by model."""
-    text = (DATA / "mlpstorage_config_excerpt.py").read_text()
+    text = (DATA / "mlpstorage_config_excerpt.txt").read_text()
     body = text[text.index("LLM_SIZE_BY_RANK = ") + len("LLM_SIZE_BY_RANK = ") :]
     body = body[: body.index("}") + 1]
     for name in ("LLAMA3_1T", "LLAMA3_405B", "LLAMA3_70B", "LLAMA3_8B"):
@@ -213,3 +213,10 @@ def test_a_sweep_of_the_geometry_writes_reads_and_reports_it(tmp_path: Path) -> 
     assert (line["workload"], line["world_size"], line["division"], line["checkpoints"]) == (
         "mlperf-llama3-8b", 2, "subset", 2)  # fmt: skip
     assert line["write_min_rank_bw_bytes"] == pytest.approx(ran.loc["save", "min_rank_bw_bytes"])
+
+
+def test_the_cache_rule_says_whether_a_read_follows_the_rules() -> None:
+    """Below 3x memory the rules ask caches cleared: a cold read does, a warm one does not; beyond it, either."""
+    assert mlperf.cache_rule(10 * GIB, 24 * GIB, "cold").endswith("caches cleared first, as the rules ask")
+    assert "does not follow them" in mlperf.cache_rule(10 * GIB, 24 * GIB, "warm")
+    assert "no clearing needed" in mlperf.cache_rule(80 * GIB, 24 * GIB, "warm")

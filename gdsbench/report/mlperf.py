@@ -23,7 +23,9 @@ def geometry_runs(frame: pd.DataFrame) -> pd.DataFrame:
     rows = ok[ok["workload"].map(mlperf.is_geometry) & ok["pattern"].isin(list(PHASES))]
     if rows.empty:
         return pd.DataFrame()
-    rows = rows.assign(label=ceilings.engine_labels(rows.drop(columns=["world_size", "scale"], errors="ignore")))
+    # one label for a variant's write and read phases: the parameters that tell variants apart, whatever the phase
+    phases = rows.drop(columns=["world_size", "scale"], errors="ignore").assign(pattern="phase")
+    rows = rows.assign(label=ceilings.engine_labels(phases))
     keys = ["run_id", "host", "workload", "label", "world_size", "scale", "checkpoints"]
     out = []
     for values, group in rows.groupby(keys, sort=False, dropna=False):

@@ -44,9 +44,22 @@ def _steps(rank: int, world_size: int, steps: list[Step]) -> None:
     sizes = sorted({ranks for _, ranks, _ in steps})
     groups = {n: dist.group.WORLD if n == world_size else dist.new_group(list(range(n))) for n in sizes}
     for program, ranks, args in steps:
+        forget_plans()
         if rank < ranks:
             program(rank, ranks, *args, group=groups[ranks])
         dist.barrier()
+
+
+def forget_plans() -> None:
+    """Empty DCP's plan cache, as a fresh process has it. DCP 2.13 keeps one cache per process, keyed by the
+    planner's class name only: a save at another world size or of another model in the same process would
+    meet the previous save's plans (DCP's plan validation then refuses the save)."""
+    from torch.distributed.checkpoint.planner import SavePlanner
+
+    for name in dir(SavePlanner):
+        cache = getattr(SavePlanner, name)
+        if name.startswith("_cached_") and isinstance(cache, dict):
+            cache.clear()
 
 
 def _entry(rank: int, program: Callable[..., None], world_size: int, port: int, args: tuple[Any, ...]) -> None:
@@ -194,24 +207,24 @@ def note_reads(rank: int, world_size: int, path: str, group: Any = None) -> None
     )
 
 
-def caching_program(rank: int, world_size: int, path: str) -> None:
+def caching_program(rank: int, world_size: int, path: str, group: Any = None) -> None:
     """Two saves of an unchanged structure through one planner: the second comes from DCP's plan cache."""
     writer = Writer(path, options=SMALL)
     planner = DefaultSavePlanner(enable_plan_caching=True)
-    state = distributed(full_state(3), world_size)
-    dcp.save(state, storage_writer=writer, planner=planner)
+    state = distributed(full_state(3), world_size, group)
+    dcp.save(state, storage_writer=writer, planner=planner, process_group=group)
     first = writer.stats.cached_plans
-    dcp.save(state, storage_writer=writer, planner=planner)
+    dcp.save(state, storage_writer=writer, planner=planner, process_group=group)
     if rank == 0:
-        assert (first, writer.stats.cached_plans, writer.stats.plans) == (0, world_size, world_size), writer.stats
+        _report(path, "plans", {"first": first, "cached": writer.stats.cached_plans, "plans": writer.stats.plans})
 
 
-def replicated_program(rank: int, world_size: int, path: str) -> None:
+def replicated_program(rank: int, world_size: int, path: str, group: Any = None) -> None:
     """Many plain (replicated) tensors of uneven sizes: DCP's dedup spreads their writing over the ranks."""
     g = torch.Generator().manual_seed(7)
     state = {f"t{i}": torch.randn(1000 + 997 * (i % 5), generator=g) for i in range(24)}
     writer = Writer(path, options=SMALL)
-    dcp.save(state, storage_writer=writer)
+    dcp.save(state, storage_writer=writer, process_group=group)
     if rank == 0:
         _report(path, "rank-bytes", {"ranks": writer.stats.rank_bytes})
 

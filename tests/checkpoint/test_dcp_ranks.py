@@ -19,33 +19,50 @@ def facts(path: Path, name: str) -> dict:
     return json.loads((path.parent / f"{path.name}.{name}.json").read_text())
 
 
-@pytest.mark.parametrize("compression", ["none", "blosc"])
-def test_save_at_four_reshard_to_two_and_one_and_back(tmp_path: Path, compression: str) -> None:
-    """Saved by 4 ranks; loaded bit-exact by 2 ranks, 1 rank and 4 ranks again; then saved by 2 ranks and
-    loaded by 4 (Shard(0) with uneven shards, Replicate(), plain tensors, step counter, RNG state)."""
-    four, two = tmp_path / "four", tmp_path / "two"
+@pytest.fixture(scope="module")
+def four_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One start-up of 4 ranks (torch, DCP, gloo) for every check below that needs at most 4: each program runs
+    on the group of its first N ranks, asserting what it checks; the tests read the figures they left.
+    - reshard, per codec: saved by 4 ranks; loaded bit-exact by 2, 1 and 4 ranks; saved by 2, loaded by 4
+      (Shard(0) with uneven shards, Replicate(), plain tensors, step counter, RNG state);
+    - broadcast: written by 2 ranks, loaded by 4 without, then with broadcast;
+    - the plan cache: two saves of an unchanged structure at 4 ranks;
+    - dedup: many replicated tensors saved by 4 ranks."""
+    root = tmp_path_factory.mktemp("four-ranks")
     save, load = dcp_ranks.save_program, dcp_ranks.load_program
-    dcp_ranks.run_steps(
-        4,
-        [
+    steps: list[dcp_ranks.Step] = []
+    for compression in ("none", "blosc"):
+        four, two = root / f"four-{compression}", root / f"two-{compression}"
+        steps += [
             (save, 4, (str(four), compression, 0)),
             *((load, world_size, (str(four), 0, False)) for world_size in (2, 1, 4)),
             (save, 2, (str(two), compression, 1)),
             (load, 4, (str(two), 1, False)),
-        ],
-    )
+        ]
+    shared = root / "broadcast"
+    steps += [(save, 2, (str(shared), "none", 4)), (load, 4, (str(shared), 4, False)),
+              (dcp_ranks.note_reads, 4, (str(shared),)), (load, 4, (str(shared), 4, True))]  # fmt: skip
+    steps += [(dcp_ranks.caching_program, 4, (str(root / "cached"),)),
+              (dcp_ranks.replicated_program, 4, (str(root / "replicated"),))]  # fmt: skip
+    dcp_ranks.run_steps(4, steps)
+    return root
+
+
+@pytest.mark.parametrize("compression", ["none", "blosc"])
+def test_save_at_four_reshard_to_two_and_one_and_back(four_ranks: Path, compression: str) -> None:
+    """Every load of the reshard steps was checked bit-exact on its ranks; every one of 4 ranks wrote its own
+    share into a data file of its own."""
+    four = four_ranks / f"four-{compression}"
     written = [facts(four, f"save-r{r}")["stored"] for r in range(4)]
-    assert facts(four, "save-r0")["ranks"] == written and all(written)  # every rank wrote its own share
+    assert facts(four, "save-r0")["ranks"] == written and all(written)
     assert len([p for p in four.iterdir() if p.suffix == ".data"]) == 4
+    assert len([p for p in (four_ranks / f"two-{compression}").iterdir() if p.suffix == ".data"]) == 2
 
 
-def test_broadcast_load_reads_shared_items_once(tmp_path: Path) -> None:
-    """A checkpoint written by 2 ranks' async saves loads at 4 ranks; with broadcast, an item every rank
-    needs is read from storage by one rank: the ranks together read less, and the result is the same."""
-    path = tmp_path / "ckpt"
-    dcp_ranks.run(dcp_ranks.async_program, 2, str(path), 4)  # written by async saves, in the background
-    dcp_ranks.run_steps(4, [(dcp_ranks.load_program, 4, (str(path), 4, False)), (dcp_ranks.note_reads, 4, (str(path),)),
-                            (dcp_ranks.load_program, 4, (str(path), 4, True))])  # fmt: skip
+def test_broadcast_load_reads_shared_items_once(four_ranks: Path) -> None:
+    """A checkpoint written by 2 ranks loads at 4 ranks; with broadcast, an item every rank needs is read from
+    storage by one rank: the ranks together read less, and the result is the same."""
+    path = four_ranks / "broadcast"
     each = sum(facts(path, f"reads-r{r}")["read"] for r in range(4))
     shared = sum(facts(path, f"load-r{r}")["read"] for r in range(4))
     assert shared < each
@@ -59,15 +76,14 @@ def test_back_to_back_async_saves_on_the_process_executor_keep_the_second(tmp_pa
     dcp_ranks.run(dcp_ranks.load_program, 2, str(path), 7, False)
 
 
-def test_plan_cache_skips_planning_on_the_second_save(tmp_path: Path) -> None:
-    dcp_ranks.run(dcp_ranks.caching_program, 4, str(tmp_path / "ckpt"))
+def test_plan_cache_skips_planning_on_the_second_save(four_ranks: Path) -> None:
+    """The coordinator found none of the first save's plans in DCP's plan cache, and every one of the second's."""
+    assert facts(four_ranks / "cached", "plans") == {"first": 0, "cached": 4, "plans": 4}
 
 
-def test_replicated_tensors_are_written_once_spread_over_ranks(tmp_path: Path) -> None:
+def test_replicated_tensors_are_written_once_spread_over_ranks(four_ranks: Path) -> None:
     """No rank writes more than 1.5x the mean of the deduplicated bytes."""
-    path = tmp_path / "ckpt"
-    dcp_ranks.run(dcp_ranks.replicated_program, 4, str(path))
-    ranks = facts(path, "rank-bytes")["ranks"]
+    ranks = facts(four_ranks / "replicated", "rank-bytes")["ranks"]
     assert len(ranks) == 4 and max(ranks) <= 1.5 * statistics.mean(ranks), ranks
 
 

@@ -216,6 +216,9 @@ class DistributedRunner(CheckpointRunner):
             notes = [level_memory(case.get("memory"), workload.nbytes)]
             figures = self._launch(case, ctx, path, shared, warmup=0)
             notes = [figures[0].get("cache_note") or "", *notes, "verified on every rank", self._sources(figures)]
+            if mlperf.is_geometry(case.get("workload")):
+                memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+                notes.append(mlperf.cache_rule(workload.nbytes * case.get("checkpoints"), memory, case.get("cache")))
         return self._measurement(case, workload, path, figures, notes)
 
     def warmup(self, case: Case) -> int:
