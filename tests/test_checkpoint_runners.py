@@ -99,16 +99,21 @@ def test_a_train_case_checkpoints_restores_and_reports_its_goodput(ctx):
 
 @pytest.mark.parametrize("engine", list(DISTRIBUTED))
 def test_distributed_engines_save_and_load_on_two_ranks(engine, ctx):
-    """Two torchrun ranks save their shards and load them back verified; the rows say what each rank
-    wrote, what the caller waited, the disk use; every file, the shared workload included, is cleaned up."""
+    """Two torchrun ranks save their shards and load them back verified (dcp: two checkpoints in a row, each
+    in its own folder); the rows say what each rank wrote per checkpoint, what the caller waited, the disk use,
+    the rules' per-rank figures; every file and folder, the shared workload included, is cleaned up."""
     runner = runners.get(engine)
-    save_case, load_case = cases(engine, DISTRIBUTED[engine], world_size=2).values()
+    count = 2 if engine == "dcp" else 1
+    save_case, load_case = cases(engine, DISTRIBUTED[engine], world_size=2, checkpoints=count).values()
     assert runner.unavailable(save_case, ctx) is None
     saved, loaded = runner.run(save_case, ctx), runner.run(load_case, ctx)
-    assert saved.bytes == loaded.bytes == workload_bytes()
+    assert saved.bytes == loaded.bytes == count * workload_bytes()
     assert 0 < saved.blocking_seconds <= saved.seconds and loaded.blocking_seconds is None
     assert saved.bytes_on_disk >= saved.bytes and 0.9 < saved.compression_ratio <= 1.0
-    assert (saved.staging_bytes or 0) > 0 if engine == "dcp_fast" else saved.staging_bytes is None
+    for row in (saved, loaded):
+        assert 0 < row.max_rank_seconds <= row.seconds and row.min_rank_bw_bytes > 0
+    if count == 2:
+        assert sorted(p.name for p in runner.path(save_case, ctx).iterdir()) == ["checkpoint-0", "checkpoint-1"]
     shares = re.search(r"written per rank: ([\d.]+)KiB, ([\d.]+)KiB", saved.note)
     assert shares and abs(float(shares[1]) - float(shares[2])) < 64  # each rank wrote its half
     assert "verified on every rank" in loaded.note and loaded.cache == "cold"

@@ -38,19 +38,17 @@ def two_nodes(port: int, job: list[str]) -> list[subprocess.CompletedProcess[str
         ]
 
 
-@pytest.mark.parametrize("engine", ["dcp_fast"])  # dcp's two-node run would test torch's own code (issue 18)
-def test_two_nodes_save_and_load_over_loopback_rendezvous(tmp_path: Path, engine: str) -> None:
-    """Each node generates the preset for its ranks, both save their shards into one checkpoint, then both
-    load it back verified; rank 0 reports every rank, and the generated workloads are gone afterwards."""
-    for pattern in ("save", "load"):
-        out = tmp_path / pattern
-        case = f"engine={engine},pattern={pattern},world_size=2,workload=llama3-8b,checkpoint_size=16M,threads=2"
-        job = ["--case", case, "--checkpoint", str(tmp_path / "ckpt"), "--out", str(out)]
-        done = two_nodes(free_port(), job)
-        assert all(p.returncode == 0 for p in done), [p.stderr[-2000:] for p in done]
-        ranks = json.loads((out / "ranks.json").read_text())
-        assert [r["rank"] for r in ranks] == [0, 1] and not any("error" in r for r in ranks)
-        assert all(r["seconds"] > 0 for r in ranks)
+def test_two_nodes_save_over_loopback_rendezvous(tmp_path: Path) -> None:
+    """Each node generates the preset for its ranks and both save their shards into one checkpoint (a load
+    across nodes: the test below); rank 0 reports every rank, and the generated workloads are gone afterwards.
+    dcp_fast only: dcp's two-node run would test torch's own code (issue 18)."""
+    out = tmp_path / "save"
+    case = "engine=dcp_fast,pattern=save,world_size=2,workload=llama3-8b,checkpoint_size=16M,threads=2"
+    done = two_nodes(free_port(), ["--case", case, "--checkpoint", str(tmp_path / "ckpt"), "--out", str(out)])
+    assert all(p.returncode == 0 for p in done), [p.stderr[-2000:] for p in done]
+    ranks = json.loads((out / "ranks.json").read_text())
+    assert [r["rank"] for r in ranks] == [0, 1] and not any("error" in r for r in ranks)
+    assert all(r["seconds"] > 0 and r["own_bytes"] > 0 for r in ranks)
     assert (tmp_path / "ckpt" / ".metadata").is_file()
     assert not list(Path("/dev/shm").glob("gdsbench-workload.gdsbench-test-*"))
 
