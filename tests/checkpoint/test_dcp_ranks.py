@@ -68,14 +68,6 @@ def test_broadcast_load_reads_shared_items_once(four_ranks: Path) -> None:
     assert shared < each
 
 
-def test_back_to_back_async_saves_on_the_process_executor_keep_the_second(tmp_path: Path) -> None:
-    """DCP's process executor writes from another process, where the Writer cannot see when its staged buffers
-    are free: a second save started before the first is awaited must neither fail nor overwrite them."""
-    path = tmp_path / "ckpt"
-    dcp_ranks.run(dcp_ranks.async_program, 2, str(path), 7, "process")
-    dcp_ranks.run(dcp_ranks.load_program, 2, str(path), 7, False)
-
-
 def test_plan_cache_skips_planning_on_the_second_save(four_ranks: Path) -> None:
     """The coordinator found none of the first save's plans in DCP's plan cache, and every one of the second's."""
     assert facts(four_ranks / "cached", "plans") == {"first": 0, "cached": 4, "plans": 4}
@@ -87,10 +79,32 @@ def test_replicated_tensors_are_written_once_spread_over_ranks(four_ranks: Path)
     assert len(ranks) == 4 and max(ranks) <= 1.5 * statistics.mean(ranks), ranks
 
 
-@pytest.mark.timeout(150)
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One start-up of 2 ranks for the async checks, in turn, as one training process meets them: back-to-back
+    async saves on the process executor then a load; a training loop's async saves beside its main-thread
+    collectives, each awaited before the next, then overlapping (each program asserts what it checks; a hang
+    fails the whole start-up at its timeout)."""
+    root = tmp_path_factory.mktemp("two-ranks")
+    dcp_ranks.run_steps(2, [
+        (dcp_ranks.async_program, 2, (str(root / "process"), 7, "process")),
+        (dcp_ranks.load_program, 2, (str(root / "process"), 7, False)),
+        *((dcp_ranks.training_loop_program, 2, (str(root / f"loop-{overlap}"), 5, overlap)) for overlap in (False, True)),
+    ])  # fmt: skip
+    return root
+
+
+def test_back_to_back_async_saves_on_the_process_executor_keep_the_second(two_ranks: Path) -> None:
+    """DCP's process executor writes from another process, where the Writer cannot see when its staged buffers
+    are free: a second save started before the first is awaited must neither fail nor overwrite them (both
+    ranks loaded the second state, checked bit-exact)."""
+    assert all(facts(two_ranks / "process", f"load-r{r}")["read"] > 0 for r in range(2))
+
+
 @pytest.mark.parametrize("overlap", [False, True])
-def test_async_saves_beside_main_thread_collectives_do_not_deadlock(tmp_path: Path, overlap: bool) -> None:
+def test_async_saves_beside_main_thread_collectives_do_not_deadlock(two_ranks: Path, overlap: bool) -> None:
     """dcp.async_save(sd, storage_writer=Writer(d)) then dist.barrier()/all_reduce on the main thread, step
     after step: the Writer's background collectives run on a group of its own, never the caller's (before
-    the fix: a hang in 4 of 4 runs). With `overlap` the next save starts before the previous is awaited."""
-    dcp_ranks.run(dcp_ranks.training_loop_program, 2, str(tmp_path / "ckpt"), 5, overlap)
+    the fix: a hang in 4 of 4 runs). With `overlap` the next save starts before the previous is awaited; the
+    last state then loaded whole on both ranks."""
+    assert all(facts(two_ranks / f"loop-{overlap}", f"load-r{r}")["read"] > 0 for r in range(2))

@@ -304,37 +304,46 @@ def test_a_missing_checkpoint_keeps_its_own_error_through_dcp(tmp_path: Path) ->
 # -- 5. two saves to one directory -----------------------------------------------------------------
 
 
-def _saver(path: str, seed: int, rounds: int, start: Any, out: Any) -> None:
-    """A process saving its own state dict to `path` again and again; reports each result."""
-    start.wait()
-    for _ in range(rounds):
-        try:
-            dcp_save(state(seed), Path(path))
-            out.put((seed, "ok"))
-        except CheckpointException as e:
-            out.put((seed, type(unwrap(e)).__name__))
+def _saver(path: str, seed: int, saves: int, rounds: Any, out: Any) -> None:
+    """A process saving its own state dict to `path` again and again, `saves` times per round (a round starts
+    when its event from `rounds` is set); reports each result, then None at the end of its round."""
+    for start in rounds:
+        start.wait()
+        for _ in range(saves):
+            try:
+                dcp_save(state(seed), Path(path))
+                out.put((seed, "ok"))
+            except CheckpointException as e:
+                out.put((seed, type(unwrap(e)).__name__))
+        out.put(None)
 
 
 @pytest.mark.timeout(240)
 def test_concurrent_savers_always_leave_one_complete_checkpoint(tmp_path: Path) -> None:
-    """Two processes hammer one directory; after they stop it loads to one of their states, whole."""
+    """Two processes hammer one directory; after each round, both stopped, it loads to one of their states,
+    whole, with no orphan file. The processes live across the three rounds (one start-up of torch each)."""
     ctx = mp.get_context("spawn")
     path = tmp_path / "ckpt"
-    for rnd in range(3):
-        start, out = ctx.Event(), ctx.Queue()
-        procs = [ctx.Process(target=_saver, args=(str(path), seed, 4, start, out)) for seed in (1, 2)]
-        for p in procs:
-            p.start()
-        start.set()
+    rounds, out = [ctx.Event() for _ in range(3)], ctx.Queue()
+    procs = [ctx.Process(target=_saver, args=(str(path), seed, 4, rounds, out)) for seed in (1, 2)]
+    for p in procs:
+        p.start()
+    try:
+        for rnd, start in enumerate(rounds):
+            start.set()
+            reports = [out.get(timeout=120) for _ in range(10)]  # 4 results and the round's end, per process
+            results = [r for r in reports if r is not None]
+            assert len(results) == 8 and all(r in ("ok", "CheckpointBusy") for _, r in results), results
+            loaded = dcp_load(path)
+            assert same(loaded, state(loaded["step"])) and loaded["step"] in (1, 2), rnd
+            referenced = {r.file for r in Reader(path).read_metadata().storage_data.values()}
+            assert {p.name for p in path.glob("*.data")} == referenced  # no orphan left once both are done
+    finally:
+        for start in rounds:  # a failed round must not leave the savers waiting for the next
+            start.set()
         for p in procs:
             p.join(120)
-            assert p.exitcode == 0
-        results = [out.get(timeout=5) for _ in range(8)]
-        assert all(r in ("ok", "CheckpointBusy") for _, r in results), results
-        loaded = dcp_load(path)
-        assert same(loaded, state(loaded["step"])) and loaded["step"] in (1, 2), rnd
-        referenced = {r.file for r in Reader(path).read_metadata().storage_data.values()}
-        assert {p.name for p in path.glob("*.data")} == referenced  # no orphan left once both are done
+    assert [p.exitcode for p in procs] == [0, 0]
 
 
 def test_a_commit_never_removes_a_live_writers_file(tmp_path: Path) -> None:
