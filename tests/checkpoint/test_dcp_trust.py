@@ -104,6 +104,24 @@ def test_a_planted_byte_item_never_runs_on_load(tmp_path: Path, monkeypatch: pyt
     assert not marker.exists()
 
 
+def test_the_allowlist_computed_once_is_torchs_own_and_put_back(tmp_path: Path) -> None:
+    """Metadata unpickling computes torch's allowlist of user globals once per load instead of once per object:
+    inside, the same classes (the load's safe globals included); after a load, or a refused one, torch's own
+    function is back and no allowance outlives the load."""
+    from ckptio.unpickle import allowlist_once
+    from torch import _weights_only_unpickler as restricted
+
+    own = restricted._get_user_allowed_globals
+    with torch.serialization.safe_globals([Point]), allowlist_once():
+        assert restricted._get_user_allowed_globals() == own() and f"{__name__}.Point" in own()
+    dcp_save({"w": torch.ones(4)}, tmp_path / "ckpt")
+    assert dcp_load(tmp_path / "ckpt", {"w": torch.zeros(4)})["w"].sum() == 4
+    (tmp_path / "ckpt" / ".metadata").write_bytes(b"not a pickle")
+    with pytest.raises(InvalidCheckpoint):
+        dcp_load(tmp_path / "ckpt", {"w": torch.zeros(4)})
+    assert restricted._get_user_allowed_globals is own and f"{__name__}.Point" not in own()
+
+
 def test_a_user_type_round_trips_once_allowed(tmp_path: Path) -> None:
     with pytest.raises(CheckpointException) as info:
         dcp_save({"w": torch.ones(4), "p": Point(3)}, tmp_path / "refused")

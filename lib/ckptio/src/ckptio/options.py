@@ -92,6 +92,12 @@ class IOOptions:
         flush: "end" (one fsync after the last write), "overlap" (writeback started while later
             chunks are still being written, then the fsync) or "dsync" (every write durable before it
             returns); all are equally durable, only their speed differs.
+        overlap_bytes: with flush "overlap", an fdatasync starts each time this much more has been
+            written (default 256 MiB: a few chunks per thread).
+        span_bytes: a load maps storages smaller than this into shared mappings of up to this size, one
+            mapping per larger storage (default 64 MiB).
+        scratch_bytes: the most reshard scratch memory a DCP Reader holds at once; items needing more are
+            read one by one (default 1 GiB).
     """
 
     threads: int = _env_field(default_threads)
@@ -100,6 +106,9 @@ class IOOptions:
     backend: str = _env_field("auto")
     prefault_threads: int = _env_field(default_prefault_threads)
     flush: str = _env_field("end")
+    overlap_bytes: int = _env_field(256 * MiB)
+    span_bytes: int = _env_field(64 * MiB)
+    scratch_bytes: int = _env_field(1024 * MiB)
 
     def __post_init__(self) -> None:
         """Fill unset fields from the environment or the host, then validate every field."""
@@ -115,7 +124,7 @@ class IOOptions:
 
 def _check(o: IOOptions) -> None:
     """Refuse values that cannot work, naming the field and what it takes."""
-    for name in ("threads", "prefault_threads"):
+    for name in ("threads", "prefault_threads", "overlap_bytes", "span_bytes", "scratch_bytes"):
         if not isinstance(getattr(o, name), int) or getattr(o, name) < 1:
             raise OptionError(f"IOOptions.{name} must be an integer >= 1, not {getattr(o, name)!r}")
     if not isinstance(o.chunk_bytes, int) or o.chunk_bytes <= 0 or o.chunk_bytes % 4096:

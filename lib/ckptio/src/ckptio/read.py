@@ -30,8 +30,6 @@ from .memory import Prefaulter, address_of, copy, huge_buffer, populate_read, ro
 from .options import IOOptions
 from .parallel import run_parallel
 
-SPAN_BYTES = 64 << 20  # storages smaller than this share mappings of up to this size
-
 
 @dataclass(frozen=True)
 class Span:
@@ -75,12 +73,12 @@ def _need(index: fmt.Index, got: int, offset: int, need: int) -> None:
         raise TruncatedCheckpoint(index.path, offset + need, offset + got)
 
 
-def plan_spans(storages: tuple[fmt.StorageEntry, ...]) -> list[Span]:
-    """Group non-empty storages, in file order, into spans of at most SPAN_BYTES (big ones alone)."""
+def plan_spans(storages: tuple[fmt.StorageEntry, ...], span_bytes: int) -> list[Span]:
+    """Group non-empty storages, in file order, into spans of at most `span_bytes` (big ones alone)."""
     spans: list[Span] = []
     group: list[fmt.StorageEntry] = []
     for s in sorted((s for s in storages if s.nbytes), key=lambda s: s.offset):
-        if group and s.offset + s.nbytes - group[0].offset > SPAN_BYTES:
+        if group and s.offset + s.nbytes - group[0].offset > span_bytes:
             spans.append(_span(group))
             group = []
         group.append(s)
@@ -162,7 +160,7 @@ def read_host(
     """Read every storage: those in `placed` (key -> address of existing memory) through staging
     buffers into place, the rest into fresh huge-page spans prefaulted ahead of the reads."""
     verify = verify and index.checksum != "none"
-    spans = plan_spans(tuple(s for s in index.storages if s.key not in placed))
+    spans = plan_spans(tuple(s for s in index.storages if s.key not in placed), options.span_bytes)
     maps = [huge_buffer(span.nbytes) for span in spans]
     bases = [address_of(m) for m in maps]
     pieces = [

@@ -3,9 +3,12 @@ unpickling), resolving each persistent storage id to the bytes a read strategy p
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -13,6 +16,27 @@ import torch
 from . import format as fmt
 from . import integrity
 from .errors import CorruptCheckpoint, InvalidCheckpoint, TruncatedCheckpoint, UnsafeObject
+
+_ONE_AT_A_TIME = threading.Lock()
+
+
+@contextlib.contextmanager
+def allowlist_once() -> Iterator[None]:
+    """torch's weights-only unpickler rebuilds its allowlist of user globals (a dict, in Python) for every object
+    it creates and every call it makes: O(objects x allowlist), most of a DCP load's time at 8 ranks of small
+    tensors (docs/benchmarks.md). For the length of one unpickling, that same list computed once: the same
+    classes allowed, the same checks. Enter it inside the `safe_globals` context the unpickling uses; one
+    unpickling at a time holds it (it swaps torch's module attribute and puts it back)."""
+    from torch import _weights_only_unpickler as restricted
+
+    with _ONE_AT_A_TIME:
+        original = restricted._get_user_allowed_globals
+        allowed = original()
+        restricted._get_user_allowed_globals = lambda: allowed
+        try:
+            yield
+        finally:
+            restricted._get_user_allowed_globals = original
 
 
 def read_pickle(index: fmt.Index, verify: bool) -> bytes:
@@ -55,7 +79,8 @@ def rebuild(index: fmt.Index, data: bytes, storages: dict[str, torch.UntypedStor
     unpickler = restricted.Unpickler(io.BytesIO(data), encoding="utf-8")
     unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
     try:
-        return unpickler.load()
+        with allowlist_once():
+            return unpickler.load()
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, RuntimeError) as e:
         raise InvalidCheckpoint(index.path, f"weights_only unpickling refused the object: {e}") from None
 
@@ -72,7 +97,8 @@ def check_loadable(data: bytes, storages: dict[str, tuple[Any, torch.dtype]], st
     unpickler = restricted.Unpickler(io.BytesIO(data), encoding="utf-8")
     unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
     try:
-        unpickler.load()
+        with allowlist_once():
+            unpickler.load()
     except pickle.UnpicklingError as e:
         raise UnsafeObject(_culprit(state_dict, str(e)), str(e).splitlines()[0][:300]) from None
 

@@ -11,7 +11,7 @@ staging. Some file systems refuse O_DIRECT with EINVAL: `io.open_writer` falls b
 
 Durability (IOOptions.flush): "end" is one fsync after the last write; "overlap" starts the device's
 (or the host's) writeback while later chunks are still being written: a background thread calls
-fdatasync each time another OVERLAP_BYTES have been written, and buffered writes also start
+fdatasync each time another IOOptions.overlap_bytes have been written, and buffered writes also start
 writeback of each range with sync_file_range; "dsync" makes every write durable before it returns
 (pwritev2 with RWF_DSYNC: FUA or a flush per write, the writers' parallelism hiding the waits).
 Each ends with an fsync, so all three are equally durable; only their speed differs.
@@ -34,7 +34,6 @@ from . import ReadPiece, WritePiece, read_full, write_all
 
 _libc = ctypes.CDLL(None, use_errno=True)
 SYNC_FILE_RANGE_WRITE = 2
-OVERLAP_BYTES = 256 << 20  # flush once this much more has been written (a few chunks per thread)
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ class PosixWriter:
         self.alignment = backend.alignment
         self.options = options
         self.staging = staging
-        self._overlap = _Overlap(fd) if options.flush == "overlap" else None
+        self._overlap = _Overlap(fd, options.overlap_bytes) if options.flush == "overlap" else None
         self._flags = os.RWF_DSYNC if options.flush == "dsync" else 0
         self._end = 0
         self._lock = threading.Lock()
@@ -147,11 +146,13 @@ class PosixWriter:
 
 class _Overlap:
     """Starts writeback while the save is still writing: fdatasync on a background thread each time
-    another OVERLAP_BYTES were written (it returns once those bytes are on stable storage, while the
-    workers go on writing), and, for buffered writes, sync_file_range(WRITE) on every written range."""
+    another `every` bytes were written (IOOptions.overlap_bytes; it returns once those bytes are on stable
+    storage, while the workers go on writing), and, for buffered writes, sync_file_range(WRITE) on every
+    written range."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, every: int) -> None:
         self.fd = fd
+        self.every = every
         self._pending = 0
         self._wake = threading.Condition()
         self._stopped = False
@@ -164,14 +165,14 @@ class _Overlap:
             _libc.sync_file_range(self.fd, ctypes.c_int64(offset), ctypes.c_int64(nbytes), SYNC_FILE_RANGE_WRITE)
         with self._wake:
             self._pending += nbytes
-            if self._pending >= OVERLAP_BYTES:
+            if self._pending >= self.every:
                 self._wake.notify()
 
     def _run(self) -> None:
         """fdatasync whenever enough has been written since the last one started."""
         while True:
             with self._wake:
-                self._wake.wait_for(lambda: self._stopped or self._pending >= OVERLAP_BYTES)
+                self._wake.wait_for(lambda: self._stopped or self._pending >= self.every)
                 if self._stopped:
                     return
                 self._pending = 0

@@ -45,8 +45,6 @@ from .objects import loadable_bytes
 from .records import ItemRecord, open_regular, read_metadata, referenced_files
 from .validate import checksum_of
 
-SCRATCH_BYTES = 1 << 30  # reshard scratch memory held at once (items needing more are read one by one)
-
 
 @dataclass(frozen=True)
 class Broadcast:
@@ -186,12 +184,12 @@ class Reader(StorageReader):
         return future
 
     def _read_items(self, items: list[ReadItem], planner: LoadPlanner, cache: StagingCache) -> None:
-        """Read items from storage in batches whose reshard scratch fits SCRATCH_BYTES."""
+        """Read items from storage in batches whose reshard scratch fits IOOptions.scratch_bytes."""
         batch: list[ReadItem] = []
         held = 0
         for ri in sorted(items, key=lambda r: self._position(r)):
             need = self.storage_data[ri.storage_index].nbytes
-            if batch and held + need > SCRATCH_BYTES:
+            if batch and held + need > self.options.scratch_bytes:
                 self._read_batch(batch, planner, cache)
                 batch, held = [], 0
             batch.append(ri)

@@ -169,8 +169,10 @@ def _unpickle(path: Path, payload: bytes) -> Any:
     import torch
     from torch import _weights_only_unpickler as restricted
 
+    from ..unpickle import allowlist_once
+
     try:
-        with torch.serialization.safe_globals(_allowed()):
+        with torch.serialization.safe_globals(_allowed()), allowlist_once():
             return restricted.Unpickler(io.BytesIO(payload)).load()
     except Exception as e:  # the unpickler raises many types on hostile input: all mean "refused"
         raise InvalidCheckpoint(path, f"metadata refused by the weights-only unpickler: {e}") from None
