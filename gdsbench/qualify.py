@@ -4,7 +4,9 @@ Each check selects rows with `where:` (parameter values, e.g. {pattern: read, io
 - absolute, per case (median over repetitions): `min_bw: 20GiB/s`, `max_bw`, `min_iops: 100000`,
   `max_blocking: 500ms` (checkpoint saves: what the caller waited), `min_compression_ratio: 1.2`,
   `max_lat_mean: 500us`, `max_lat_p99: 2ms`; for `pattern: train` rows `max_stall: 500ms` (median wall time
-  a checkpoint stopped the loop) and `min_goodput: 0.95`;
+  a checkpoint stopped the loop) and `min_goodput: 0.95`; for checkpoints saved or loaded by ranks, the MLPerf
+  Storage rules' metrics `min_rank_bw: 2GiB/s` (the slowest rank's throughput) and `max_rank_time: 30s` (the
+  longest rank's duration per checkpoint);
 - relative between rows of the same case parameters: `ratio: {of: {transfer: GDS}, to: {transfer: CPU_GPU},
   min: 1.5}` (and/or `max:`), pairing rows that agree on every parameter `of`/`to` do not name;
 - relative to a stored baseline of the same host: `baseline: path.csv, min_ratio: 0.9` (relative paths are
@@ -99,6 +101,12 @@ LIMITS: dict[str, Limit] = {
         "stall_seconds", operator.le, "<=", parse_duration, lambda v: f"{v:.3f}s", "a duration such as 500ms"
     ),
     "min_goodput": Limit("goodput", operator.ge, ">=", parse_fraction, lambda v: f"{v:.4f}", "a fraction such as 0.95"),
+    "min_rank_bw": Limit(
+        "min_rank_bw_bytes", operator.ge, ">=", parse_bandwidth, tables.bw_text, "a bandwidth such as 2GiB/s"
+    ),
+    "max_rank_time": Limit(
+        "max_rank_seconds", operator.le, "<=", parse_duration, lambda v: f"{v:.3f}s", "a duration such as 30s"
+    ),
 }
 KINDS = (*LIMITS, "ratio", "baseline")
 CHECK_KEYS = ("name", "where", *KINDS, "min_ratio", "host", "per_host", "allow_flags")

@@ -220,3 +220,22 @@ def test_the_cache_rule_says_whether_a_read_follows_the_rules() -> None:
     assert mlperf.cache_rule(10 * GIB, 24 * GIB, "cold").endswith("caches cleared first, as the rules ask")
     assert "does not follow them" in mlperf.cache_rule(10 * GIB, 24 * GIB, "warm")
     assert "no clearing needed" in mlperf.cache_rule(80 * GIB, 24 * GIB, "warm")
+
+
+@pytest.mark.parametrize(
+    ("entry", "status", "said"),
+    [
+        ({"where": {"engine": "torch_save_ranks", "pattern": "save"}, "min_rank_bw": "64MiB/s"}, "pass", "MiB/s"),
+        ({"where": {"engine": "dcp", "pattern": "save"}, "min_rank_bw": "64MiB/s"}, "fail", "MiB/s"),
+        ({"where": {"engine": "dcp", "pattern": "load"}, "max_rank_time": "1s"}, "fail", "1.3"),
+        ({"where": {"engine": "fio"}, "max_rank_time": "1s"}, "fail", "no max_rank_seconds values"),
+    ],
+)
+def test_qualify_judges_the_rules_metrics_on_the_sample_run(entry: dict, status: str, said: str) -> None:
+    """The committed run of configs/mlperf-checkpoint.yaml: the slowest rank's throughput and the longest rank's
+    time per checkpoint as qualification limits; rows without them (fio's) fail the check, never pass it."""
+    from gdsbench import qualify, results
+
+    rows = results.load(sorted((Path(__file__).parents[1] / "results/sample/mlperf-checkpoint").glob("*.csv")))
+    outcome = qualify.evaluate(qualify.parse_check("x.yaml", "checks[0]", entry), rows)
+    assert outcome.status == status and said in outcome.message + outcome.details
