@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -85,15 +84,41 @@ def mounted(point: Path, fstype: str, *options: str) -> Iterator[Path]:
         subprocess.run(["umount", "--lazy", str(point)], check=True)  # lazy: a leaked descriptor cannot wedge it
 
 
+#: Modules the kill tests' children need, imported once by a fork server: each child is a fork of it, so a
+#: kill test costs a fork, not an interpreter importing torch (the crash is the same: SIGKILL mid-save).
+PRELOAD = ["torch", "torch.distributed.checkpoint", "ckptio"]
+_servers: list[Any] = []
+
+
+def _forkserver() -> Any:
+    """This process's multiprocessing context whose fork server preloaded PRELOAD (started on first use)."""
+    import multiprocessing
+
+    if not _servers:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)
+        _servers.append(context)
+    return _servers[0]
+
+
+def _run_program(program: str, args: list[str], ready: Any) -> None:
+    """A kill test's child: `program` run as `python -c program *args` would run it, `ready()` telling the test
+    it is about to work."""
+    sys.argv = ["-c", *args]
+    exec(compile(program, "<kill-test child>", "exec"), {"__name__": "__main__", "ready": lambda: ready.send(True)})
+
+
 def kill_when_busy(program: str, args: list[str], seed: int, window: tuple[float, float]) -> None:
-    """Run `python -c program *args` from the repository root, wait for it to print `ready`, then SIGKILL it
-    at a moment drawn (by `seed`) from `window` seconds: a crash at a random point of its work."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", program, *args], stdout=subprocess.PIPE, cwd=Path(__file__).parents[1], text=True
-    )
+    """Run `program` (with `args` as its argv) in a child forked from a fork server that preloaded torch and
+    ckptio, wait for it to call `ready()`, then SIGKILL it at a moment drawn (by `seed`) from `window` seconds:
+    a crash at a random point of its work."""
+    context = _forkserver()
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_run_program, args=(program, args, send), daemon=True)
+    child.start()
     try:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        assert receive.poll(60) and receive.recv() is True, f"the child never became ready (exit {child.exitcode})"
         time.sleep(random.Random(seed).uniform(*window))
     finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
+        child.kill()
+        child.join()

@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import csv
+import gc
 import inspect
 import pickle
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytestmark = [pytest.mark.needs_torch, pytest.mark.needs_odirect]
+
+
+@pytest.fixture(autouse=True)
+def _unfrozen() -> Iterator[None]:
+    """The benchmark freezes the heap (gc.freeze) before each phase; the test process gets it back after."""
+    yield
+    gc.unfreeze()
 
 
 @pytest.fixture(scope="module")

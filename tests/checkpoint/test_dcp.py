@@ -174,7 +174,7 @@ from ckptio import Writer, IOOptions
 path, mode = sys.argv[1], sys.argv[2]
 writer = Writer(path, options=IOOptions(chunk_bytes=1 << 20, buffer_bytes=4 << 20, threads=2))
 states = [{"tag": t, "w": torch.full((6 << 20,), float(t))} for t in (1, 2)]
-print("ready", flush=True)
+ready()
 i = 0
 while True:
     s = states[i % 2]

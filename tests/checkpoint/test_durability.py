@@ -36,7 +36,7 @@ from ckptio import Checkpointer
 path, recycle = sys.argv[1], sys.argv[2] == "recycle"
 states = [make_state(1), make_state(2)]
 ckpt = Checkpointer(path, recycle=recycle)
-print("ready", flush=True)
+ready()
 i = 0
 while True:
     ckpt.save(states[i % 2])
