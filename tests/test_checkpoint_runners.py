@@ -19,7 +19,7 @@ from gdsbench.runners.base import RunContext
 pytestmark = pytest.mark.needs_torch
 SIZE = "16M"
 CPU_ENGINES = {"torch_save": "CPU_CACHED", "fastpersist": "CPU_ONLY", "safetensors": "CPU_CACHED"}
-DISTRIBUTED = {"dcp": "CPU_CACHED", "dcp_fast": "CPU_ONLY"}
+DISTRIBUTED = {"dcp": "CPU_CACHED", "dcp_fast": "CPU_ONLY", "torch_save_ranks": "CPU_CACHED"}
 ROOT = Path(__file__).parent.parent
 
 
