@@ -286,3 +286,16 @@ def test_cuda_state_dicts_save_async_from_pinned_staging_and_load_onto_the_gpu(
     dcp.load(out, storage_reader=Reader(tmp_path / "ckpt", options=SMALL), no_dist=True)
     assert out["bf16"].is_cuda
     assert_bits({k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in out.items()}, state())
+
+
+def test_records_share_their_file_name_and_dtype_so_the_metadata_writes_each_once(tmp_path: Path) -> None:
+    """Every record of one data file names it through one string object, and equal dtype names are one object:
+    the metadata's pickle writes each string once (a memo reference after that), not once per item."""
+    state = {f"layer{i}.{j}": torch.randn(64 + i) for i in range(20) for j in range(3)}
+    state |= {f"half{i}": torch.randn(8).bfloat16() for i in range(5)}
+    save(state, tmp_path / "ckpt")
+    records = list(read_metadata(tmp_path / "ckpt").storage_data.values())
+    assert len(records) == 65 and len({r.file for r in records}) == 1
+    assert len({id(r.file) for r in records}) == 1
+    assert len({id(r.dtype) for r in records}) == len({r.dtype for r in records}) == 2
+    assert torch.equal(load(tmp_path / "ckpt", state)["half3"], state["half3"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -107,14 +108,15 @@ def write_items(
         writer.finish(writer.end)
     finally:
         writer.close()
-    return [_record(path, item, codec, chunk, checksum) for item in items]
-
-
-def _record(path: str, item: _Item, codec: Any, chunk: int, checksum: str) -> ItemRecord:
-    """The record of a written item (byte items and codec 'none' items are stored raw)."""
     name = path.rsplit("/", 1)[-1]
+    return [_record(name, item, codec, chunk, checksum) for item in items]
+
+
+def _record(name: str, item: _Item, codec: Any, chunk: int, checksum: str) -> ItemRecord:
+    """The record of a written item (byte items and codec 'none' items are stored raw). Its strings are shared
+    objects (one file name per file, interned dtype names), so the metadata's pickle writes each once."""
     encoded = codec.descriptor if item.dtype and codec.name != "none" else "none"
-    return ItemRecord(name, item.nbytes, item.dtype, item.shape, encoded, chunk, tuple(item.chunks),
+    return ItemRecord(name, item.nbytes, sys.intern(item.dtype), item.shape, encoded, chunk, tuple(item.chunks),
                       tuple(item.digests), checksum)  # fmt: skip
 
 
