@@ -511,6 +511,7 @@ def ckptio_results(rank: int, items: list[WriteItem], save_id: str) -> tuple[lis
     from ckptio.inspect import ItemRecord, data_file
 
     chunk_bytes, out, end = IOOptions().chunk_bytes, [], 0
+    name = data_file(save_id, rank)  # one string per file, as ckptio.Writer's records share it
     for k, wi in enumerate(items):
         assert wi.tensor_data is not None
         nbytes = chunk_nbytes(wi)
@@ -519,12 +520,12 @@ def ckptio_results(rank: int, items: list[WriteItem], save_id: str) -> tuple[lis
         digests = tuple(
             f"{(rank << 24 | k << 8 | c) * 0x9E3779B97F4A7C15 & (1 << 64) - 1:016x}" for c in range(len(chunks))
         )
-        dtype = str(wi.tensor_data.properties.dtype).removeprefix("torch.")
-        record = ItemRecord(data_file(save_id, rank), nbytes, dtype, tuple(wi.tensor_data.chunk.sizes), "none",
+        dtype = sys.intern(str(wi.tensor_data.properties.dtype).removeprefix("torch."))
+        record = ItemRecord(name, nbytes, dtype, tuple(wi.tensor_data.chunk.sizes), "none",
                             chunk_bytes, chunks, digests, "xxh3")  # fmt: skip
         out.append(WriteResult(wi.index, nbytes, record))
         end += -(-nbytes // ALIGN) * ALIGN
-    return out, data_file(save_id, rank), end
+    return out, name, end
 
 
 class ModelDist(_DistWrapper):
