@@ -147,8 +147,9 @@ class Geometry:
 
     def describe(self) -> str:
         """One line for a row's note: model, ranks, division, scale, and the rules it follows."""
-        full = f"{self.model.closed_ranks}" if self.subset else ""
-        ranks = f"ranks 0-{self.world_size - 1} of {full}" if self.subset else f"{self.world_size} ranks"
+        ranks = f"{self.world_size} ranks"
+        if self.subset:
+            ranks = f"ranks 0-{self.world_size - 1} of {self.model.closed_ranks}"
         return (
             f"MLPerf Storage checkpoint geometry {self.model.name} ({RULES}; not an MLPerf result): {ranks}, "
             f"{self.division}, TP {self.model.tensor} x PP {self.model.pipeline} x DP {self.data_parallel}, "

@@ -322,7 +322,7 @@ class DistributedRunner(CheckpointRunner):
         per_rank = cycle.rank_metrics(ranks)
         notes.append(f"{count} checkpoints in a row" if count > 1 else "")
         notes.append(f"{case.get('world_size')} ranks ({case.get('layout')}), {workload.description}")
-        notes += [self._shares(ranks, path)]
+        notes += [self._shares(ranks, cycle.checkpoint_dirs(path, count)[0])]
         copies = [r["host_copy_seconds"] for r in ranks if "host_copy_seconds" in r]
         if copies:
             notes.append(f"host copy {max(copies):.3f} s (blocking / copy = {blocking / max(copies):.2f})")
@@ -343,9 +343,9 @@ class DistributedRunner(CheckpointRunner):
                 sizes[int(match[1])] = sizes.get(int(match[1]), 0) + p.stat().st_size
         return [sizes.get(rank, 0) for rank in range(max(sizes) + 1)] if sizes else []
 
-    def _shares(self, ranks: list[dict[str, Any]], path: Path) -> str:
-        """Bytes each rank wrote (saves) or read (loads) per checkpoint, for the row's note."""
-        first = cycle.checkpoint_dirs(path, len(ranks[0].get("durations", [None])))[0]
+    def _shares(self, ranks: list[dict[str, Any]], first: Path) -> str:
+        """Bytes each rank wrote (saves) or read (loads) per checkpoint (the phase's first, at `first`), for the
+        row's note."""
         written = next((r["rank_bytes"] for r in ranks if r.get("rank_bytes")), None) or self.rank_files(first)
         if written and "blocking_seconds" in ranks[0]:
             return "written per rank: " + ", ".join(num2str(b, unit="B") for b in written)

@@ -39,10 +39,11 @@ from gdsbench import mlperf
 from gdsbench.runners.checkpoint import cycle
 from gdsbench.runners.checkpoint.conditions import fsync_path, set_cache
 from gdsbench.runners.checkpoint.rank_state import destination, local_tensors, preset_state, rank_state, same
+from gdsbench.runners.checkpoint.torch_save_ranks import TorchSaveRanks
 from gdsbench.runners.resources import Usage
 
-FILE_ENGINE = "torch_save_ranks"  # every rank torch.saves its own file; the others are DCP's
-COMPLETE = ".complete"  # written by rank 0 once every rank's file is durable
+FILE_ENGINE = TorchSaveRanks.name  # every rank torch.saves its own file; the others are DCP's
+COMPLETE = TorchSaveRanks.marker  # written by rank 0 once every rank's file is durable
 
 
 def writer(job: dict[str, Any]) -> Any:
@@ -231,7 +232,7 @@ def load_phase(job: dict[str, Any], directories: list[Path]) -> dict[str, Any]:
             dcp.load(dest, checkpoint_id=directory, storage_reader=storage)
 
     def check(directory: Path) -> None:
-        wrong = same(loaded, local_tensors(expected)) if storage is None else same(dest, expected)
+        wrong = same(loaded if storage is None else dest, expected)
         loaded.clear()
         if wrong:
             raise RuntimeError(f"rank {rank}: tensor {wrong!r} of {directory} differs from the one saved")

@@ -36,10 +36,11 @@ def destination(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def same(loaded: dict[str, Any], state: dict[str, Any]) -> str | None:
-    """None when every local tensor of `loaded` equals the workload's, else the first that differs."""
-    for name, want in state.items():
-        got = loaded[name]
-        a, b = (got.to_local(), want.to_local()) if isinstance(want, DTensor) else (got, want)
+    """None when every local tensor of `loaded` equals the workload's (a DTensor's local shard on either side),
+    else the first that differs."""
+    got_local, want_local = local_tensors(loaded), local_tensors(state)
+    for name, b in want_local.items():
+        a = got_local[name]
         if a.shape != b.shape or not torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)):
             return name
     return None
