@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from gdsbench.units import GIB
+
 #: Where the geometry comes from (recorded in every row's note and in the report).
 RULES = "MLPerf Storage v2.0 checkpointing rules"
 SOURCE = (
@@ -26,7 +28,6 @@ SOURCE = (
 )
 PREFIX = "mlperf-"
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
-GIB = 1 << 30
 
 
 @dataclass(frozen=True)

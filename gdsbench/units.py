@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 
+GIB = 1 << 30  # one gibibyte: the unit of binary-unit tables (GiB/s, CPU-s per GiB)
 _PREFIXES = "kmgtpe"
 _SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtpe]?)(i?)(b?)\s*$", re.IGNORECASE)
 _DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m|h|d)?\s*$", re.IGNORECASE)

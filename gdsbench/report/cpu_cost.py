@@ -15,8 +15,8 @@ from typing import Any
 import pandas as pd
 
 from gdsbench.report import ceilings, tables
+from gdsbench.units import GIB
 
-GIB = 1 << 30
 TITLE = "CPU cost per GiB moved (machine: every CPU's busy time; process: the engine's own processes)"
 
 

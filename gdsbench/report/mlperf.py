@@ -8,11 +8,11 @@ import pandas as pd
 
 from gdsbench import mlperf
 from gdsbench.report import ceilings, tables
+from gdsbench.units import GIB
 
 TITLE = f"MLPerf Storage checkpoint geometry ({mlperf.RULES}; runs of the geometry, not MLPerf results)"
 PHASES = {"save": "write", "load": "read"}
 FIGURES = ("min_rank_bw_bytes", "max_rank_seconds", "bw_bytes")
-GIB = 1 << 30
 
 
 def geometry_runs(frame: pd.DataFrame) -> pd.DataFrame:
