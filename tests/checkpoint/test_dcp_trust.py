@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import hashlib
 import multiprocessing as mp
 import os
 import pickle
@@ -17,7 +16,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from ckptio import CheckpointError, IOOptions, Reader, Writer, codec, errors, save
-from ckptio.dcp.records import METADATA, SEAL_MAGIC, data_file
+from ckptio.dcp.records import METADATA, data_file, read_metadata, seal
 from ckptio.errors import (
     CorruptCheckpoint,
     InvalidCheckpoint,
@@ -141,13 +140,19 @@ def test_single_file_save_refuses_what_no_load_accepts(tmp_path: Path) -> None:
 # -- 2. paths outside the directory, FIFOs and links -----------------------------------------------
 
 
+def committed(path: Path) -> Any:
+    """A checkpoint's Metadata with its records in a plain dict, as a Writer hands them to the commit."""
+    metadata = read_metadata(path)
+    metadata.storage_data = dict(metadata.storage_data.items())
+    return metadata
+
+
 def reseal(path: Path, edit: Any) -> None:
-    """Rewrite a checkpoint's metadata through `edit(metadata)` and seal it again (a forger's edit)."""
-    data = (path / METADATA).read_bytes()[: -len(SEAL_MAGIC) - 32]
-    metadata = pickle.loads(data)
+    """Rewrite a checkpoint's metadata through `edit(metadata)` and seal it again (a forger's edit): format 3
+    where it expresses the edit, format 2 (a pickle) where not, as a Writer would."""
+    metadata = committed(path)
     edit(metadata)
-    payload = pickle.dumps(metadata, protocol=2)
-    (path / METADATA).write_bytes(payload + SEAL_MAGIC + hashlib.sha256(payload).digest())
+    (path / METADATA).write_bytes(seal(metadata))
 
 
 def point_records(metadata: Any, name: str) -> None:
@@ -429,7 +434,7 @@ def test_a_format_1_checkpoint_still_loads(tmp_path: Path) -> None:
     """Checkpoints written before the seal (a bare pickle, records gdsbench-dcp/1) keep loading."""
     dcp_save(state(), tmp_path / "ckpt")
     meta = tmp_path / "ckpt" / METADATA
-    metadata = pickle.loads(meta.read_bytes()[: -len(SEAL_MAGIC) - 32])
+    metadata = committed(tmp_path / "ckpt")
     for index, record in list(metadata.storage_data.items()):
         metadata.storage_data[index] = dataclasses.replace(record, format="gdsbench-dcp/1")
     meta.write_bytes(pickle.dumps(metadata, protocol=2))

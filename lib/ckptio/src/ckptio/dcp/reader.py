@@ -42,7 +42,7 @@ from ..options import IOOptions, resolve_host
 from .decode import Want, box_of, dtype_of, pieces, row_range
 from .encode import staging_bytes
 from .objects import loadable_bytes
-from .records import ItemRecord, open_regular, read_metadata, referenced_files
+from .records import ItemRecord, open_regular, read_metadata
 from .validate import checksum_of
 
 
@@ -97,8 +97,7 @@ class Reader(StorageReader):
         self.load_id = uuid.uuid4().hex
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        """The committed metadata, checked (seal, weights-only unpickler, structure), its data files opened
-        and held from now on. DCP swallows an error here and asks again with `rank=`: that second call
+        """The committed metadata, checked (seal, then its structure; records as they are used). DCP swallows an error here and asks again with `rank=`: that second call
         returns empty metadata, and set_up_storage_reader raises the first call's error, so it reaches
         the caller as itself."""
         if "rank" in kwargs and self._refused is not None:
@@ -114,27 +113,28 @@ class Reader(StorageReader):
         return metadata
 
     def _checked_metadata(self) -> Metadata:
-        """The metadata, its checksum policy honoured and its data files pinned."""
+        """The metadata, its checksum policy honoured."""
         metadata = read_metadata(self.path)
         if self.verify and checksum_of(metadata) == "none":
             raise InvalidCheckpoint(self.path, "written without checksums: Reader(verify=False) loads it unverified")
-        self._pin(metadata)
         return metadata
 
-    def _pin(self, metadata: Metadata) -> None:
-        """Open every data file now (a later commit may unlink them, never the bytes we hold open) and check
-        each holds every chunk recorded in it."""
+    def _pin(self, items: list[ReadItem]) -> None:
+        """Check the records of this rank's read items and open the data files they name now (a later commit
+        may unlink them, never the bytes we hold open), each checked to hold every chunk recorded in it."""
         self.close()
+        records = [self.storage_data[ri.storage_index] for ri in items]
         sizes = {}
         try:
-            for name in sorted(referenced_files(metadata)):
+            for name in sorted({record.file for record in records}):
                 self._files[name] = open_regular(self.path, name)
                 sizes[name] = os.fstat(self._files[name]).st_size
-            for record in metadata.storage_data.values():
+            for record in records:
                 _check_extent(self.path / record.file, record, sizes[record.file])
         except BaseException:
             self.close()
             raise
+        self._slot_bytes = _slot_of(records, self.options.chunk_bytes)
 
     def close(self) -> None:
         """Release the data files held open (a load does when it ends)."""
@@ -151,13 +151,11 @@ class Reader(StorageReader):
         if self._refused is not None:
             raise self._refused
         self.storage_data = metadata.storage_data
-        self._slot_bytes = _slot_of(self.storage_data.values(), self.options.chunk_bytes)
         self.rank = kwargs.get("rank", _rank())
-        if not self._files:
-            self._pin(metadata)
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
-        """DCP's plan as it is."""
+        """DCP's plan as it is; the records it reads checked and their data files held open."""
+        self._pin(plan.items)
         return plan
 
     def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:

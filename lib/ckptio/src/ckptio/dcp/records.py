@@ -15,11 +15,14 @@ previous checkpoint loadable; a torn or flipped chunk is refused when read (Corr
 the file and tensor). Saves to one directory commit one at a time (lock.py), so the cleanup never
 removes files a live save will commit.
 
-A checkpoint directory is untrusted input. `.metadata` (format 2) is the pickle followed by a sealed
-trailer (magic + SHA-256 of the pickle), checked before a byte of it is unpickled; it is unpickled
-with torch's weights-only unpickler and an allowlist of DCP's metadata classes, then checked
-structurally (validate.py); it is opened without following links, and must be a regular file.
-Loading a checkpoint never runs arbitrary pickled code nor opens a file outside the directory.
+A checkpoint directory is untrusted input. `.metadata` is a payload followed by a sealed trailer (magic +
+SHA-256 of the payload), checked before a byte of it is decoded; it is opened without following links, and
+must be a regular file. A Writer writes format 3 (table.py: a JSON header and integer columns, no pickle;
+each record is built and checked when a rank first asks for it). Formats 1 and 2 (a pickle of DCP's
+Metadata) still load: unpickled with torch's weights-only unpickler and an allowlist of DCP's metadata
+classes, then checked whole (validate.py); a Writer still writes format 2 for metadata format 3 cannot
+express (planner data of other types than JSON's, tuples and dicts; records a custom planner left without
+an item). Loading a checkpoint never runs arbitrary pickled code nor opens a file outside the directory.
 """
 
 from __future__ import annotations
@@ -44,10 +47,11 @@ DATA_NAME = re.compile(r"(?P<save>[0-9a-f]{32})-r(?P<rank>\d{1,7})\.data")
 TEMP_NAME = re.compile(r"\.metadata\.[0-9a-f]{32}\.tmp")
 FORMAT_V1 = "gdsbench-dcp/1"  # .metadata is a bare pickle (read for compatibility: no metadata digest)
 FORMAT_V2 = "gdsbench-dcp/2"  # .metadata is the pickle + SEAL_MAGIC + SHA-256 of the pickle (gdsbench 0.1)
-FORMAT = "ckptio-dcp/2"  # as v2, under the library's own name
+FORMAT = "ckptio-dcp/2"  # as v2, under the library's own name; still every record's format (its layout is unchanged)
 FORMATS = (FORMAT_V1, FORMAT_V2, FORMAT)
 LEGACY_ITEM_RECORD = "gdsbench.checkpoint.dcp.records.ItemRecord"  # ItemRecord's pickled name in gdsbench 0.1
-SEAL_MAGIC = b"GDSDCP02"
+SEAL_MAGIC = b"GDSDCP02"  # the seal of a pickled payload (formats 2)
+SEAL_MAGIC_V3 = b"CKPTDC03"  # the seal of a format-3 payload (table.py)
 SEAL_BYTES = len(SEAL_MAGIC) + hashlib.sha256().digest_size
 
 
@@ -95,10 +99,10 @@ def write_metadata(directory: Path, metadata: Any, save_id: str) -> None:
     """Commit a checkpoint: sealed .metadata written under a temporary name, fsynced, renamed, directory
     fsynced. A failure removes the temporary file."""
     tmp = directory / f"{METADATA}.{save_id}.tmp"
-    data = pickle.dumps(metadata, protocol=2)  # the weights-only unpickler reads protocol 2
+    data = seal(metadata)
     try:
         with open(tmp, "xb") as f:
-            f.write(data + SEAL_MAGIC + hashlib.sha256(data).digest())
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, directory / METADATA)
@@ -116,10 +120,25 @@ def read_metadata(directory: Path) -> Any:
     path = directory / METADATA
     if not os.path.lexists(path):
         raise InvalidCheckpoint(directory, f"no {METADATA}: not a committed checkpoint")
-    payload, sealed = unseal(path, read_regular(directory, METADATA))
+    payload, magic = unseal(path, read_regular(directory, METADATA))
+    if magic == SEAL_MAGIC_V3:
+        from .table import decode
+
+        return decode(payload, path)
     metadata = _unpickle(path, payload)
-    check_metadata(metadata, path, sealed)
+    check_metadata(metadata, path, magic is not None)
     return metadata
+
+
+def seal(metadata: Any) -> bytes:
+    """The bytes of a .metadata: format 3 where it expresses the metadata, else format 2; then the seal."""
+    from .table_encode import encode
+
+    payload = encode(metadata)
+    if payload is not None:
+        return payload + SEAL_MAGIC_V3 + hashlib.sha256(payload).digest()
+    payload = pickle.dumps(metadata, protocol=2)  # the weights-only unpickler reads protocol 2
+    return payload + SEAL_MAGIC + hashlib.sha256(payload).digest()
 
 
 def read_regular(directory: Path, name: str) -> bytes:
@@ -154,14 +173,20 @@ def open_regular(directory: Path, name: str) -> int:
     return fd
 
 
-def unseal(path: Path, data: bytes) -> tuple[bytes, bool]:
-    """The pickle of a .metadata file and whether it was sealed; CorruptCheckpoint if the seal disagrees."""
-    if len(data) < SEAL_BYTES or data[-SEAL_BYTES : -SEAL_BYTES + len(SEAL_MAGIC)] != SEAL_MAGIC:
-        return data, False  # format 1 (validate.py then accepts format-1 records only)
+def unseal(path: Path, data: bytes) -> tuple[bytes, bytes | None]:
+    """The payload of a .metadata file and its seal's magic (None: unsealed, format 1); CorruptCheckpoint if
+    the seal disagrees, InvalidCheckpoint for a format-3 payload that lost its seal."""
+    from .table import PREFIX
+
+    magic = data[-SEAL_BYTES : -SEAL_BYTES + len(SEAL_MAGIC)] if len(data) >= SEAL_BYTES else b""
+    if magic not in (SEAL_MAGIC, SEAL_MAGIC_V3):
+        if data.startswith(PREFIX):
+            raise InvalidCheckpoint(path, "format-3 metadata without its seal (cut or corrupt)")
+        return data, None  # format 1 (validate.py then accepts format-1 records only)
     payload, digest = data[:-SEAL_BYTES], data[-SEAL_BYTES + len(SEAL_MAGIC) :]
     if hashlib.sha256(payload).digest() != digest:
         raise CorruptCheckpoint(path, METADATA, "SHA-256 of the metadata does not match its seal")
-    return payload, True
+    return payload, magic
 
 
 def _unpickle(path: Path, payload: bytes) -> Any:
@@ -180,6 +205,9 @@ def _unpickle(path: Path, payload: bytes) -> Any:
 
 def referenced_files(metadata: Any) -> set[str]:
     """The data files a committed checkpoint's records point into."""
+    table = getattr(metadata.storage_data, "files", None)  # format 3 lists them (records are built on use)
+    if isinstance(table, list):
+        return set(table)
     return {r.file for r in metadata.storage_data.values() if isinstance(r, ItemRecord)}
 
 

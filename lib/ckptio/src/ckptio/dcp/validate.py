@@ -9,7 +9,9 @@ A failure is InvalidCheckpoint naming the item, never an error from inside DCP.
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from .records import DATA_NAME, FORMAT_V1, FORMATS, ItemRecord
 
 MAX_CHUNK = 1 << 30  # the largest chunk a reader stages; a Writer's chunk_bytes is far below it
 ALIGN = 4096
+HEX = re.compile(r"[0-9a-f]*")
 DTYPES = {str(d).removeprefix("torch."): d for d in vars(torch).values() if isinstance(d, torch.dtype)}
 
 
@@ -40,7 +43,8 @@ def check_metadata(metadata: Any, path: Path, sealed: bool) -> None:
 
 def checksum_of(metadata: Any) -> str:
     """The one checksum algorithm every record of a checked checkpoint uses ("none" if it has no records)."""
-    return next((r.checksum for r in metadata.storage_data.values()), "none")
+    table = getattr(metadata.storage_data, "checksum", None)  # format 3 names it once
+    return table if isinstance(table, str) else next((r.checksum for r in metadata.storage_data.values()), "none")
 
 
 def _records(storage_data: dict[Any, Any], path: Path) -> dict[Any, ItemRecord]:
@@ -86,10 +90,11 @@ def _names_problem(r: ItemRecord) -> str:
         return f"unknown dtype {r.dtype!r:.40}"
     if type(r.codec) is not str or (r.codec != "none" and not r.dtype):
         return f"codec {r.codec!r:.40} on a byte item"
-    return _codec_problem(r.codec)
+    return codec_problem(r.codec)
 
 
-def _codec_problem(descriptor: str) -> str:
+@functools.lru_cache(maxsize=256)
+def codec_problem(descriptor: str) -> str:
     """A codec descriptor this reader can rebuild, or why not."""
     from .. import codec as codecs
 
@@ -143,7 +148,7 @@ def _digests_problem(r: ItemRecord) -> str:
     if type(r.digests) is not tuple or len(r.digests) != len(r.chunks):
         return "digests do not match the chunks"
     for k, d in enumerate(r.digests):
-        if type(d) is not str or len(d) != width or any(c not in "0123456789abcdef" for c in d):
+        if type(d) is not str or len(d) != width or not HEX.fullmatch(d):
             return f"digest {k} is not a {r.checksum} digest"
     return ""
 
