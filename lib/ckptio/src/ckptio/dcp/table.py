@@ -242,7 +242,8 @@ def _read_properties(dtype: torch.dtype, raw: Any, fqn: str, path: Path) -> Any:
         return TensorProperties(dtype=dtype)
     ok = type(raw) is list and len(raw) == 4 and raw[0] in LAYOUTS and raw[2] in MEMORY_FORMATS
     _expect(ok and type(raw[1]) is bool and type(raw[3]) is bool, path, "{!r}: tensor properties", fqn)
-    return TensorProperties(dtype, LAYOUTS[raw[0]], raw[1], MEMORY_FORMATS[raw[2]], raw[3])
+    return TensorProperties(dtype=dtype, layout=LAYOUTS[raw[0]], requires_grad=raw[1], memory_format=MEMORY_FORMATS[raw[2]],
+                            pin_memory=raw[3])  # fmt: skip
 
 
 def _read_str(value: Any, path: Path, what: str) -> str | None:

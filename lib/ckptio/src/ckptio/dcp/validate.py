@@ -74,8 +74,11 @@ def _check_policy(records: Any, path: Path, sealed: bool) -> None:
 
 def record_problem(r: ItemRecord) -> str:
     """What is wrong with a record ("" if nothing): names, codes, sizes, chunks and digests."""
-    checks = (_names_problem, _size_problem, _chunks_problem, _digests_problem)
-    return next((p for p in (check(r) for check in checks) if p), "")
+    for check in (_names_problem, _size_problem, _chunks_problem, _digests_problem):
+        problem = check(r)
+        if problem:
+            return problem
+    return ""
 
 
 def _names_problem(r: ItemRecord) -> str:
@@ -126,20 +129,26 @@ def _chunks_problem(r: ItemRecord) -> str:
     """As many chunks as the size needs, each at a valid place with a plausible stored length."""
     if type(r.chunks) is not tuple or len(r.chunks) != integrity.chunk_count(r.nbytes, r.chunk_bytes):
         return f"{len(r.chunks) if type(r.chunks) is tuple else r.chunks!r:.40} chunks for {r.nbytes} bytes"
-    from .encode import staging_bytes
-
+    encoded = r.codec != "none"
+    bound = _staging_bound(r.chunk_bytes) if encoded else 0
     for k, chunk in enumerate(r.chunks):
-        if type(chunk) is not tuple or len(chunk) != 2 or not all(type(n) is int and n >= 0 for n in chunk):
+        if type(chunk) is not tuple or len(chunk) != 2 or type(chunk[0]) is not int or type(chunk[1]) is not int:
             return f"chunk {k} is not (offset, length)"
         offset, stored = chunk
-        raw = min(r.chunk_bytes, r.nbytes - k * r.chunk_bytes)
-        if offset % ALIGN:
+        if offset < 0 or offset % ALIGN:
             return f"chunk {k} at offset {offset}, not {ALIGN}-aligned"
-        if r.codec == "none" and stored != raw:
-            return f"raw chunk {k} of {stored} bytes (expected {raw})"
-        if r.codec != "none" and not 0 < stored <= staging_bytes(r.chunk_bytes):
+        if encoded and not 0 < stored <= bound:
             return f"encoded chunk {k} of {stored} bytes for a {r.chunk_bytes}-byte chunk"
+        if not encoded and stored != min(r.chunk_bytes, r.nbytes - k * r.chunk_bytes):
+            return f"raw chunk {k} of {stored} bytes (expected {min(r.chunk_bytes, r.nbytes - k * r.chunk_bytes)})"
     return ""
+
+
+def _staging_bound(chunk_bytes: int) -> int:
+    """The most bytes an encoded chunk may take (a reader's staging buffer)."""
+    from .encode import staging_bytes
+
+    return staging_bytes(chunk_bytes)
 
 
 def _digests_problem(r: ItemRecord) -> str:
