@@ -81,6 +81,14 @@ RULES: dict[str, Rule] = {
             "collection; precondition the SSD and run longer to measure the steady state",
         ),
         Rule(
+            "remote_fs",
+            "direct I/O on a network or FUSE file system (the sidecar's target: nfs, lustre, fuse.ceph-fuse, ...): "
+            "O_DIRECT skips this host's page cache, not the server's or the FUSE daemon's (ceph-fuse's object "
+            "cache, an NFS server's memory), so a read may have come from memory elsewhere",
+            "defeat the servers' caches too (Ceph: ceph tell osd.* cache drop; files larger than the servers' "
+            "memory), and compare with the same run through the storage's native client",
+        ),
+        Rule(
             "too_short",
             f"runtime under {TOO_SHORT_S:g} s: start-up and fio's millisecond clock weigh in the figure",
             "set a runtime (time-based fio and gdsio runs), or a larger file_size or checkpoint_size",
@@ -135,7 +143,8 @@ def _fall(values: list[float]) -> float:
 
 
 def annotate(frame: pd.DataFrame, sidecars: Mapping[str, Mapping[str, Any]] | None = None) -> pd.DataFrame:
-    """The frame with every rule judged: `flags` = the stored flags plus page_cache, unstable, above_link.
+    """The frame with every rule judged: `flags` = the stored flags plus page_cache, unstable, above_link,
+    remote_fs.
 
     `sidecars` maps a row's `source` to its sidecar (read from beside each CSV when not given).
     """
@@ -243,7 +252,27 @@ def host_limit(hosts: Mapping[str, Any], host: str, direction: str) -> float | N
     return float(limit) if limit else None
 
 
-SWEEP_RULES = {"page_cache": page_cache, "unstable": unstable, "above_link": above_link}
+#: File-system types whose O_DIRECT stops at the client (every `fuse.*` type too).
+REMOTE_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "ceph", "lustre", "gpfs", "beegfs", "glusterfs", "9p",
+                       "virtiofs", "afs", "wekafs", "orangefs", "fuse", "fuseblk"})  # fmt: skip
+
+
+def remote_fs(frame: pd.DataFrame, sidecars: Mapping[str, Any]) -> list[Any]:
+    """Direct-I/O rows of runs whose target directory is on a network or FUSE file system."""
+    flagged: list[Any] = []
+    for run in _runs(frame):
+        meta = sidecars.get(str(run["source"].iloc[0]), {}) if "source" in run else {}
+        if is_remote_fs(str((meta.get("target") or {}).get("fstype") or "")):
+            flagged += list(run.index[~run["transfer"].isin(BUFFERED)])
+    return flagged
+
+
+def is_remote_fs(fstype: str) -> bool:
+    """Whether a /proc/mounts type is a network or FUSE file system."""
+    return fstype in REMOTE_FS or fstype.startswith("fuse.")
+
+
+SWEEP_RULES = {"page_cache": page_cache, "unstable": unstable, "above_link": above_link, "remote_fs": remote_fs}
 #: The columns the sweep-wide rules read (a frame without them gets its stored flags only).
 NEEDED = {"status", "case", "host", "pattern", "transfer", "repetition", "bw_bytes"}
 

@@ -90,6 +90,19 @@ def test_above_the_links_limit(tmp_path):
     assert list(marked["flags"]) == ["above_link", "", "above_link", ""]  # buffered I/O may beat the device
 
 
+@pytest.mark.parametrize(("fstype", "remote"), [("fuse.ceph-fuse", True), ("nfs4", True), ("lustre", True),
+                                                ("ceph", True), ("ext4", False), ("xfs", False), ("tmpfs", False)])  # fmt: skip
+def test_direct_io_on_a_network_or_fuse_file_system_is_flagged(fstype, remote):
+    """O_DIRECT stops at the client on fuse and network file systems: every direct row of such a run says so,
+    buffered rows (judged by page_cache) and other runs do not."""
+    frame = rows({"repetition": 1, "bw_bytes": 1.0e9}, {"repetition": 1, "bw_bytes": 0.5e9, "transfer": "CPU_CACHED"},
+                 {"repetition": 1, "bw_bytes": 1.0e9, "pattern": "write"})  # fmt: skip
+    frame["case"] += frame.index.astype(str)
+    marked = flags.annotate(frame, {"none.csv": {"target": {"fstype": fstype, "directory": "/mnt/x"}}})
+    assert list(marked["flags"]) == (["remote_fs", "", "remote_fs"] if remote else ["", "", ""])
+    assert flags.is_remote_fs(fstype) is remote
+
+
 def test_text_parse_and_remedies():
     assert flags.text(["too_short", "page_cache", "too_short"]) == "page_cache,too_short"
     assert flags.parse("page_cache,unstable") == ["page_cache", "unstable"] and flags.parse(float("nan")) == []
