@@ -209,8 +209,8 @@ def forge_header(header: dict[str, Any], data: Any) -> None:
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_a_forged_format_3_table_is_a_checkpoint_error_or_loads_right(saved: tuple[Path, bytes], data: Any) -> None:
-    """A forger who edits the header or the integer columns and re-seals gets a named CheckpointError, never an
-    error from inside DCP and never wrong tensors."""
+    """A forger who edits the header or the integer columns and re-seals gets a named CheckpointError, never wrong
+    tensors; or, where the edit renamed an item, DCP's own "Missing key" (as for any checkpoint without the key)."""
     path, good = saved
     header, body = split(good)
     if data.draw(st.booleans()):
@@ -223,6 +223,9 @@ def test_a_forged_format_3_table_is_a_checkpoint_error_or_loads_right(saved: tup
     try:
         out = dcp_load(path, state(3))
     except CheckpointError:
+        return
+    except RuntimeError as e:
+        assert str(e).startswith("Missing key in checkpoint state_dict")
         return
     finally:
         (path / METADATA).write_bytes(good)
