@@ -10,9 +10,12 @@ RESULTS ?= results
 
 .PHONY: run test test-fast coverage lint docs-screenshot torch-floor system-deps install clean-venv gpu-smoke
 
-system-deps:  ## fio (with its libaio and liburing) and python3-venv from the OS packages
+system-deps:  ## fio (with its libaio and liburing), python3-venv and Ceph (`make ceph-up`) from the OS packages
 	@command -v fio >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || { $(SUDO) apt-get update && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y fio python3-venv; }
+	@command -v ceph-mon >/dev/null 2>&1 || { $(SUDO) apt-get update && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends \
+	  ceph ceph-mon ceph-osd ceph-mgr radosgw ceph-common ceph-mds ceph-fuse; }
 
 # Two distributions from this repository: the checkpoint library ckptio (lib/ckptio) and the benchmark.
 $(VENV)/.installed: pyproject.toml lib/ckptio/pyproject.toml
@@ -87,3 +90,22 @@ SMOKE_DIR ?= /var/tmp/gdsbench-smoke
 gpu-smoke: install  ## the first GPU run: CUDA torch and kvikio installed (tools/gpu_install.py), then everything in SMOKE_OUT
 	$(PY) tools/gpu_install.py $(SMOKE_OUT)
 	$(VENV)/bin/gdsbench smoke --gpu -o $(SMOKE_OUT) -d $(SMOKE_DIR)
+
+# A one-host Ceph for tests and demos (docs/ceph.md): mon, mgr, one OSD, radosgw (S3) and CephFS, on 127.0.0.1 only,
+# everything in CEPH_DIR; `make ceph-down` stops it and removes what ceph-up made. Root.
+CEPH_DIR ?= /var/tmp/gdsbench-ceph
+.PHONY: ceph-up ceph-down ceph-demo
+
+ceph-up: install  ## a one-host Ceph: prints its monitor, S3 endpoint and credentials file, CephFS mount and pools
+	$(SUDO) $(VENV)/bin/gdsbench ceph up --dir $(CEPH_DIR)
+
+ceph-down:  ## stop and remove the one-host Ceph of ceph-up
+	$(SUDO) $(VENV)/bin/gdsbench ceph down --dir $(CEPH_DIR)
+
+ceph-demo: install  ## the one-host Ceph's tiers beside the local disk: up, sweep both configs, report them together, down
+	$(SUDO) $(VENV)/bin/gdsbench ceph up --dir $(CEPH_DIR)
+	@$(VENV)/bin/gdsbench sweep configs/ceph-local.yaml -o $(RESULTS)/ceph-local; a=$$?; \
+	  $(VENV)/bin/gdsbench sweep configs/ceph-local-disk.yaml -o $(RESULTS)/ceph-local; b=$$?; \
+	  $(SUDO) $(VENV)/bin/gdsbench ceph down --dir $(CEPH_DIR); \
+	  $(VENV)/bin/gdsbench report $$(ls -t $(RESULTS)/ceph-local/*.csv | head -n 2); \
+	  [ $$a -eq 0 ] && [ $$b -eq 0 ]

@@ -8,6 +8,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+#: fio ioengines whose I/O goes to a Ceph cluster (objects, an image), not to files in the target directory.
+CLUSTER_IOENGINES = ("rados", "rbd")
+
 
 class Pattern(str, enum.Enum):
     """Access pattern: fio/gdsio IO patterns, checkpoint save/load, and train (a training loop that checkpoints)."""

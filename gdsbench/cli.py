@@ -365,6 +365,54 @@ def fastdev_down() -> None:
     click.echo("\n".join(removed) if removed else "nothing to remove: no stand-in is up")
 
 
+@cli.group()
+def ceph() -> None:
+    """A one-host Ceph for tests and demos: mon, mgr, one OSD, radosgw (S3), CephFS; loopback only, auth off."""
+
+
+_CEPH_DIR = click.option(
+    "--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("/var/tmp/gdsbench-ceph"),
+    show_default=True, help="The cluster's data directory (all it makes lives there).",
+)  # fmt: skip
+
+
+@ceph.command("up")
+@_CEPH_DIR
+@click.option("--no-rgw", is_flag=True, help="Without radosgw (S3).")
+@click.option("--no-cephfs", is_flag=True, help="Without CephFS (an MDS and a ceph-fuse mount).")
+def ceph_up(directory: Path, no_rgw: bool, no_cephfs: bool) -> None:
+    """Bring the cluster up (root; installs Debian's Ceph packages if missing); a failure or Ctrl-C undoes it."""
+    from gdsbench import ceph_local
+    from gdsbench.units import size_label
+
+    with cli_sweep.terminate_as_interrupt():  # SIGTERM too: up undoes its steps, no daemon is left running
+        if ceph_local.install():
+            err.print("installed Debian's Ceph packages")
+        ceph_local.check_can_make(directory.absolute())
+        err.print(f"starting a one-host Ceph in {directory} (10-30 s)")
+        cluster = ceph_local.up(directory, rgw=not no_rgw, cephfs=not no_cephfs)
+    click.echo(f"mon {cluster.mon_address}; conf {cluster.conf} (clients: export CEPH_CONF={cluster.conf})")
+    if cluster.s3_endpoint:
+        key = cluster.env().get("AWS_ACCESS_KEY_ID", "")
+        click.echo(f"S3 {cluster.s3_endpoint}, access key {key[:4]}...: credentials in {cluster.directory}/s3.env")
+    if cluster.cephfs:
+        click.echo(f"CephFS mounted at {cluster.cephfs} (ceph-fuse)")
+    click.echo(f"pools {', '.join(cluster.pools)}; RBD image {cluster.rbd_pool}/{cluster.rbd_image}")
+    click.echo(f"objects up to {size_label(cluster.max_object_size)} (fio's rados engine makes one per file)")
+    click.echo(cluster.fio_note or "fio's rados and rbd engines see it: /etc/ceph/ceph.conf links to its conf")
+    click.echo(f"`gdsbench ceph down --dir {cluster.directory}` removes it")
+
+
+@ceph.command("down")
+@_CEPH_DIR
+def ceph_down(directory: Path) -> None:
+    """Stop and remove what `ceph up` made in --dir (nothing else)."""
+    from gdsbench import ceph_local
+
+    removed = ceph_local.down(directory)
+    click.echo("\n".join(removed) if removed else f"nothing to remove: no cluster in {directory}")
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="gdsbench")

@@ -17,8 +17,8 @@ DATA = Path(__file__).parent / "data"
 # The many child processes of the suite (the CLI, torchrun's ranks, tools) reuse compiled modules: an environment
 # with PYTHONDONTWRITEBYTECODE set (this machine's) made every child compile gdsbench and ckptio again.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-#: The fio-server fixtures (servers, short_dir) for every test module.
-pytest_plugins = ["tests.fio_servers"]
+#: The fio-server fixtures (servers, short_dir) and the shared Ceph cluster (ceph_cluster) for every test module.
+pytest_plugins = ["tests.fio_servers", "tests.ceph_cluster"]
 
 
 def _odirect_reason() -> str | None:
@@ -105,6 +105,26 @@ def _wide_text(monkeypatch: pytest.MonkeyPatch) -> None:
     """Text output at the width a file or pipe gets (xdist's workers set COLUMNS=80); a test of another width
     sets COLUMNS itself."""
     monkeypatch.setenv("COLUMNS", "160")
+
+
+#: tests/test_ceph_local.py's shared cluster: one per run, brought up by the first worker to take this lock, taken
+#: down by the controller at the end of the run (pytest_sessionfinish).
+CEPH_LOCK = Path("/var/tmp/gdsbench-ceph-test.lock")
+
+
+def ceph_test_dir(config: pytest.Config) -> Path:
+    """This run's shared Ceph directory, named after the controller (an xdist worker's parent) or this process."""
+    return Path(f"/var/tmp/gdsbench-ceph-test-{os.getppid() if hasattr(config, 'workerinput') else os.getpid()}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The controller (or a run without xdist) takes this run's shared Ceph cluster down, once, at the very end."""
+    directory = ceph_test_dir(session.config)
+    if not hasattr(session.config, "workerinput") and directory.exists():
+        from gdsbench import ceph_local
+
+        ceph_local.down(directory)
+        CEPH_LOCK.unlink(missing_ok=True)
 
 
 @pytest.fixture

@@ -101,6 +101,9 @@ def test_direct_io_on_a_network_or_fuse_file_system_is_flagged(fstype, remote):
     marked = flags.annotate(frame, {"none.csv": {"target": {"fstype": fstype, "directory": "/mnt/x"}}})
     assert list(marked["flags"]) == (["remote_fs", "", "remote_fs"] if remote else ["", "", ""])
     assert flags.is_remote_fs(fstype) is remote
+    frame["ioengine"] = ["rados", "libaio", "rbd"]  # objects and images in a Ceph cluster use no directory
+    marked = flags.annotate(frame, {"none.csv": {"target": {"fstype": fstype, "directory": "/mnt/x"}}})
+    assert list(marked["flags"]) == ["", "", ""]
 
 
 def test_text_parse_and_remedies():

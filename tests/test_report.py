@@ -225,6 +225,17 @@ def test_the_save_ceiling_is_fios_best_durable_write():
     assert ceilings.warnings(ceilings.ceiling_ratios(durable_run())) == []
 
 
+def test_fio_on_a_ceph_cluster_is_never_a_checkpoints_ceiling():
+    """RADOS objects and RBD images are not the directory the checkpoint's files are in."""
+    cluster = [row(pattern=p, bw_bytes=9000, end_fsync=True, ioengine=e, threads=t)
+               for p in ("write", "read") for e, t in (("rados", 8), ("rbd", 9))]  # fmt: skip
+    frame = durable_run(*cluster).assign(ioengine=lambda f: f["ioengine"].fillna("libaio"))
+    ratios = ceilings.ceiling_ratios(frame).set_index(["engine", "pattern"])
+    assert (
+        ratios.loc[("fastpersist", "save"), "fio_bw"] == 800 and ratios.loc[("fastpersist", "load"), "fio_bw"] == 1000
+    )
+
+
 def test_end_fsync_as_a_csv_reads_it_back_counts(tmp_path):
     """end_fsync comes back from a results CSV as True/False/NaN objects (checkpoint rows leave it empty)."""
     path = tmp_path / "r.csv"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from gdsbench.cases import CLUSTER_IOENGINES
 from gdsbench.report import tables
 from gdsbench.results import parameters
 
@@ -65,8 +66,10 @@ def durable(fio: pd.DataFrame) -> pd.Series:
 
 
 def _fio_of(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
-    """The fio rows a checkpoint pattern's ceiling is chosen from: its fio pattern, never the page cache."""
-    return run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern]) & (run["transfer"] != "CPU_CACHED")]
+    """The fio rows a checkpoint pattern's ceiling is chosen from: its fio pattern on the run's directory (not
+    objects in a Ceph cluster), never the page cache."""
+    fio = run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern]) & (run["transfer"] != "CPU_CACHED")]
+    return fio[~fio["ioengine"].isin(CLUSTER_IOENGINES)] if "ioengine" in fio else fio
 
 
 def ceiling_rows(run: pd.DataFrame, pattern: str) -> pd.DataFrame:

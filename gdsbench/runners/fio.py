@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.keys import Key, boolean, gpu_ids, one_of, text
-from gdsbench.runners import fio_live, fio_series, gds_path
+from gdsbench.runners import fio_ceph, fio_live, fio_series, gds_path
 from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool
 from gdsbench.runners.fio_jobfile import Option, render_args
 from gdsbench.runners.fio_output import measure, parse_json
@@ -35,7 +35,7 @@ from gdsbench.sysinfo import host, storage
 if TYPE_CHECKING:
     from gdsbench.runners.fio_client import ClientRun
 
-IOENGINES = ("libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio", "mmap")
+IOENGINES = ("libaio", "io_uring", "psync", "sync", "pvsync2", "posixaio", "mmap", *fio_ceph.ENGINES)
 _CUFILE_MODES = {Transfer.GDS: "cufile", Transfer.CPU_GPU: "posix"}
 #: Which fio binary: a setting of the whole sweep (top level), not a case parameter.
 FIO_PATH = Key("fio", text, "a path to the fio executable", "fio", "which fio to run", axis=False)
@@ -76,6 +76,7 @@ class FioRunner:
         ),
         FIO_PATH,
         HANDSHAKE_TIMEOUT,
+        *fio_ceph.KEYS,
     )
     axes = axes_of(("pattern", "transfer", "io_size", "threads", "iodepth"), options)
 
@@ -86,6 +87,10 @@ class FioRunner:
             return f"fio not found ({binary}); install it with your OS packages (apt-get install fio)"
         if case.transfer in _CUFILE_MODES and "libcufile" not in engines(binary):
             return f"this fio has no libcufile engine for {case.transfer.value}; build fio with --enable-libcufile"
+        if fio_ceph.is_ceph(case) and case["ioengine"] not in engines(binary):
+            return f"this fio has no {case['ioengine']} engine (Debian's fio has it; a build needs librados/librbd)"
+        if fio_ceph.is_ceph(case):
+            return fio_ceph.unavailable(case, ctx) or huge_pages_missing(case)
         return None if case.transfer in _CUFILE_MODES else huge_pages_missing(case)
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
@@ -102,6 +107,7 @@ class FioRunner:
         prefix = fio_series.standalone_prefix(ctx)
         if prefix:
             prefix.parent.mkdir(parents=True, exist_ok=True)
+        cache, ceph_note = self._prepare_ceph(case, ctx)
         try:
             with Usage() as usage:
                 proc, path, path_note = self._execute(case, ctx)
@@ -109,8 +115,17 @@ class FioRunner:
             series = fio_series.collect(prefix, case["threads"]) if prefix else ()
         proc = fio_live.final_only(proc)
         measured = measure(parse_json(proc), case.pattern, raw=proc.stdout)
-        measured = replace(measured, series=series, machine_cpu_seconds=usage.machine_cpu_seconds)
-        return gds_path.with_path(measured, path, cufile_note(case), path_note)
+        if fio_ceph.is_ceph(case):
+            fio_ceph.after_write(case, ctx, job_name(case, ctx))
+        measured = replace(measured, series=series, machine_cpu_seconds=usage.machine_cpu_seconds, cache=cache)
+        return gds_path.with_path(measured, path, cufile_note(case) or ceph_note or None, path_note)
+
+    def _prepare_ceph(self, case: Case, ctx: RunContext) -> tuple[str | None, str]:
+        """A ceph case's objects and caches made ready (fio_ceph.before); (cache state, note) for its row."""
+        if not fio_ceph.is_ceph(case):
+            return None, ""
+        lay_out = lambda: run_tool(layout_argv(case, ctx), timeout=ctx.timeout)  # noqa: E731
+        return fio_ceph.before(case, ctx, job_name(case, ctx), lay_out)
 
     def _execute(self, case: Case, ctx: RunContext) -> tuple[subprocess.CompletedProcess, str | None, str]:
         """fio itself: GPU transfers witnessed (nvidia-fs, gds_stats) for the path their bytes took, host
@@ -188,24 +203,16 @@ def job_options(case: Case, ctx: RunContext, log_prefix: str | None = None) -> l
     """
     options: list[Option] = [
         ("name", job_name(case, ctx)),
-        ("directory", fio_path(ctx.directory)),
-        ("size", str(ctx.file_size)),
         ("bs", str(case["io_size"])),
         ("rw", case.pattern.value),
         ("numjobs", str(case["threads"])),
         ("iodepth", str(iodepth(case))),
-        ("direct", "0" if case.transfer is Transfer.CPU_CACHED else "1"),
     ]
-    if case.transfer in _CUFILE_MODES:
-        # thread: fio's libcufile examples run jobs as threads, as cudaMalloc fails when many processes attach.
-        options += [
-            ("ioengine", "libcufile"),
-            ("cuda_io", _CUFILE_MODES[case.transfer]),
-            ("gpu_dev_ids", case["gpu"]),
-            ("thread", None),
-        ]
-    else:  # libcufile allocates its own buffers: fio refuses an explicit mem/iomem beside it
-        options += [("ioengine", case["ioengine"]), ("iomem", case["iomem"])]
+    if fio_ceph.is_ceph(case):  # objects in a pool or an image, not files in a directory; no O_DIRECT
+        options += [*fio_ceph.job_options(case, ctx), ("iomem", case["iomem"])]
+    else:
+        options[1:1] = [("directory", fio_path(ctx.directory)), ("size", str(ctx.file_size))]
+        options += [("direct", "0" if case.transfer is Transfer.CPU_CACHED else "1"), *_engine_options(case)]
     if case["end_fsync"] and case.pattern.is_write:
         options.append(("end_fsync", "1"))
     if case["unlink"]:
@@ -217,6 +224,22 @@ def job_options(case: Case, ctx: RunContext, log_prefix: str | None = None) -> l
     if log_prefix and ctx.series_ms:
         options += fio_series.log_options(log_prefix, ctx.series_ms)
     return options
+
+
+def layout_argv(case: Case, ctx: RunContext) -> list[str]:
+    """fio writing a case's objects or files once, whole, unmeasured (before a read of objects never written)."""
+    timed = ("time_based", "runtime", "ramp_time")
+    options = [(k, "write" if k == "rw" else v) for k, v in job_options(case, ctx) if k not in timed]
+    return [fio_binary(ctx), *render_args(options), "--output-format=json"]
+
+
+def _engine_options(case: Case) -> list[Option]:
+    """The ioengine of a file case: libcufile for GPU transfers, else the case's with its buffers."""
+    if case.transfer not in _CUFILE_MODES:  # libcufile allocates its own buffers: fio refuses mem/iomem beside it
+        return [("ioengine", case["ioengine"]), ("iomem", case["iomem"])]
+    # thread: fio's libcufile examples run jobs as threads, as cudaMalloc fails when many processes attach.
+    return [("ioengine", "libcufile"), ("cuda_io", _CUFILE_MODES[case.transfer]), ("gpu_dev_ids", case["gpu"]),
+            ("thread", None)]  # fmt: skip
 
 
 def fio_argv(case: Case, ctx: RunContext) -> list[str]:

@@ -1,0 +1,214 @@
+"""fio on Ceph: the `rados` engine (librados, one object per fio file) and the `rbd` engine (librbd, one image),
+as `engine: fio` cases with `ioengine: rados` or `ioengine: rbd`.
+
+What this module guards against (../docs/ceph.md has the setup):
+- fio's ceph engines read only /etc/ceph/ceph.conf (they ignore CEPH_CONF): a case without it is skipped.
+- The rados engine stores at most `osd_max_object_size` (128 MiB by default) of an object and reports the full
+  size written: each job's `file_size` is cut into objects (`nrfiles`) no larger than the cluster's limit, and
+  after a write every object is checked to hold the size fio was told, else the case fails naming the object.
+- A read of objects never written "succeeds" at memory speed over empty objects: before a read, every object
+  is checked to exist at full size, and written first (unmeasured, said in the row) if not.
+- Reads can come from the OSDs' caches: `osd_cache: drop` drops them before each read (`ceph tell osd.* cache
+  drop`, which disturbs every client of the cluster), and the row says so (`cache: cold`).
+- rbd jobs each get their own stretch of the image (`offset_increment`), which must hold them all.
+Objects gdsbench creates are removed when the sweep ends; objects that were there before, and images, never.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import subprocess
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gdsbench.cases import CLUSTER_IOENGINES, Case, Transfer
+from gdsbench.errors import ToolError
+from gdsbench.keys import Key, one_of, text
+
+if TYPE_CHECKING:
+    from gdsbench.runners.base import RunContext
+    from gdsbench.runners.fio_jobfile import Option
+
+ENGINES = CLUSTER_IOENGINES
+CONF = Path("/etc/ceph/ceph.conf")  # the only configuration fio's ceph engines read
+CLI_TIMEOUT_S = 60.0
+DEFAULT_MAX_OBJECT = 128 << 20  # Ceph's osd_max_object_size default: a dry run's layout without a cluster
+STAT_WORKERS = 8
+
+KEYS = (
+    Key("pool", text, "a Ceph pool name", "gdsbench", "ioengine rados/rbd: the pool fio's objects or image live in"),
+    Key("clientname", text, "a Ceph client name", "admin", "ioengine rados/rbd: the cephx user (client.<name>)"),
+    Key("rbdname", text, "an RBD image name", "gdsbench", "ioengine rbd: the image fio's jobs write and read"),
+    Key(
+        "osd_cache",
+        one_of("keep", "drop"),
+        "keep or drop",
+        "keep",
+        "ioengine rados/rbd reads: drop the OSDs' caches first (ceph tell osd.* cache drop; disturbs the cluster)",
+        patterns=("read", "randread"),
+    ),
+)
+
+
+def is_ceph(case: Case) -> bool:
+    """Whether a case is fio on one of its ceph engines (objects or an image, no files in the directory)."""
+    return case.engine == "fio" and case.get("ioengine") in ENGINES
+
+
+def unavailable(case: Case, ctx: RunContext) -> str | None:
+    """Why this ceph case cannot run here, or None."""
+    if ctx.hosts:
+        return f"ioengine {case['ioengine']} runs on this host only (not through fio servers)"
+    if case.transfer is not Transfer.CPU_ONLY:
+        return f"ioengine {case['ioengine']} moves host memory to RADOS, no page cache between: use CPU_ONLY"
+    if not CONF.exists():
+        return f"no {CONF}: fio's {case['ioengine']} engine reads only that file (gdsbench ceph up makes it)"
+    try:
+        limit = max_object_bytes()
+        pools = pool_names()
+    except ToolError as e:
+        return f"the Ceph cluster of {CONF} does not answer: {e}"
+    if case["pool"] not in pools:
+        return f"no pool {case['pool']!r} in the cluster (pools: {', '.join(sorted(pools)) or 'none'})"
+    if case["ioengine"] == "rados" and case["io_size"] > limit:
+        return f"io_size {case['io_size']} is above the cluster's largest object (osd_max_object_size {limit})"
+    return _rbd_problem(case, ctx) if case["ioengine"] == "rbd" else None
+
+
+def _rbd_problem(case: Case, ctx: RunContext) -> str | None:
+    """Why the image cannot hold every job's stretch, or None."""
+    try:
+        size = image_bytes(case["pool"], case["rbdname"])
+    except ToolError as e:
+        return f"no RBD image {case['pool']}/{case['rbdname']}: {e}"
+    need = case["threads"] * ctx.file_size
+    return None if need <= size else f"{case['threads']} jobs x file_size {ctx.file_size} = {need} bytes > image {size}"
+
+
+def job_options(case: Case, ctx: RunContext) -> list[Option]:
+    """The options a ceph case has in place of a directory and O_DIRECT."""
+    options: list[Option] = [("ioengine", case["ioengine"]), ("pool", case["pool"])]
+    options.append(("clientname", case["clientname"]))
+    if case["ioengine"] == "rbd":  # job k works on bytes [k * file_size, (k + 1) * file_size) of the image
+        return [*options, ("rbdname", case["rbdname"]), ("size", str(ctx.file_size)),
+                ("offset_increment", str(ctx.file_size))]  # fmt: skip
+    count, each = layout(ctx.file_size, case["io_size"])
+    return [*options, ("nrfiles", str(count)), ("filesize", str(each)), ("size", str(count * each))]
+
+
+def layout(file_size: int, io_size: int, limit: int | None = None) -> tuple[int, int]:
+    """(objects per job, bytes per object): each object at most `limit` (the cluster's osd_max_object_size) and
+    a whole number of I/Os, together at least file_size."""
+    if limit is None:
+        try:
+            limit = max_object_bytes()
+        except ToolError:  # no cluster (a dry run): Ceph's default; a real run is refused before (unavailable)
+            limit = DEFAULT_MAX_OBJECT
+    largest = max(io_size, limit // io_size * io_size)
+    count = -(-file_size // largest)
+    each = -(-file_size // count // io_size) * io_size
+    return count, each
+
+
+def objects(case: Case, ctx: RunContext, name: str) -> list[str]:
+    """The object names fio gives a rados case's files: `<name>.<job>.<file>`."""
+    count, _ = layout(ctx.file_size, case["io_size"])
+    return [f"{name}.{job}.{index}" for job in range(case["threads"]) for index in range(count)]
+
+
+def before(case: Case, ctx: RunContext, name: str, lay_out: Callable[[], object]) -> tuple[str | None, str]:
+    """Prepare a ceph case: a rados case's new objects remembered for removal and, for a read, every object
+    written at full size first; for a read with osd_cache drop, the OSDs' caches dropped. Returns the row's
+    (cache state, note)."""
+    notes = []
+    if case["ioengine"] == "rados":
+        sizes = object_sizes(case, ctx, name)
+        new = tuple(o for o, size in sizes.items() if size < 0)
+        if new:
+            ctx.resources.close_at_end(functools.partial(remove_objects, case["pool"], new))
+        _, each = layout(ctx.file_size, case["io_size"])
+        if not case.pattern.is_write and min(sizes.values(), default=each) < each:
+            lay_out()
+            notes.append("objects written first (unmeasured): a read of objects never written reads nothing")
+    if case.pattern.is_write:
+        return None, "; ".join(notes)
+    if case.get("osd_cache") == "drop":
+        drop_osd_caches()
+        return "cold", "; ".join([*notes, "OSD caches dropped first (ceph tell osd.* cache drop)"])
+    return "warm", "; ".join([*notes, "OSD caches kept (osd_cache: keep): a read may come from the OSDs' memory"])
+
+
+def after_write(case: Case, ctx: RunContext, name: str) -> None:
+    """Check a rados write stored every object whole (fio reports the full size of an object RADOS cut)."""
+    if case["ioengine"] != "rados" or not case.pattern.is_write:
+        return
+    _, each = layout(ctx.file_size, case["io_size"])
+    short = [(o, size) for o, size in object_sizes(case, ctx, name).items() if size < each]
+    if short:
+        object_name, stored = short[0]
+        raise ToolError(f"RADOS stored {max(stored, 0)} of the {each} bytes fio wrote to object {object_name} "
+                        f"({len(short)} object(s) short): fio's figure is not what reached the cluster")  # fmt: skip
+
+
+def object_sizes(case: Case, ctx: RunContext, name: str) -> dict[str, int]:
+    """Every object of a rados case and its stored bytes (-1: none)."""
+    names = objects(case, ctx, name)
+    with ThreadPoolExecutor(STAT_WORKERS) as pool:
+        return dict(zip(names, pool.map(lambda o: object_bytes(case["pool"], o), names)))
+
+
+def remove_objects(pool: str, names: tuple[str, ...]) -> None:
+    """Remove objects this sweep created (one missing already is fine)."""
+    for name in names:
+        subprocess.run(_argv("rados", "-p", pool, "rm", name), capture_output=True, timeout=CLI_TIMEOUT_S, check=False)
+
+
+# -- the cluster, through its command-line tools (argument lists, bounded in time) ---------------------
+
+
+def _argv(tool: str, *args: str) -> list[str]:
+    return [tool, "-c", str(CONF), *args]
+
+
+def _run(tool: str, *args: str) -> str:
+    """stdout of a ceph tool, ToolError on failure or timeout."""
+    try:
+        proc = subprocess.run(_argv(tool, *args), capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolError(f"{tool} {' '.join(args)}: {e}") from None
+    if proc.returncode != 0:
+        raise ToolError(f"{tool} {' '.join(args)}: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}")
+    return proc.stdout
+
+
+@functools.lru_cache(maxsize=1)
+def max_object_bytes() -> int:
+    """The cluster's osd_max_object_size: the most bytes one RADOS object holds."""
+    return int(_run("ceph", "config", "get", "osd", "osd_max_object_size").strip())
+
+
+def pool_names() -> set[str]:
+    """The cluster's pools."""
+    return set(_run("ceph", "osd", "pool", "ls").split())
+
+
+def image_bytes(pool: str, image: str) -> int:
+    """The size of an RBD image."""
+    return int(json.loads(_run("rbd", "info", "--format", "json", f"{pool}/{image}"))["size"])
+
+
+def object_bytes(pool: str, name: str) -> int:
+    """The stored size of a RADOS object, -1 if there is none."""
+    proc = subprocess.run(_argv("rados", "-p", pool, "stat", name), capture_output=True, text=True,
+                          timeout=CLI_TIMEOUT_S, check=False)  # fmt: skip
+    if proc.returncode != 0:
+        return -1
+    return int(proc.stdout.rsplit("size", 1)[-1].strip())
+
+
+def drop_osd_caches() -> None:
+    """Drop every OSD's caches (BlueStore's onode and data caches)."""
+    _run("ceph", "tell", "osd.*", "cache", "drop")

@@ -1,0 +1,48 @@
+"""The one-host Ceph cluster tests share (root, Debian's packages, real daemons): one per test run, with radosgw
+and CephFS. The first xdist worker to take the lock brings it up, the others reuse it, and the controller takes it
+down at the end (tests/conftest.py's pytest_sessionfinish). /etc/ceph/ceph.conf points at it when that path was
+free (fio's ceph engines read only that file)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gdsbench import ceph_local
+from tests.conftest import CEPH_LOCK, ceph_test_dir
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    return ceph_local._alive(pid)
+
+
+def _installed() -> None:
+    """Install the Ceph packages if missing; skip, saying why, where they cannot be."""
+    try:
+        ceph_local.install()
+    except ceph_local.CephError as exc:
+        pytest.skip(f"the Ceph packages cannot be installed: {exc}")
+
+
+@pytest.fixture(scope="session")
+def ceph_cluster(request: pytest.FixtureRequest) -> Iterator[ceph_local.Cluster]:
+    """This run's shared cluster (radosgw and CephFS): brought up by the first worker, reused by the others."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (Ceph daemons, /etc/ceph, ceph-fuse)")
+    directory = ceph_test_dir(request.config)
+    with CEPH_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _installed()
+        for stale in Path("/var/tmp").glob("gdsbench-ceph-test-*"):  # left by a run that was killed
+            if stale != directory and not Path(f"/proc/{stale.name.rsplit('-', 1)[1]}").exists():
+                ceph_local.down(stale)
+        found = ceph_local.attach(directory)
+        if found is None or len(found.pids()) != len(found.pidfiles) or not all(map(_alive, found.pids())):
+            ceph_local.down(directory)  # an unfinished `up` or a dead daemon: start again
+            found = ceph_local.up(directory)
+    yield found
