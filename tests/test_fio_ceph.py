@@ -4,6 +4,7 @@ sweep created removed. Against the one-host cluster (tests/ceph_cluster.py), rea
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,16 @@ def test_without_the_engines_config_file_a_case_is_skipped(tmp_path: Path, monke
 # -- against the one-host cluster -------------------------------------------------------------------------
 
 
+@pytest.fixture
+def fio_cluster(ceph_cluster: Any) -> Any:
+    """The shared cluster, where fio's ceph engines see it: they read only /etc/ceph/ceph.conf, so the tests never
+    write into a cluster that link names unless it is this run's own."""
+    conf = fio_ceph.CONF
+    if not (conf.is_symlink() and os.readlink(conf) == str(ceph_cluster.conf)):
+        pytest.skip(f"{conf} is not this test run's cluster (another cluster's, or the host's): not written into")
+    return ceph_cluster
+
+
 def run(case: Case, ctx: RunContext) -> Any:
     runner = fio.FioRunner()
     assert runner.unavailable(case, ctx) is None
@@ -77,7 +88,7 @@ def stored(pool: str, name: str) -> int:
 
 
 @pytest.mark.slow
-def test_a_rados_write_then_cold_read_moves_real_bytes(ceph_cluster: Any, tmp_path: Path) -> None:
+def test_a_rados_write_then_cold_read_moves_real_bytes(fio_cluster: Any, tmp_path: Path) -> None:
     ctx = RunContext(directory=tmp_path, file_size=48 * MiB)
     write = run(ceph_case(io_size=4 * MiB), ctx)
     name = fio.job_name(ceph_case(), ctx)
@@ -91,7 +102,7 @@ def test_a_rados_write_then_cold_read_moves_real_bytes(ceph_cluster: Any, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_read_of_objects_never_written_writes_them_first(ceph_cluster: Any, tmp_path: Path) -> None:
+def test_a_read_of_objects_never_written_writes_them_first(fio_cluster: Any, tmp_path: Path) -> None:
     """fio alone 'reads' empty objects at memory speed; the runner writes them first and says so."""
     ctx = RunContext(directory=tmp_path, file_size=20 * MiB)  # a size no other test uses: objects of its own
     case = ceph_case(pattern=Pattern.READ, threads=1)
@@ -106,20 +117,33 @@ def test_a_read_of_objects_never_written_writes_them_first(ceph_cluster: Any, tm
 
 @pytest.mark.slow
 def test_an_object_rados_cut_fails_the_write_case(
-    ceph_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fio_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Pitfall 4: told objects may hold 512 MiB, fio writes 192 MiB objects, RADOS keeps 128 MiB of each and fio
-    reports all of it; the check after the write fails the case, naming the object and the bytes stored."""
+    """Pitfall 4: told objects may hold 512 MiB, fio writes a 192 MiB object, RADOS keeps 128 MiB of it and fio
+    reports all of it; the check after the write fails the case, saying what the cluster holds."""
     monkeypatch.setattr(fio_ceph, "max_object_bytes", lambda: 512 * MiB)
     ctx = RunContext(directory=tmp_path, file_size=192 * MiB)
     case = ceph_case(threads=1, io_size=16 * MiB)
-    with pytest.raises(ToolError, match=r"RADOS stored 134217728 of the 201326592 bytes fio wrote to object"):
+    with pytest.raises(ToolError, match=r"RADOS holds 134217728 bytes of the 201326592 fio reported writing to 1 "
+                       r"objects of 201326592 bytes \(the largest holds 134217728\)"):  # fmt: skip
         run(case, ctx)
     ctx.resources.cleanup()
 
 
 @pytest.mark.slow
-def test_objects_a_sweep_did_not_create_are_never_removed(ceph_cluster: Any, tmp_path: Path) -> None:
+def test_a_time_based_write_that_ends_within_its_first_pass_is_not_a_cut(fio_cluster: Any, tmp_path: Path) -> None:
+    """fio writes a job's objects round robin: a run that ends mid-pass leaves every object short, truthfully."""
+    ctx = RunContext(directory=tmp_path, file_size=1 << 30, runtime=1.0)
+    case = ceph_case(threads=1, io_size=MiB, iodepth=2)
+    measured = run(case, ctx)
+    count, each = fio_ceph.layout(1 << 30, MiB)
+    sizes = [stored("gdsbench", o) for o in fio_ceph.objects(case, ctx, fio.job_name(case, ctx))]
+    assert measured.bytes < count * each and sum(max(s, 0) for s in sizes) >= measured.bytes
+    ctx.resources.cleanup()
+
+
+@pytest.mark.slow
+def test_objects_a_sweep_did_not_create_are_never_removed(fio_cluster: Any, tmp_path: Path) -> None:
     ctx = RunContext(directory=tmp_path, file_size=8 * MiB)
     case = ceph_case(threads=1)
     [first] = fio_ceph.objects(case, ctx, fio.job_name(case, ctx))
@@ -133,7 +157,7 @@ def test_objects_a_sweep_did_not_create_are_never_removed(ceph_cluster: Any, tmp
 
 
 @pytest.mark.slow
-def test_rbd_jobs_need_room_in_the_image(ceph_cluster: Any, tmp_path: Path) -> None:
+def test_rbd_jobs_need_room_in_the_image(fio_cluster: Any, tmp_path: Path) -> None:
     image = fio_ceph.image_bytes("gdsbench-rbd", "gdsbench")
     too_big = RunContext(directory=tmp_path, file_size=image)
     reason = fio.FioRunner().unavailable(ceph_case(ioengine="rbd", pool="gdsbench-rbd"), too_big)

@@ -116,7 +116,7 @@ class FioRunner:
         proc = fio_live.final_only(proc)
         measured = measure(parse_json(proc), case.pattern, raw=proc.stdout)
         if fio_ceph.is_ceph(case):
-            fio_ceph.after_write(case, ctx, job_name(case, ctx))
+            fio_ceph.after_write(case, ctx, job_name(case, ctx), measured.bytes)
         measured = replace(measured, series=series, machine_cpu_seconds=usage.machine_cpu_seconds, cache=cache)
         return gds_path.with_path(measured, path, cufile_note(case) or ceph_note or None, path_note)
 
