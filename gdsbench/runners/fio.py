@@ -16,6 +16,7 @@ fio_live turns into live figures.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 from dataclasses import replace
@@ -124,7 +125,7 @@ class FioRunner:
         """A ceph case's objects and caches made ready (fio_ceph.before); (cache state, note) for its row."""
         if not fio_ceph.is_ceph(case):
             return None, ""
-        lay_out = lambda: run_tool(layout_argv(case, ctx), timeout=ctx.timeout)  # noqa: E731
+        lay_out = functools.partial(run_tool, layout_argv(case, ctx), timeout=ctx.timeout)
         return fio_ceph.before(case, ctx, job_name(case, ctx), lay_out)
 
     def _execute(self, case: Case, ctx: RunContext) -> tuple[subprocess.CompletedProcess, str | None, str]:

@@ -15,14 +15,12 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed.checkpoint as dcp
-from ckptio import CheckpointError, IOOptions, Reader, Writer
+from ckptio import CheckpointError
 from ckptio.dcp import table, table_encode
 from ckptio.dcp.records import METADATA, SEAL_MAGIC, SEAL_MAGIC_V3, ItemRecord, data_file, read_metadata, seal
-from ckptio.errors import InvalidCheckpoint, unwrap
+from ckptio.errors import InvalidCheckpoint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import (
     BytesStorageMetadata,
     ChunkStorageMetadata,
@@ -33,7 +31,8 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 
-SMALL = IOOptions(chunk_bytes=64 << 10, buffer_bytes=256 << 10, threads=2)
+from .test_dcp_trust import dcp_load, dcp_save, same  # the trust tests' save, load and compare
+
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
@@ -41,25 +40,6 @@ def state(seed: int = 0) -> dict[str, Any]:
     g = torch.Generator().manual_seed(seed)
     return {"w": torch.randn(40_000, generator=g), "b": torch.randn(33, 7, generator=g).bfloat16(),
             "step": {"n": seed, "tag": ("a", 1)}}  # fmt: skip
-
-
-def dcp_save(sd: dict[str, Any], path: Path, **kw: Any) -> None:
-    dcp.save(sd, storage_writer=Writer(path, options=SMALL, **kw), no_dist=True)
-
-
-def dcp_load(path: Path, like: dict[str, Any]) -> dict[str, Any]:
-    out = {k: torch.zeros_like(v) if isinstance(v, torch.Tensor) else v for k, v in like.items()}
-    try:
-        dcp.load(out, storage_reader=Reader(path, options=SMALL), no_dist=True)
-    except CheckpointException as e:
-        raise unwrap(e) from e
-    return out
-
-
-def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a.keys() == b.keys() and all(
-        torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a
-    )
 
 
 # -- round trips -------------------------------------------------------------------------------------
