@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml lib/ckptio/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_PIN)"
-	$(PY) -m pip install --quiet -e "./lib/ckptio[codecs]" -e ".[checkpoint,test]"
+	$(PY) -m pip install --quiet -e "./lib/ckptio[codecs]" -e ".[checkpoint,s3,test]"
 	touch $@
 
 install: system-deps $(VENV)/.installed
@@ -72,7 +72,7 @@ FLOOR_VENV ?= .venv-floor
 torch-floor:  ## the checkpoint tests against the floor release of torch, in a venv of its own
 	python3 -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/pip install --quiet "$(TORCH_FLOOR)"
-	$(FLOOR_VENV)/bin/pip install --quiet -e "./lib/ckptio[codecs]" -e ".[checkpoint,test]"
+	$(FLOOR_VENV)/bin/pip install --quiet -e "./lib/ckptio[codecs]" -e ".[checkpoint,s3,test]"
 	$(FLOOR_VENV)/bin/python -c "import torch; print('torch', torch.__version__)"
 	$(FLOOR_VENV)/bin/pytest -q tests/checkpoint tests/test_workloads.py
 
@@ -104,7 +104,8 @@ ceph-down:  ## stop and remove the one-host Ceph of ceph-up
 
 ceph-demo: install  ## the one-host Ceph's tiers beside the local disk: up, sweep both configs, report them together, down
 	$(SUDO) $(VENV)/bin/gdsbench ceph up --dir $(CEPH_DIR)
-	@$(VENV)/bin/gdsbench sweep configs/ceph-local.yaml -o $(RESULTS)/ceph-local; a=$$?; \
+	@set -a; . $(CEPH_DIR)/s3.env; set +a; \
+	  $(VENV)/bin/gdsbench sweep configs/ceph-local.yaml -o $(RESULTS)/ceph-local; a=$$?; \
 	  $(VENV)/bin/gdsbench sweep configs/ceph-local-disk.yaml -o $(RESULTS)/ceph-local; b=$$?; \
 	  $(SUDO) $(VENV)/bin/gdsbench ceph down --dir $(CEPH_DIR); \
 	  $(VENV)/bin/gdsbench report $$(ls -t $(RESULTS)/ceph-local/*.csv | head -n 2); \

@@ -10,6 +10,8 @@ from typing import Any
 
 #: fio ioengines whose I/O goes to a Ceph cluster (objects, an image), not to files in the target directory.
 CLUSTER_IOENGINES = ("rados", "rbd")
+#: Engines whose I/O goes to an object store over the network, not to files in the target directory.
+OBJECT_ENGINES = ("s3",)
 
 
 class Pattern(str, enum.Enum):
@@ -92,6 +94,11 @@ class Case:
     def row(self) -> dict[str, Any]:
         """The case as flat result columns."""
         return {"engine": self.engine, **{name: plain(value) for name, value in self.params}}
+
+
+def uses_directory(case: Case) -> bool:
+    """Whether a case's I/O goes to files in the target directory (not to a cluster's objects or an image)."""
+    return case.engine not in OBJECT_ENGINES and case.get("ioengine") not in CLUSTER_IOENGINES
 
 
 def plain(value: Any) -> Any:

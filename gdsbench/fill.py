@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from gdsbench import filesets
-from gdsbench.cases import Case
+from gdsbench.cases import Case, uses_directory
 from gdsbench.config import SweepConfig
 from gdsbench.errors import ToolError
 from gdsbench.filesets import FileSet
-from gdsbench.runners import fio, fio_ceph, gdsio
+from gdsbench.runners import fio, gdsio
 from gdsbench.runners.base import RunContext, run_polled, tool_message
 from gdsbench.units import size_label
 
@@ -36,8 +36,8 @@ def prepare(
     config: SweepConfig, ctx: RunContext, skip_reason: Callable[[Case, RunContext], str | None]
 ) -> Iterator[dict[str, Any]]:
     """Check the target for every case that can run here, then fill what its reads need; yield progress rows."""
-    runnable = [c for c in config.cases if skip_reason(c, ctx) is None and not fio_ceph.is_ceph(c)]
-    if not runnable:  # nothing here uses the directory (fio on RADOS or RBD only)
+    runnable = [c for c in config.cases if skip_reason(c, ctx) is None and uses_directory(c)]
+    if not runnable:  # nothing here uses the directory (fio on RADOS or RBD, S3 only)
         return
     filesets.check_mount(ctx.directory, bool(config.settings.get("allow_root_filesystem")))
     filesets.check_space(ctx.directory, filesets.file_sets(runnable, ctx))

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gdsbench import results
-from gdsbench.cases import CLUSTER_IOENGINES
+from gdsbench.cases import CLUSTER_IOENGINES, OBJECT_ENGINES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -260,12 +260,14 @@ REMOTE_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "ceph", "lustre", "gpfs", 
 
 def remote_fs(frame: pd.DataFrame, sidecars: Mapping[str, Any]) -> list[Any]:
     """Direct-I/O rows of runs whose target directory is on a network or FUSE file system (not fio's rows on a
-    Ceph cluster's objects or images: they use no directory)."""
+    Ceph cluster's objects or images, nor S3's: they use no directory)."""
     flagged: list[Any] = []
     for run in _runs(frame):
         meta = sidecars.get(str(run["source"].iloc[0]), {}) if "source" in run else {}
         if is_remote_fs(str((meta.get("target") or {}).get("fstype") or "")):
-            on_directory = ~run["ioengine"].isin(CLUSTER_IOENGINES) if "ioengine" in run else True
+            on_directory = ~run["engine"].isin(OBJECT_ENGINES)
+            if "ioengine" in run:
+                on_directory &= ~run["ioengine"].isin(CLUSTER_IOENGINES)
             flagged += list(run.index[~run["transfer"].isin(BUFFERED) & on_directory])
     return flagged
 

@@ -53,6 +53,7 @@ SCHEMA: tuple[tuple[str, str], ...] = (
     ("lat_p90_us", NUMBER),
     ("lat_p99_us", NUMBER),
     ("lat_p999_us", NUMBER),
+    ("lat_first_us", NUMBER),
     ("bw_min_bytes", NUMBER),
     ("bw_max_bytes", NUMBER),
     ("max_rank_seconds", NUMBER),

@@ -75,6 +75,7 @@ def aggregate(frame: pd.DataFrame, groups: list[str]) -> pd.DataFrame:
         iops_median=("iops", "median"),
         lat_mean_us=("lat_mean_us", "median"),
         lat_p99_us=("lat_p99_us", "median"),
+        **({"lat_first_us": ("lat_first_us", "median")} if "lat_first_us" in ok else {}),
         bytes=("bytes", "median"),
     ).reset_index()
     table["spread"] = (table["bw_max"] - table["bw_min"]) / table["bw_median"]

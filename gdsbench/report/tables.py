@@ -157,7 +157,17 @@ def table_rows(
     """Header and text cells of the aggregate table of these rows: the group columns that vary and apply
     (run labels for run_id), then the figures; columns empty in every row left out."""
     shown = identity(groups, table)
-    header = [*map(header_of, shown), "n", "bw (median)", "min-max", "IOPS", "lat mean", "lat p99", "flags"]
+    header = [
+        *map(header_of, shown),
+        "n",
+        "bw (median)",
+        "min-max",
+        "IOPS",
+        "lat mean",
+        "lat p99",
+        "lat first",
+        "flags",
+    ]
     rows = [
         [
             *(runs.get(row[c], row[c]) if c == "run_id" and runs else cell(c, row[c], "") for c in shown),
@@ -167,6 +177,7 @@ def table_rows(
             "-" if missing(row["iops_median"]) else iops_text(row["iops_median"]),
             latency_text(row["lat_mean_us"]),
             latency_text(row["lat_p99_us"]),
+            latency_text(row.get("lat_first_us")),
             flags_cell(row.get("flags")),
         ]
         for _, row in table.iterrows()

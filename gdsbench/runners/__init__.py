@@ -8,8 +8,9 @@ from gdsbench.runners.base import Measurement, RunContext, Runner
 from gdsbench.runners.checkpoint import ENGINES as CHECKPOINT_ENGINES
 from gdsbench.runners.fio import FioRunner
 from gdsbench.runners.gdsio import GdsioRunner
+from gdsbench.runners.s3 import S3Runner
 
-_ALL: tuple[Runner, ...] = (FioRunner(), GdsioRunner(), *CHECKPOINT_ENGINES)
+_ALL: tuple[Runner, ...] = (FioRunner(), GdsioRunner(), S3Runner(), *CHECKPOINT_ENGINES)
 RUNNERS: dict[str, Runner] = {runner.name: runner for runner in _ALL}
 
 

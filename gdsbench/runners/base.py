@@ -58,6 +58,7 @@ class Measurement:
     lat_p90_us: float | None = None
     lat_p99_us: float | None = None
     lat_p999_us: float | None = None
+    lat_first_us: float | None = None  # a request engine's first request, kept out of the percentiles (s3)
     bw_min_bytes: float | None = None  # slowest job's bandwidth
     bw_max_bytes: float | None = None  # fastest job's bandwidth
     max_rank_seconds: float | None = None  # ranks: the longest rank's time per checkpoint (mean over a phase's)

@@ -38,18 +38,19 @@ CLI_TIMEOUT_S = 60.0
 DEFAULT_MAX_OBJECT = 128 << 20  # Ceph's osd_max_object_size default: a dry run's layout without a cluster
 STAT_WORKERS = 8
 
+OSD_CACHE = Key(
+    "osd_cache",
+    one_of("keep", "drop"),
+    "keep or drop",
+    "keep",
+    "ioengine rados/rbd and s3 reads: drop the OSDs' caches first (ceph tell osd.* cache drop; disturbs the cluster)",
+    patterns=("read", "randread"),
+)
 KEYS = (
     Key("pool", text, "a Ceph pool name", "gdsbench", "ioengine rados/rbd: the pool fio's objects or image live in"),
     Key("clientname", text, "a Ceph client name", "admin", "ioengine rados/rbd: the cephx user (client.<name>)"),
     Key("rbdname", text, "an RBD image name", "gdsbench", "ioengine rbd: the image fio's jobs write and read"),
-    Key(
-        "osd_cache",
-        one_of("keep", "drop"),
-        "keep or drop",
-        "keep",
-        "ioengine rados/rbd reads: drop the OSDs' caches first (ceph tell osd.* cache drop; disturbs the cluster)",
-        patterns=("read", "randread"),
-    ),
+    OSD_CACHE,
 )
 
 
@@ -135,10 +136,16 @@ def before(case: Case, ctx: RunContext, name: str, lay_out: Callable[[], object]
             notes.append("objects written first (unmeasured): a read of objects never written reads nothing")
     if case.pattern.is_write:
         return None, "; ".join(notes)
-    if case.get("osd_cache") == "drop":
+    cache, note = osd_cache(case)
+    return cache, "; ".join([*notes, note])
+
+
+def osd_cache(case: Case) -> tuple[str, str]:
+    """A read's OSD caches dropped when the case says `osd_cache: drop`: the row's (cache state, note)."""
+    if case["osd_cache"] == "drop":
         drop_osd_caches()
-        return "cold", "; ".join([*notes, "OSD caches dropped first (ceph tell osd.* cache drop)"])
-    return "warm", "; ".join([*notes, "OSD caches kept (osd_cache: keep): a read may come from the OSDs' memory"])
+        return "cold", "OSD caches dropped first (ceph tell osd.* cache drop)"
+    return "warm", "OSD caches kept (osd_cache: keep): a read may come from the OSDs' memory"
 
 
 def after_write(case: Case, ctx: RunContext, name: str, reported: int) -> None:
@@ -216,3 +223,8 @@ def object_bytes(pool: str, name: str) -> int:
 def drop_osd_caches() -> None:
     """Drop every OSD's caches (BlueStore's onode and data caches)."""
     _run("ceph", "tell", "osd.*", "cache", "drop")
+
+
+def collect_rgw_garbage() -> None:
+    """radosgw's garbage collection now: deleted and overwritten objects' space back at once, not hours later."""
+    _run("radosgw-admin", "gc", "process", "--include-all")
