@@ -2,8 +2,8 @@
 loopback only; `down` and an interrupted `up` leave no process, directory or /etc/ceph link behind.
 
 One cluster with radosgw and CephFS serves the whole run (tests/ceph_cluster.py: the first xdist worker to take
-the lock brings it up, the others reuse it, the controller takes it down at the end). The lifecycle test makes two
-small clusters (mon, mgr, OSD) of its own.
+the lock brings it up, the others reuse it, the controller takes it down at the end). The lifecycle test makes a
+small cluster (mon, mgr, OSD) of its own and interrupts it.
 """
 
 from __future__ import annotations
@@ -136,40 +136,38 @@ def _no_trace_of(directory: Path, pids: list[int]) -> None:
 
 @needs_root
 def test_down_and_an_interrupted_up_leave_no_process_directory_or_link(monkeypatch):
+    """Ctrl-C once mon, mgr and OSD run and the /etc/ceph link is made: `up` undoes itself through `down`, which
+    stops the daemons newest first and removes the directory and its own link; a second `down` finds nothing."""
     _installed()
-    directory = _scratch_dir()
-    try:
-        small = ceph_local.up(directory, rgw=False, cephfs=False)
-        pids = small.pids()
-        assert len(pids) == 3 and all(map(_alive, pids)) and small.s3_endpoint is None and small.cephfs is None
-        linked = ceph_local.ETC_CONF.is_symlink() and os.readlink(ceph_local.ETC_CONF) == str(small.conf)
-        assert linked == (small.fio_note == "")  # ours, or left alone and said so (the shared cluster's link)
-        removed = ceph_local.down(directory)
-        assert removed[0] == f"stopped ceph-osd.0 (pid {pids[2]})" and removed[-1] == f"removed {directory}"
-        _no_trace_of(directory, pids)
-        assert ceph_local.down(directory) == []
-    finally:
-        ceph_local.down(directory)
-        if directory.exists():  # an `up` refused before it marked the directory
-            directory.rmdir()
-
     started: list[int] = []
-    start_osd = ceph_local._start_osd
+    linked: list[bool] = []
+    undone: list[list[str]] = []
+    link, down = ceph_local._link_etc_conf, ceph_local.down
 
-    def start_osd_then_interrupt(made: ceph_local.Made) -> None:
-        start_osd(made)
+    def link_then_interrupt(made: ceph_local.Made) -> None:
+        link(made)
         started.extend(pid for f in made.pidfiles if (pid := ceph_local._read_pid(Path(f))))
+        linked.append(ceph_local.ETC_CONF.is_symlink() and os.readlink(ceph_local.ETC_CONF) == made.conf)
+        assert linked[0] == (made.fio_note == "")  # ours, or left alone and said so (the shared cluster's link)
         raise KeyboardInterrupt  # Ctrl-C with mon, mgr and OSD running
 
-    monkeypatch.setattr(ceph_local, "_start_osd", start_osd_then_interrupt)
+    def recorded_down(directory: Path) -> list[str]:
+        undone.append(down(directory))
+        return undone[-1]
+
+    monkeypatch.setattr(ceph_local, "_link_etc_conf", link_then_interrupt)
+    monkeypatch.setattr(ceph_local, "down", recorded_down)
     directory = _scratch_dir()
     try:
         with pytest.raises(KeyboardInterrupt):
             ceph_local.up(directory, rgw=False, cephfs=False)
-        assert len(started) == 3
+        assert len(started) == 3 and len(undone) == 1
+        assert undone[0][0] == f"stopped ceph-osd.0 (pid {started[2]})" and undone[0][-1] == f"removed {directory}"
+        assert (f"removed the link {ceph_local.ETC_CONF}" in undone[0]) == linked[0]
         _no_trace_of(directory, started)
+        assert down(directory) == []
     finally:
-        ceph_local.down(directory)
+        down(directory)
         if directory.exists():  # an `up` refused before it marked the directory
             directory.rmdir()
 
