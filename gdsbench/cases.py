@@ -10,8 +10,9 @@ from typing import Any
 
 #: fio ioengines whose I/O goes to a Ceph cluster (objects, an image), not to files in the target directory.
 CLUSTER_IOENGINES = ("rados", "rbd")
-#: Engines whose I/O goes to an object store over the network, not to files in the target directory.
-OBJECT_ENGINES = ("s3",)
+#: Engines whose I/O goes to an object store over the network, not to files in the target directory (the s3 engine
+#: and the checkpoint engines whose checkpoints are objects).
+OBJECT_ENGINES = ("s3", "s3torch_save", "s3torch_dcp")
 
 
 class Pattern(str, enum.Enum):

@@ -59,7 +59,7 @@ SWEEP_KEYS: dict[str, Key] = {
         Key("directory", text, "a directory path", "/tmp/gdsbench", "where test files are made (created if missing)"),
         Key("file_size", size, "a size such as 1G or 512M", 1 << 30, "size of each test file"),
         Key("runtime", duration, "a duration such as 5s or 2m", None, "time-bound runs; omit for size-bound"),
-        Key("ramp_time", duration, "a duration such as 2s", None, "fio ramp time, not measured"),
+        Key("ramp_time", duration, "a duration such as 2s", None, "fio's and s3's ramp time, not measured"),
         Key("repetitions", positive_int, "a positive integer", 3, "recorded runs per case"),
         Key("warmup", non_negative_int, "a non-negative integer", 0, "unrecorded runs before each case"),
         Key("interleave", boolean, "true or false", False, "run repetition-major so drift falls on all cases alike"),

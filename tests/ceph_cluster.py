@@ -46,3 +46,14 @@ def ceph_cluster(request: pytest.FixtureRequest) -> Iterator[ceph_local.Cluster]
             ceph_local.down(directory)  # an unfinished `up` or a dead daemon: start again
             found = ceph_local.up(directory)
     yield found
+
+
+@pytest.fixture
+def radosgw(ceph_cluster: ceph_local.Cluster, monkeypatch: pytest.MonkeyPatch) -> ceph_local.Cluster:
+    """The shared cluster's S3 endpoint and credentials, in the environment as the S3 engines read them."""
+    if not ceph_cluster.s3_endpoint:
+        pytest.skip("the test cluster has no radosgw")
+    for name, value in ceph_cluster.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    return ceph_cluster

@@ -86,7 +86,8 @@ SLOW_TESTS = (
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the slow tests; skip each test whose capability marker's probe says this machine cannot run it."""
+    """Mark the slow tests and run them first (xdist's workers then end on short tests, together); skip each test
+    whose capability marker's probe says this machine cannot run it."""
     reasons: dict[str, str | None] = {}
     for item in items:
         if item.path.name in SLOW_MODULES or item.name.split("[")[0] in SLOW_TESTS:
@@ -98,6 +99,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 reasons[name] = probe()
             if reasons[name]:
                 item.add_marker(pytest.mark.skip(reason=f"{name}: {reasons[name]}"))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # longest first: no slow test comes last
 
 
 @pytest.fixture(autouse=True)

@@ -330,3 +330,26 @@ def test_by_never_pools_reads_with_writes_and_names_what_it_pooled():
     assert built.groups[0] == "pattern" and len(built.summary) == 2
     notes = "\n".join(built.notes.warnings)
     assert "also grouped by pattern (never pooled)" in notes and "pools rows over threads (1, 4)" in notes
+
+
+def test_checkpoints_to_s3_are_held_to_the_s3_engines_put_and_get_of_their_run() -> None:
+    """s3torchconnector's engines in a recorded run against radosgw (results/sample/s3-checkpoints): their ceiling
+    is the s3 engine's best PUT or GET of the same run, never fio's; the table says which."""
+    from pathlib import Path
+
+    from gdsbench import results
+
+    frame = results.load(sorted((Path(__file__).parent.parent / "results/sample/s3-checkpoints").glob("*.csv")))
+    ratios = ceilings.ceiling_ratios(frame)
+    assert set(ratios["engine"].str.split(" ").str[0]) == {"s3torch_save", "s3torch_dcp"}
+    for (run_id, pattern), group in ratios.groupby(["run_id", "pattern"]):
+        s3 = frame[(frame["run_id"] == run_id) & (frame["engine"] == "s3") & (frame["status"] == "ok")]
+        best = (
+            s3[s3["pattern"] == {"save": "write", "load": "read"}[pattern]].groupby("case")["bw_bytes"].median().max()
+        )
+        assert (group["fio_bw"] == best).all() and set(group["ceiling"]) == {
+            "s3 PUT" if pattern == "save" else "s3 GET"
+        }
+        assert (group["x_fio"] == group["bw_median"] / best).all() and group["durable"].all()
+    text = report.render(frame, None, "text")
+    assert ", s3 PUT" in text and ", s3 GET" in text

@@ -102,6 +102,27 @@ def test_the_first_request_is_kept_apart_from_the_percentiles() -> None:
     assert measured.raw is not None and len(measured.raw.splitlines()) == 201
 
 
+def test_requests_within_ramp_time_are_left_out_but_the_first_is_still_reported() -> None:
+    requests = timed(0.5, *([0.1] * 9))  # request i starts at i seconds
+    kept, wall = s3_requests.after_ramp(requests, 10.0, ramp=4.0)
+    assert [r.start for r in kept] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and wall == 6.0
+    measured = s3_requests.measure(kept, wall, first=requests[0])
+    assert measured.lat_first_us == pytest.approx(500_000) and measured.bytes == 6 * MiB
+    assert measured.lat_p999_us == pytest.approx(100_000)
+    with pytest.raises(ToolError, match="no request started after ramp_time 12s"):
+        s3_requests.after_ramp(requests, 10.0, ramp=12.0)
+
+
+def test_the_time_series_is_each_slots_bytes_and_latency_per_window() -> None:
+    requests = [
+        *timed(0.5, 0.5, 0.5),
+        Request(1, "b", start=0.0, seconds=2.5, bytes=2 * MiB),
+    ]  # slot 0 ends 0.5, 1.5, 2.5
+    samples = s3_requests.series(requests, window_s=1.0)
+    assert [(s.job, s.time_s, s.bw_bytes, s.lat_us) for s in samples] == [
+        (1, 1.0, MiB, 500_000), (1, 2.0, MiB, 500_000), (1, 3.0, MiB, 500_000), (2, 3.0, 2 * MiB, 2_500_000)]  # fmt: skip
+
+
 def test_slots_give_the_bandwidth_range_and_the_spread() -> None:
     requests = [*timed(1.0, 1.0, slot=0), Request(1, "b", start=0.0, seconds=4.0, bytes=MiB)]
     measured = s3_requests.measure(requests, wall=4.0)
@@ -145,17 +166,6 @@ def test_without_an_endpoint_or_credentials_a_case_is_skipped(tmp_path: Path, mo
 
 
 # -- against the one-host cluster's radosgw ---------------------------------------------------------------
-
-
-@pytest.fixture
-def radosgw(ceph_cluster: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The shared cluster's S3 endpoint and credentials, in the environment as the engine reads them."""
-    if not ceph_cluster.s3_endpoint:
-        pytest.skip("the test cluster has no radosgw")
-    for name, value in ceph_cluster.env().items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-    return ceph_cluster
 
 
 def run(case: Case, ctx: RunContext) -> Any:
@@ -283,3 +293,26 @@ def test_garbage_is_collected_and_caches_dropped_on_the_tests_own_cluster(radosg
     garbage = subprocess.run(["radosgw-admin", "-c", str(conf), "gc", "list", "--include-all"], capture_output=True,
                              text=True, check=True).stdout  # fmt: skip
     assert garbage.strip() == "[]" and not bucket("gdsbench-t6").exists()
+
+
+def test_gc_and_cache_drops_refuse_a_conf_of_another_clusters_radosgw(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """rgw_gc and osd_cache drop act on the cluster of /etc/ceph/ceph.conf: never on one whose radosgw is not the
+    case's endpoint (a test cluster's link while another cluster is measured)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    other = tmp_path / "ceph.conf"
+    other.write_text("[client.rgw.a]\nrgw frontends = beast endpoint=127.0.0.1:7480\nrgw data = /x\n")
+    monkeypatch.setattr(fio_ceph, "CONF", other)
+    ctx, runner = RunContext(directory=tmp_path, file_size=MiB), s3.S3Runner()
+    elsewhere = s3_case(endpoint="http://127.0.0.1:9", rgw_gc=True)
+    if runner.unavailable(s3_case(endpoint="http://127.0.0.1:7480", rgw_gc=True), ctx) is not None:
+        pytest.skip("no radosgw-admin here")
+    assert runner.unavailable(elsewhere, ctx) == (
+        f"{other} is the conf of a cluster whose radosgw is 127.0.0.1:7480, not this case's endpoint 127.0.0.1:9: "
+        "rgw_gc and dropping OSD caches would act on that cluster"
+    )
+    cold = s3_case(endpoint="http://127.0.0.1:9", pattern=Pattern.READ, osd_cache="drop")
+    assert "would act on that cluster" in str(runner.unavailable(cold, ctx))
+    assert runner.unavailable(s3_case(endpoint="http://127.0.0.1:9"), ctx) is None  # neither: the conf is not read

@@ -7,7 +7,8 @@ cache instead of the disk (fio wrote 2.5 GB/s without end_fsync and 0.6-0.8 GB/s
 disk, minutes apart). Non-durable fio writes stay beside it as a labelled reference ("x fio (no fsync)");
 a run without a durable fio write falls back to the non-durable one, labelled as such, with a warning.
 A load's ceiling is fio's best direct read. Page-cache (CPU_CACHED) fio cases measure memory, never a
-ceiling.
+ceiling. Checkpoint engines whose checkpoints are S3 objects (s3torch_save, s3torch_dcp) are held to the s3
+engine's best PUT or GET of the run.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gdsbench.cases import CLUSTER_IOENGINES
+from gdsbench.cases import CLUSTER_IOENGINES, OBJECT_ENGINES
 from gdsbench.report import tables
 from gdsbench.results import parameters
 
 #: Patterns of checkpoint engines and the fio pattern whose bandwidth is their ceiling.
 CEILINGS = {"save": "write", "load": "read"}
+S3_CALLS = {"save": "PUT", "load": "GET"}
 #: The state a load starts from: torch_save baselines are compared in the same one.
 CONDITIONS = ("cache", "memory")
 #: What makes two distributed checkpoint rows comparable: dcp_fast is compared with dcp at the same world
@@ -82,9 +84,13 @@ def ceiling_rows(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
     return fio[fio["case"] == fio.groupby("case")["bw_bytes"].median().idxmax()]
 
 
-def ceiling(run: pd.DataFrame, pattern: str) -> Ceiling:
+def ceiling(run: pd.DataFrame, pattern: str, engine: str | None = None) -> Ceiling:
     """fio's ceiling for a checkpoint pattern in one run's ok rows: the durable write for saves (else the
-    non-durable one, labelled), the best direct read for loads; page-cache cases never count."""
+    non-durable one, labelled), the best direct read for loads; page-cache cases never count. An engine whose
+    checkpoints are objects is held to the s3 engine's best PUT or GET of the run instead (a PUT is durable)."""
+    if engine in OBJECT_ENGINES:
+        s3 = run[(run["engine"] == "s3") & (run["pattern"] == CEILINGS[pattern])]
+        return Ceiling(_best(s3), f"s3 {S3_CALLS[pattern]}", durable=True)
     fio = _fio_of(run, pattern)
     if pattern != "save":
         return Ceiling(_best(fio), f"fio {CEILINGS[pattern]}", durable=True)
@@ -134,7 +140,7 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
             continue
         ckpt = ckpt.assign(label=engine_labels(ckpt))
         for (label, _engine, pattern), group in ckpt.groupby(["label", "engine", "pattern"], sort=False):
-            limit = ceiling(run, pattern)
+            limit = ceiling(run, pattern, _engine)
             base = _same_conditions(run[(run["engine"] == "torch_save") & (run["pattern"] == pattern)], group)
             dcp = _same_distributed(run[(run["engine"] == "dcp") & (run["pattern"] == pattern)], group)
             median = group["bw_bytes"].median()

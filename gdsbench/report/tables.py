@@ -208,15 +208,18 @@ def ratio_rows(ratios: pd.DataFrame, runs: dict[str, str] | None = None) -> tupl
             number(r["x_fio_no_fsync"], 2),
             number(r["x_torch_save"], 2),
             *(number(r.get(column, float("nan")), digits) for column, digits in OPTIONAL_RATIOS.values()),
-            bw_text(r["fio_bw"]) + _ceiling_kind(r["pattern"], r["durable"]),
+            bw_text(r["fio_bw"]) + _ceiling_kind(r["pattern"], r["durable"], str(r.get("ceiling", ""))),
         ]
         for _, r in ratios.iterrows()
     ]
     return drop_empty(header, rows, len(where) + 2)
 
 
-def _ceiling_kind(pattern: str, durable: bool) -> str:
-    """What a save's ceiling was: fio's durable write, or (labelled, for want of one) a write without fsync."""
+def _ceiling_kind(pattern: str, durable: bool, label: str = "") -> str:
+    """What a save's ceiling was: fio's durable write, or (labelled, for want of one) a write without fsync; an
+    object store's checkpoint: the s3 engine's PUT or GET."""
+    if label.startswith("s3 "):
+        return f", {label}"
     if pattern != "save":
         return ""
     return ", durable" if durable else ", no fsync"

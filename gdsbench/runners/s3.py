@@ -23,6 +23,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
@@ -31,7 +32,7 @@ from gdsbench.runners import fio_ceph
 from gdsbench.runners.base import Measurement, RunContext, axes_of
 from gdsbench.runners.resources import Usage
 from gdsbench.runners.s3_client import Bucket, bucket_name, endpoint_url
-from gdsbench.runners.s3_requests import drive, failures, measure
+from gdsbench.runners.s3_requests import after_ramp, drive, failures, measure, series, table
 from gdsbench.units import size_label
 
 #: Where the endpoint comes from when the config names none (the AWS SDKs' variables, in their order).
@@ -90,16 +91,14 @@ class S3Runner:
             return "the s3 engine runs on this host only (not through fio servers)"
         if case.transfer is not Transfer.CPU_ONLY:
             return "the s3 engine moves host memory over HTTP, no page cache between: use CPU_ONLY"
-        if endpoint(case) is None:
-            return f"no S3 endpoint: set `endpoint` or {ENDPOINT_ENV[1]}"
-        missing = [name for name in CREDENTIALS_ENV if not os.environ.get(name)]
-        if missing:
-            return f"no S3 credentials: set {' and '.join(missing)} (never in a config)"
+        access = access_missing(case)
+        if access:
+            return access
         per_slot = objects_per_slot(case, ctx)
         if per_slot > MAX_OBJECTS_PER_SLOT:
             return (f"{per_slot} objects per slot (file_size {size_label(ctx.file_size)} / io_size "
                     f"{size_label(case['io_size'])}), more than {MAX_OBJECTS_PER_SLOT}: raise io_size or lower file_size")  # fmt: skip
-        return _ceph_tools_missing(case)
+        return ceph_tools_missing(case)
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
         """The requests a case makes, readable in --dry-run and in the results."""
@@ -121,7 +120,7 @@ class S3Runner:
     def _run(self, bucket: Bucket, case: Case, ctx: RunContext) -> Measurement:
         """The case on an open bucket."""
         place = Place(str(endpoint(case)), case["bucket"], case["region"])
-        _own_bucket(bucket, place, case, ctx)
+        own_bucket(bucket, place, case, ctx)
         keys = object_keys(case, ctx)
         notes = _prepare_objects(bucket, place, keys, case, ctx)
         cache = None
@@ -129,14 +128,18 @@ class S3Runner:
             cache, cache_note = _cache(case)
             notes.append(cache_note)
         with Usage() as usage:
-            requests, wall = drive(bucket, keys, case["io_size"], case.pattern.is_write, ctx.runtime)
+            requests, wall = drive(
+                bucket, keys, case["io_size"], case.pattern.is_write, ctx.runtime, ctx.ramp_time or 0.0
+            )
         failures(requests)
         if case.pattern.is_write:
             _check_stored(bucket, case, ctx, {r.key for r in requests})
-            notes += _collect_garbage(case)
-        measured = measure(requests, wall)
-        return replace(measured, cpu_seconds=usage.cpu_seconds, machine_cpu_seconds=usage.machine_cpu_seconds,
-                       peak_rss_bytes=usage.peak_rss, cache=cache, note="; ".join(n for n in notes if n) or None)  # fmt: skip
+            notes += collect_garbage(case)
+        first = min(requests, key=lambda r: r.start)
+        measured = measure(*after_ramp(requests, wall, ctx.ramp_time or 0.0), first=first)
+        samples = series(requests, ctx.series_ms / 1000) if ctx.series_ms else ()
+        note = "; ".join(n for n in notes if n) or None
+        return replace(measured, raw=table(requests), series=samples, cache=cache, note=note, **usage.columns())
 
 
 @dataclass(frozen=True)
@@ -198,6 +201,16 @@ def endpoint(case: Case) -> str | None:
     return None
 
 
+def access_missing(case: Case) -> str | None:
+    """Why a case cannot reach the service: no endpoint (the case's or the environment's), or no credentials."""
+    if endpoint(case) is None:
+        return f"no S3 endpoint: set `endpoint` or {ENDPOINT_ENV[1]}"
+    missing = [name for name in CREDENTIALS_ENV if not os.environ.get(name)]
+    if missing:
+        return f"no S3 credentials: set {' and '.join(missing)} (never in a config)"
+    return None
+
+
 def objects_per_slot(case: Case, ctx: RunContext) -> int:
     """How many objects of io_size one slot needs to hold file_size bytes."""
     return -(-ctx.file_size // case["io_size"])
@@ -214,7 +227,7 @@ def object_keys(case: Case, ctx: RunContext) -> list[list[str]]:
     return [[f"{geometry(case, ctx)}{slot}.{n}" for n in range(count)] for slot in range(case["threads"])]
 
 
-def _own_bucket(bucket: Bucket, place: Place, case: Case, ctx: RunContext) -> None:
+def own_bucket(bucket: Bucket, place: Place, case: Case, ctx: RunContext) -> None:
     """Make the bucket when it is missing, and remember to remove it (then radosgw's garbage) at the end."""
     if bucket.exists():
         return
@@ -258,7 +271,7 @@ def _check_stored(bucket: Bucket, case: Case, ctx: RunContext, written: set[str]
                         f"store (first: {wrong[0]}, {stored.get(wrong[0], 'missing')})")  # fmt: skip
 
 
-def _collect_garbage(case: Case) -> list[str]:
+def collect_garbage(case: Case) -> list[str]:
     """radosgw's garbage collected after a write (the space of the objects it overwrote), when asked."""
     if not case["rgw_gc"]:
         return []
@@ -266,7 +279,7 @@ def _collect_garbage(case: Case) -> list[str]:
     return ["radosgw garbage collected after the write (unmeasured)"]
 
 
-def _ceph_tools_missing(case: Case) -> str | None:
+def ceph_tools_missing(case: Case) -> str | None:
     """Why rgw_gc or osd_cache drop cannot act on the cluster (they need its admin tools and /etc/ceph/ceph.conf)."""
     wanted = [name for name, on in (("rgw_gc", case["rgw_gc"]), ("osd_cache drop", case.get("osd_cache") == "drop"))
               if on]  # fmt: skip
@@ -275,4 +288,21 @@ def _ceph_tools_missing(case: Case) -> str | None:
     tool = "radosgw-admin" if case["rgw_gc"] else "ceph"
     if shutil.which(tool) is None or not fio_ceph.CONF.exists():
         return f"{' and '.join(wanted)} need {tool} and {fio_ceph.CONF} (a Ceph cluster's admin access, as gdsbench ceph up gives)"
-    return None
+    return other_cluster(case, True)
+
+
+_RGW_ENDPOINT = re.compile(r"^\s*rgw[ _]frontends\s*=.*?\bendpoint=(\S+)", re.MULTILINE)
+
+
+def other_cluster(case: Case, acts: bool) -> str | None:
+    """Why acting on the cluster of /etc/ceph/ceph.conf (rgw_gc, dropping OSD caches) would act on another than the
+    case's endpoint's: that conf names radosgw endpoints (as `gdsbench ceph up` writes them), none of them the case's.
+    A conf that names none (an existing cluster's) is taken as it is."""
+    if not acts or not fio_ceph.CONF.exists():
+        return None
+    served = _RGW_ENDPOINT.findall(fio_ceph.CONF.read_text(errors="replace"))
+    host = urlsplit(str(endpoint(case))).netloc
+    if not served or host in served:
+        return None
+    return (f"{fio_ceph.CONF} is the conf of a cluster whose radosgw is {', '.join(served)}, not this case's "
+            f"endpoint {host}: rgw_gc and dropping OSD caches would act on that cluster")  # fmt: skip

@@ -14,12 +14,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from gdsbench.errors import ToolError
-from gdsbench.runners.base import Measurement
+from gdsbench.runners.base import Measurement, Sample
 from gdsbench.runners.s3_client import Bucket, S3RequestError
 
 #: Room for every object's body to start at its own offset of one random buffer (no two objects alike).
@@ -54,11 +54,12 @@ def body(size: int, index: int) -> memoryview:
 
 
 def drive(
-    bucket: Bucket, keys: list[list[str]], size: int, write: bool, runtime: float | None
+    bucket: Bucket, keys: list[list[str]], size: int, write: bool, runtime: float | None, ramp: float = 0.0
 ) -> tuple[list[Request], float]:
-    """Every slot's requests (a pass over its keys, or rounds until `runtime`), and the wall time to the last end."""
+    """Every slot's requests (a pass over its keys, or rounds until `ramp` + `runtime`), and the wall time to the
+    last end."""
     stop, origin = threading.Event(), time.perf_counter()
-    deadline = origin + runtime if runtime else None
+    deadline = origin + ramp + runtime if runtime else None
     slot = functools.partial(_slot, bucket, size=size, write=write, origin=origin, deadline=deadline, stop=stop)
     with ThreadPoolExecutor(len(keys), thread_name_prefix="gdsbench-s3") as pool:
         done = [request for slot_done in pool.map(slot, range(len(keys)), keys) for request in slot_done]
@@ -125,10 +126,21 @@ def _kind(error: str) -> str:
     return f"{operation} {reason.partition(': ')[2] or reason}"
 
 
-def measure(requests: list[Request], wall: float) -> Measurement:
+def after_ramp(requests: list[Request], wall: float, ramp: float) -> tuple[list[Request], float]:
+    """The requests that started once `ramp` seconds had passed, and the wall time from then (fio's ramp_time)."""
+    if not ramp:
+        return requests, wall
+    kept = [replace(r, start=r.start - ramp) for r in requests if r.start >= ramp]
+    if not kept:
+        raise ToolError(f"no request started after ramp_time {ramp:g}s: the case ended within it")
+    return kept, wall - ramp
+
+
+def measure(requests: list[Request], wall: float, first: Request | None = None) -> Measurement:
     """The case's figures: bandwidth and IOPS over the wall time, latency percentiles (nearest rank, as fio) of
-    every request but the first, which is `lat_first_us`; per-slot bandwidths and times; every request as CSV."""
-    first = min(requests, key=lambda r: r.start)
+    every request but the case's first (`lat_first_us`, given where a ramp left it out); per-slot bandwidths and
+    times; every request as CSV."""
+    first = first or min(requests, key=lambda r: r.start)
     rest = [r for r in requests if r is not first] or [first]
     latencies = np.array([r.seconds for r in rest]) * 1e6
     p50, p90, p99, p999 = (float(np.percentile(latencies, p, method="inverted_cdf")) for p in PERCENTILES)
@@ -157,6 +169,18 @@ def measure(requests: list[Request], wall: float) -> Measurement:
         spread_seconds=wall - min(ends.values()) if len(ends) > 1 else None,
         raw=table(requests),
     )
+
+
+def series(requests: list[Request], window_s: float) -> tuple[Sample, ...]:
+    """Each slot's bandwidth and mean latency per window of `window_s`, by when its requests ended (as fio's logs)."""
+    windows: dict[tuple[int, int], list[Request]] = {}
+    for r in requests:
+        windows.setdefault((r.slot, int((r.start + r.seconds) // window_s)), []).append(r)
+    return tuple(
+        Sample(slot + 1, round((index + 1) * window_s, 6), sum(r.bytes for r in done) / window_s,
+               1e6 * sum(r.seconds for r in done) / len(done))
+        for (slot, index), done in sorted(windows.items())
+    )  # fmt: skip
 
 
 def table(requests: list[Request]) -> str:

@@ -9,6 +9,8 @@ from gdsbench.runners.checkpoint import (
     deepspeed,
     fastpersist,
     kvikio,
+    s3torch_dcp,
+    s3torch_save,
     safetensors,
     torch_mmap,
     torch_save,
@@ -18,7 +20,8 @@ from gdsbench.runners.checkpoint.base import OPTIONS, CheckpointRunner
 
 ENGINES: tuple[CheckpointRunner, ...] = tuple(
     module.ENGINE
-    for module in (torch_save, torch_mmap, fastpersist, safetensors, dcp, dcp_fast, torch_save_ranks, kvikio, deepspeed)
-)
+    for module in (torch_save, torch_mmap, fastpersist, safetensors, dcp, dcp_fast, torch_save_ranks, kvikio, deepspeed,
+                   s3torch_save, s3torch_dcp)
+)  # fmt: skip
 
 __all__ = ["ENGINES", "OPTIONS", "CheckpointRunner"]

@@ -150,6 +150,18 @@ class CheckpointRunner(abc.ABC):
                 return f"{package} not installed"
         return self.workload_reason(case) or self.cannot_run(case, ctx)
 
+    def workload(self, case: Case, ctx: RunContext) -> workloads.Workload:
+        """The case's workload (built once, held for the sweep, released at its end), the engine's modules imported
+        so no measured call pays for them; a bad workload is a UsageError."""
+        try:
+            workload = workloads.get(workload_spec(case, ctx))
+        except ValueError as exc:
+            raise UsageError(f"workload {case.get('workload')!r}: {exc}") from None
+        for module in self.modules:
+            importlib.import_module(module)
+        ctx.resources.close_at_end(self.release)
+        return workload
+
     def workload_reason(self, case: Case) -> str | None:
         """Why the case's workload cannot run on this engine: an MLPerf geometry is every rank's own tensors, for
         engines with ranks."""
@@ -239,13 +251,7 @@ class InProcessRunner(CheckpointRunner):
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Save or load the case's workload once and measure it."""
-        try:
-            workload = workloads.get(workload_spec(case, ctx))
-        except ValueError as exc:
-            raise UsageError(f"workload {case.get('workload')!r}: {exc}") from None
-        for module in self.modules:
-            importlib.import_module(module)
-        ctx.resources.close_at_end(self.release)
+        workload = self.workload(case, ctx)
         path = self.path(case, ctx)
         if case.pattern is Pattern.SAVE:
             return self._measure_save(case, ctx, workload, path)
@@ -258,16 +264,7 @@ class InProcessRunner(CheckpointRunner):
     def _call(self, fn: Callable[[], Any]) -> tuple[Any, float, Usage]:
         """Run fn timed, with what it cost; an engine failure becomes a ToolError."""
         self.last_path = self.last_staging = None
-        try:
-            with Usage() as usage:
-                started = time.perf_counter()
-                result = fn()
-                seconds = time.perf_counter() - started
-        except GdsbenchError:
-            raise
-        except self.errors() as exc:
-            raise ToolError(f"{self.name}: {type(exc).__name__}: {_first_line(exc)}") from exc
-        return result, seconds, usage
+        return timed(self.name, self.errors(), fn)
 
     def _write(self, case: Case, ctx: RunContext, workload: workloads.Workload, path: Path) -> tuple[float, Usage, str]:
         """Durably write a checkpoint (engine save + fsync of its files and directory), timed; return the
@@ -382,7 +379,32 @@ def workload_spec(case: Case, ctx: RunContext) -> workloads.WorkloadSpec:
     )
 
 
-def _first_line(exc: BaseException) -> str:
+def timed(name: str, errors: tuple[type[BaseException], ...], fn: Callable[[], Any]) -> tuple[Any, float, Usage]:
+    """Run fn timed, with what it cost; an engine's failure (one of `errors`) becomes a ToolError naming it."""
+    try:
+        with Usage() as usage:
+            started = time.perf_counter()
+            result = fn()
+            seconds = time.perf_counter() - started
+    except GdsbenchError:
+        raise
+    except errors as exc:
+        cause = failure_cause(exc)
+        if isinstance(cause, (GdsbenchError, KeyboardInterrupt)):
+            raise cause from None
+        raise ToolError(f"{name}: {type(cause).__name__}: {first_line(cause)}") from exc
+    return result, seconds, usage
+
+
+def failure_cause(exc: BaseException) -> BaseException:
+    """What failed: DCP's CheckpointException (a BaseException) unwrapped to what its rank raised."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        return failure_cause(next(iter(failures.values()))[0])
+    return exc
+
+
+def first_line(exc: BaseException) -> str:
     """An exception's message on one line (engines' messages can span many)."""
     text = str(exc).strip().splitlines()
     return text[0][:300] if text else type(exc).__name__
