@@ -353,3 +353,8 @@ def test_checkpoints_to_s3_are_held_to_the_s3_engines_put_and_get_of_their_run()
         assert (group["x_fio"] == group["bw_median"] / best).all() and group["durable"].all()
     text = report.render(frame, None, "text")
     assert ", s3 PUT" in text and ", s3 GET" in text
+    from gdsbench.report import cpu_cost
+
+    costs = cpu_cost.cpu_costs(frame, {}).set_index(["run_id", "engine", "pattern"])
+    for (run_id, engine, pattern), row in ratios.set_index(["run_id", "engine", "pattern"]).iterrows():
+        assert costs.loc[(run_id, engine, pattern), "fio_bw"] == row["fio_bw"]  # the same s3 ceiling in both tables

@@ -74,10 +74,16 @@ def _fio_of(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
     return fio[~fio["ioengine"].isin(CLUSTER_IOENGINES)] if "ioengine" in fio else fio
 
 
-def ceiling_rows(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
-    """The rows of the fio case that is a checkpoint pattern's ceiling (durable where the run has it)."""
-    fio = _fio_of(run, pattern)
-    if pattern == "save" and durable(fio).any():
+def _s3_of(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
+    """The s3 engine's rows an object store's checkpoint pattern is held to: its PUTs (saves) or GETs (loads)."""
+    return run[(run["engine"] == "s3") & (run["pattern"] == CEILINGS[pattern])]
+
+
+def ceiling_rows(run: pd.DataFrame, pattern: str, engine: str | None = None) -> pd.DataFrame:
+    """The rows of the fio case that is a checkpoint pattern's ceiling (durable where the run has it); for an
+    engine whose checkpoints are objects, the s3 engine's best case."""
+    fio = _s3_of(run, pattern) if engine in OBJECT_ENGINES else _fio_of(run, pattern)
+    if pattern == "save" and engine not in OBJECT_ENGINES and durable(fio).any():
         fio = fio[durable(fio)]
     if fio.empty:
         return fio
@@ -89,8 +95,7 @@ def ceiling(run: pd.DataFrame, pattern: str, engine: str | None = None) -> Ceili
     non-durable one, labelled), the best direct read for loads; page-cache cases never count. An engine whose
     checkpoints are objects is held to the s3 engine's best PUT or GET of the run instead (a PUT is durable)."""
     if engine in OBJECT_ENGINES:
-        s3 = run[(run["engine"] == "s3") & (run["pattern"] == CEILINGS[pattern])]
-        return Ceiling(_best(s3), f"s3 {S3_CALLS[pattern]}", durable=True)
+        return Ceiling(_best(_s3_of(run, pattern)), f"s3 {S3_CALLS[pattern]}", durable=True)
     fio = _fio_of(run, pattern)
     if pattern != "save":
         return Ceiling(_best(fio), f"fio {CEILINGS[pattern]}", durable=True)

@@ -34,6 +34,7 @@ def cpu_costs(frame: pd.DataFrame, metas: dict[str, dict[str, Any]]) -> pd.DataF
         ckpt = ckpt.assign(label=ceilings.engine_labels(ckpt))
         for (label, pattern), group in ckpt.groupby(["label", "pattern"], sort=False):
             machine, process = per_gib(group, "machine_cpu_seconds"), per_gib(group, "cpu_seconds")
+            engine = str(group["engine"].iloc[0])
             if pd.isna(machine) and pd.isna(process):
                 continue
             rows.append(
@@ -48,8 +49,10 @@ def cpu_costs(frame: pd.DataFrame, metas: dict[str, dict[str, Any]]) -> pd.DataF
                     "process_cpu_s_per_gib": process,
                     "cores": cores,
                     "cpu_bound_bw": cores * GIB / machine if machine > 0 else float("nan"),
-                    "fio_bw": ceilings.ceiling(run, pattern).bw,
-                    "fio_machine_cpu_s_per_gib": per_gib(ceilings.ceiling_rows(run, pattern), "machine_cpu_seconds"),
+                    "fio_bw": ceilings.ceiling(run, pattern, engine).bw,
+                    "fio_machine_cpu_s_per_gib": per_gib(
+                        ceilings.ceiling_rows(run, pattern, engine), "machine_cpu_seconds"
+                    ),
                 }
             )
     return pd.DataFrame(rows)

@@ -80,7 +80,8 @@ OPTIONS: tuple[Key, ...] = (
         "cold, cold-machine or warm",
         "cold",
         "page cache before a checkpoint load: cold (the checkpoint's files evicted: fsync + posix_fadvise), "
-        "cold-machine (the whole page cache dropped, root only) or warm (files read once)",
+        "cold-machine (the whole page cache dropped, root only) or warm (files read once); checkpoints in S3: cold "
+        "= the OSDs' caches dropped, warm = the objects read once",
     ),
     Key("seed", non_negative_int, "a non-negative integer", 0, "seed of the preset's random values"),
     Key(
