@@ -324,8 +324,9 @@ def metadata(config: SweepConfig, run_id: str) -> dict[str, Any]:
     }
 
 
-#: Environment variables that change what a run does (ckptio's IOOptions, cuFile, kvikio, threads).
-RECORDED_ENV = ("GDSBENCH_", "CKPTIO_", "CUFILE_", "KVIKIO_", "OMP_NUM_THREADS")
+#: Environment variables that change what a run does (ckptio's IOOptions, cuFile, kvikio, threads, the S3 endpoint
+#: the s3 engines fall back to; never the credentials).
+RECORDED_ENV = ("GDSBENCH_", "CKPTIO_", "CUFILE_", "KVIKIO_", "OMP_NUM_THREADS", "AWS_ENDPOINT_URL")
 
 
 def environment(prefixes: tuple[str, ...]) -> dict[str, str]:

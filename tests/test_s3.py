@@ -316,3 +316,15 @@ def test_gc_and_cache_drops_refuse_a_conf_of_another_clusters_radosgw(
     cold = s3_case(endpoint="http://127.0.0.1:9", pattern=Pattern.READ, osd_cache="drop")
     assert "would act on that cluster" in str(runner.unavailable(cold, ctx))
     assert runner.unavailable(s3_case(endpoint="http://127.0.0.1:9"), ctx) is None  # neither: the conf is not read
+
+
+def test_the_sidecar_records_the_endpoint_variable_and_never_the_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gdsbench import sweep
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:7480")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:7481")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-to-be-recorded")
+    recorded = sweep.environment(sweep.RECORDED_ENV)
+    assert recorded["AWS_ENDPOINT_URL"] == "http://127.0.0.1:7480" and "AWS_ENDPOINT_URL_S3" in recorded
+    assert not any(name.startswith(("AWS_SECRET", "AWS_ACCESS", "AWS_SESSION")) for name in recorded)
