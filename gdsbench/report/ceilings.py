@@ -144,8 +144,8 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
         if ckpt.empty:
             continue
         ckpt = ckpt.assign(label=engine_labels(ckpt))
-        for (label, _engine, pattern), group in ckpt.groupby(["label", "engine", "pattern"], sort=False):
-            limit = ceiling(run, pattern, _engine)
+        for (label, engine, pattern), group in ckpt.groupby(["label", "engine", "pattern"], sort=False):
+            limit = ceiling(run, pattern, engine)
             base = _same_conditions(run[(run["engine"] == "torch_save") & (run["pattern"] == pattern)], group)
             dcp = _same_distributed(run[(run["engine"] == "dcp") & (run["pattern"] == pattern)], group)
             median = group["bw_bytes"].median()

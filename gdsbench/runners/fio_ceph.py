@@ -143,8 +143,7 @@ def before(case: Case, ctx: RunContext, name: str, lay_out: Callable[[], object]
 def osd_cache(case: Case) -> tuple[str, str]:
     """A read's OSD caches dropped when the case says `osd_cache: drop`: the row's (cache state, note)."""
     if case["osd_cache"] == "drop":
-        drop_osd_caches()
-        return "cold", "OSD caches dropped first (ceph tell osd.* cache drop)"
+        return cold()
     return "warm", "OSD caches kept (osd_cache: keep): a read may come from the OSDs' memory"
 
 
@@ -218,6 +217,12 @@ def object_bytes(pool: str, name: str) -> int:
     if proc.returncode != 0:
         return -1
     return int(proc.stdout.rsplit("size", 1)[-1].strip())
+
+
+def cold() -> tuple[str, str]:
+    """Every OSD's caches dropped: the row's (cache state, note)."""
+    drop_osd_caches()
+    return "cold", "the OSDs' caches dropped first (ceph tell osd.* cache drop)"
 
 
 def drop_osd_caches() -> None:

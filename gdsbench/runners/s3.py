@@ -111,15 +111,15 @@ class S3Runner:
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Make sure the objects are there (reads), run the requests, check what was stored (writes)."""
-        bucket = Bucket(str(endpoint(case)), case["bucket"], case["region"], case["part_size"])
+        place = Place.of(case)
+        bucket = place.open(case["part_size"])
         try:
-            return self._run(bucket, case, ctx)
+            return self._run(bucket, place, case, ctx)
         finally:
             bucket.close()
 
-    def _run(self, bucket: Bucket, case: Case, ctx: RunContext) -> Measurement:
+    def _run(self, bucket: Bucket, place: Place, case: Case, ctx: RunContext) -> Measurement:
         """The case on an open bucket."""
-        place = Place(str(endpoint(case)), case["bucket"], case["region"])
         own_bucket(bucket, place, case, ctx)
         keys = object_keys(case, ctx)
         notes = _prepare_objects(bucket, place, keys, case, ctx)
@@ -150,8 +150,14 @@ class Place:
     bucket: str
     region: str
 
-    def open(self) -> Bucket:
-        return Bucket(self.endpoint, self.bucket, self.region, MIN_PART)
+    @classmethod
+    def of(cls, case: Case) -> Place:
+        """A case's bucket at its endpoint (the case's, else the environment's), signed for its region."""
+        return cls(str(endpoint(case)), case["bucket"], case["region"])
+
+    def open(self, part_size: int = MIN_PART) -> Bucket:
+        """A client of the bucket."""
+        return Bucket(self.endpoint, self.bucket, self.region, part_size)
 
 
 @dataclass(frozen=True)
@@ -232,10 +238,16 @@ def own_bucket(bucket: Bucket, place: Place, case: Case, ctx: RunContext) -> Non
     if bucket.exists():
         return
     bucket.create()
-    if not ctx.resources.keep_files:
-        if case["rgw_gc"]:
-            ctx.resources.close_at_end(CollectGarbage())  # closers run newest first: this one last
-        ctx.resources.close_at_end(RemoveBucket(place))
+    undo_at_end(RemoveBucket(place), case, ctx)
+
+
+def undo_at_end(undo: RemoveObjects | RemoveBucket, case: Case, ctx: RunContext) -> None:
+    """Remove what the sweep made when it ends (unless keep_files), then, with rgw_gc, collect radosgw's garbage."""
+    if ctx.resources.keep_files:
+        return
+    if case["rgw_gc"]:
+        ctx.resources.close_at_end(CollectGarbage())  # closers run newest first: registered first, it runs last
+    ctx.resources.close_at_end(undo)
 
 
 def _prepare_objects(bucket: Bucket, place: Place, keys: list[list[str]], case: Case, ctx: RunContext) -> list[str]:
@@ -243,10 +255,8 @@ def _prepare_objects(bucket: Bucket, place: Place, keys: list[list[str]], case: 
     stored = bucket.sizes(geometry(case, ctx))
     flat = [key for slot in keys for key in slot]
     new = tuple(key for key in flat if key not in stored)
-    if new and not ctx.resources.keep_files:
-        if case["rgw_gc"]:
-            ctx.resources.close_at_end(CollectGarbage())
-        ctx.resources.close_at_end(RemoveObjects(place, new))
+    if new:
+        undo_at_end(RemoveObjects(place, new), case, ctx)
     short = [[key for key in slot if stored.get(key) != case["io_size"]] for slot in keys]
     if case.pattern.is_write or not any(short):
         return []
@@ -285,9 +295,10 @@ def ceph_tools_missing(case: Case) -> str | None:
               if on]  # fmt: skip
     if not wanted:
         return None
-    tool = "radosgw-admin" if case["rgw_gc"] else "ceph"
-    if shutil.which(tool) is None or not fio_ceph.CONF.exists():
-        return f"{' and '.join(wanted)} need {tool} and {fio_ceph.CONF} (a Ceph cluster's admin access, as gdsbench ceph up gives)"
+    tools = [tool for tool, on in (("radosgw-admin", case["rgw_gc"]), ("ceph", case.get("osd_cache") == "drop")) if on]
+    if any(shutil.which(tool) is None for tool in tools) or not fio_ceph.CONF.exists():
+        return (f"{' and '.join(wanted)} need {' and '.join(tools)} and {fio_ceph.CONF} (a Ceph cluster's admin access, "
+                "as gdsbench ceph up gives)")  # fmt: skip
     return other_cluster(case, True)
 
 

@@ -27,7 +27,12 @@ _CODE = re.compile(rb"<Code>([^<]{1,100})</Code>")
 
 
 class S3RequestError(ToolError):
-    """An S3 request that failed: `operation key: what went wrong` (HTTP status and S3 code, or the CRT's error)."""
+    """An S3 request that failed: `operation key: what went wrong` (HTTP status and S3 code, or the CRT's error);
+    `status` is the HTTP status where the service answered."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def endpoint_url(value: Any) -> str:
@@ -145,7 +150,7 @@ class Bucket:
         try:
             self._send("HeadBucket", "HEAD", "")
         except S3RequestError as exc:
-            if " HTTP 404" in str(exc):
+            if exc.status == 404:
                 return False
             raise
         return True
@@ -199,7 +204,8 @@ class Bucket:
             made = self.client.make_request(type=kind, request=request, on_body=sink, **named)
             made.finished_future.result()
         except AwsCrtError as exc:
-            raise S3RequestError(f"{operation} {self.name}/{key}: {_reason(exc)}") from None
+            status = getattr(exc, "status_code", None) or None
+            raise S3RequestError(f"{operation} {self.name}/{key}: {_reason(exc)}", status) from None
 
     def close(self) -> None:
         """Let the CRT client go (its connections close with it)."""

@@ -134,8 +134,8 @@ class S3TorchRunner(CheckpointRunner):
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Save or load the case's workload once and measure it."""
         workload = self.workload(case, ctx)
-        place = s3.Place(str(s3.endpoint(case)), case["bucket"], case["region"])
-        bucket = Bucket(place.endpoint, place.bucket, place.region, case["part_size"])
+        place = s3.Place.of(case)
+        bucket = place.open(case["part_size"])
         try:
             s3.own_bucket(bucket, place, case, ctx)
             target = Target(bucket, place, self.key(case, ctx))
@@ -149,8 +149,7 @@ class S3TorchRunner(CheckpointRunner):
 
     def _measure_save(self, case: Case, ctx: RunContext, workload: workloads.Workload, target: Target) -> Measurement:
         """Measure one save; what its objects hold is listed after it."""
-        seconds, usage, notes = self._write(case, ctx, workload, target)
-        stored = self._stored(target)
+        seconds, usage, notes, stored = self._write(case, ctx, workload, target)
         notes += s3.collect_garbage(case)
         return Measurement(
             bytes=workload.nbytes,
@@ -164,10 +163,10 @@ class S3TorchRunner(CheckpointRunner):
     def _measure_load(self, case: Case, ctx: RunContext, workload: workloads.Workload, target: Target) -> Measurement:
         """Measure one load from the case's cache state (saving the checkpoint first when missing), then verify it."""
         notes = []
-        if not self.whole(self._stored(target), target.key):
-            self._write(as_save(case), ctx, workload, target)
-            notes.append("no checkpoint there: saved first (unmeasured)")
         stored = self._stored(target)
+        if not self.whole(stored, target.key):
+            stored = self._write(as_save(case), ctx, workload, target)[3]
+            notes.append("no checkpoint there: saved first (unmeasured)")
         staged = self.destination(workload)
         cache, cache_note = _set_cache(case, target.bucket, stored)
         notes += [cache_note, level_memory(case["memory"], workload.nbytes)]
@@ -190,9 +189,10 @@ class S3TorchRunner(CheckpointRunner):
         )
 
     def _write(self, case: Case, ctx: RunContext, workload: workloads.Workload, target: Target) -> tuple[
-            float, Usage, list[str]]:  # fmt: skip
+            float, Usage, list[str], dict[str, int]]:  # fmt: skip
         """Save the checkpoint, timed, with radosgw's empty ETag accepted; record the objects it created (a failed
-        save's are removed at once: they must not pass for a checkpoint). The seconds, the cost and the notes."""
+        save's are removed at once: they must not pass for a checkpoint). The seconds, the cost, the notes and the
+        checkpoint's objects as listed after the save."""
         self._remove_previous(target)
         before = set(self._stored(target))
         notes = [level_memory(case["memory"], workload.nbytes)]
@@ -204,8 +204,8 @@ class S3TorchRunner(CheckpointRunner):
                 self._record(target, before, case, ctx)
                 self._remove_previous(target)
             raise
-        self._record(target, before, case, ctx)
-        return seconds, usage, [*filter(None, [etag.note()]), *notes]
+        stored = self._record(target, before, case, ctx)
+        return seconds, usage, [*filter(None, [etag.note()]), *notes], stored
 
     def _timed(self, call: Callable[[], Any]) -> tuple[Any, float, Usage]:
         """Run `call` timed, with what it cost; an engine or service failure becomes a ToolError naming it."""
@@ -218,15 +218,15 @@ class S3TorchRunner(CheckpointRunner):
         listed = target.bucket.sizes(target.key)
         return {name: size for name, size in listed.items() if self.within(name, target.key)}
 
-    def _record(self, target: Target, before: set[str], case: Case, ctx: RunContext) -> None:
+    def _record(self, target: Target, before: set[str], case: Case, ctx: RunContext) -> dict[str, int]:
         """After a save: the checkpoint's objects that were not there before it are this sweep's (removed at its end
-        unless keep_files; radosgw's garbage then collected with rgw_gc)."""
-        new = tuple(sorted(set(self._stored(target)) - before))
+        unless keep_files; radosgw's garbage then collected with rgw_gc). The checkpoint's objects as listed."""
+        stored = self._stored(target)
+        new = tuple(sorted(set(stored) - before))
         self._made.setdefault(target.place, set()).update(new)
-        if new and not ctx.resources.keep_files:
-            if case["rgw_gc"]:
-                ctx.resources.close_at_end(s3.CollectGarbage())  # closers run newest first: this one after
-            ctx.resources.close_at_end(s3.RemoveObjects(target.place, new))
+        if new:
+            s3.undo_at_end(s3.RemoveObjects(target.place, new), case, ctx)
+        return stored
 
     def _remove_previous(self, target: Target) -> None:
         """Delete this sweep's objects of the checkpoint (never others), so a save writes new objects."""
@@ -248,8 +248,7 @@ def _set_cache(case: Case, bucket: Bucket, stored: Mapping[str, int]) -> tuple[s
         for name, size in stored.items():
             bucket.get(name, memoryview(bytearray(size)))
         return "warm", "warm: the checkpoint's objects read once before the load (unmeasured)"
-    fio_ceph.drop_osd_caches()
-    return "cold", "cold: the OSDs' caches dropped first (ceph tell osd.* cache drop)"
+    return fio_ceph.cold()
 
 
 def _cache_reason(case: Case) -> str | None:
