@@ -6,7 +6,9 @@ free (fio's ceph engines read only that file)."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,3 +59,18 @@ def radosgw(ceph_cluster: ceph_local.Cluster, monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     return ceph_cluster
+
+
+def bucket_marker(conf: Path, bucket: str) -> str:
+    """radosgw's marker of a bucket: the prefix of every RADOS object holding its data."""
+    stats = subprocess.run(["radosgw-admin", "-c", str(conf), "bucket", "stats", f"--bucket={bucket}"],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return str(json.loads(stats)["marker"])
+
+
+def garbage_of(conf: Path, marker: str) -> list[str]:
+    """The RADOS objects of the bucket with `marker` waiting for radosgw's garbage collection (other tests' buckets
+    on the shared cluster make garbage of their own at any time: only this bucket's is the test's to judge)."""
+    listed = subprocess.run(["radosgw-admin", "-c", str(conf), "gc", "list", "--include-all"], capture_output=True,
+                            text=True, check=True).stdout  # fmt: skip
+    return [o["oid"] for entry in json.loads(listed) for o in entry["objs"] if o["oid"].startswith(f"{marker}_")]

@@ -21,6 +21,7 @@ from gdsbench.errors import ConfigError, ToolError
 from gdsbench.runners import fio_ceph, s3, s3_client, s3_requests
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.s3_requests import Request
+from tests.ceph_cluster import bucket_marker, garbage_of
 
 MiB = 1 << 20
 DATA = Path(__file__).parent / "data" / "s3"
@@ -289,10 +290,9 @@ def test_garbage_is_collected_and_caches_dropped_on_the_tests_own_cluster(radosg
     assert "garbage collected" in (write.note or "")
     read = run(s3_case(bucket="gdsbench-t6", io_size=8 * MiB, rgw_gc=True, pattern=Pattern.READ, osd_cache="drop"), ctx)
     assert read.cache == "cold"
+    marker = bucket_marker(conf, "gdsbench-t6")
     ctx.resources.cleanup()
-    garbage = subprocess.run(["radosgw-admin", "-c", str(conf), "gc", "list", "--include-all"], capture_output=True,
-                             text=True, check=True).stdout  # fmt: skip
-    assert garbage.strip() == "[]" and not bucket("gdsbench-t6").exists()
+    assert garbage_of(conf, marker) == [] and not bucket("gdsbench-t6").exists()
 
 
 def test_gc_and_cache_drops_refuse_a_conf_of_another_clusters_radosgw(

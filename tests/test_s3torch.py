@@ -6,7 +6,6 @@ accepted only as narrowly as s3torch_etag.py says, a corrupted checkpoint fails 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from gdsbench.runners import fio_ceph, get, s3
 from gdsbench.runners.base import Measurement, RunContext
 from gdsbench.runners.checkpoint import s3torch, s3torch_etag
 from gdsbench.runners.s3_client import Bucket
+from tests.ceph_cluster import bucket_marker, garbage_of
 
 MiB = 1 << 20
 ENGINES = ("s3torch_save", "s3torch_dcp")
@@ -245,7 +245,6 @@ def test_a_cold_load_drops_the_osds_caches_and_gc_leaves_no_garbage(radosgw: Any
     assert "radosgw garbage collected" in str(save.note)
     load = run(case_of("s3torch_save", "load", bucket="gdsbench-s3t-6", rgw_gc=True, cache="cold"), ctx)
     assert load.cache == "cold" and "OSDs' caches dropped" in str(load.note)
+    marker = bucket_marker(conf, "gdsbench-s3t-6")
     ctx.resources.cleanup()
-    garbage = subprocess.run(["radosgw-admin", "-c", str(conf), "gc", "list", "--include-all"], capture_output=True,
-                             text=True, check=True).stdout  # fmt: skip
-    assert garbage.strip() == "[]" and not bucket("gdsbench-s3t-6").exists()
+    assert garbage_of(conf, marker) == [] and not bucket("gdsbench-s3t-6").exists()
