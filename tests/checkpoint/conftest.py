@@ -6,6 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
+pytest.importorskip("torch", reason="torch is not installed: pip install 'gdsbench[checkpoint]'")
 import torch
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import importlib.util
 from concurrent.futures import ThreadPoolExecutor
 
-import blosc2
 import numpy as np
 import pytest
+
+pytest.importorskip("blosc2", reason="ckptio's codecs are not installed: pip install 'ckptio[codecs]'")
+pytest.importorskip("zstandard", reason="ckptio's codecs are not installed: pip install 'ckptio[codecs]'")
+import blosc2
 import torch
 from ckptio import codec
 from ckptio.codec import CodecError, CodecUnavailable

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import hashlib
 import multiprocessing as mp
 import os
 import pickle
@@ -16,7 +17,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from ckptio import CheckpointError, IOOptions, Reader, Writer, codec, errors, save
-from ckptio.dcp.records import METADATA, data_file, read_metadata, seal
+from ckptio.dcp.records import METADATA, SEAL_MAGIC, data_file, read_metadata, seal
 from ckptio.errors import (
     CorruptCheckpoint,
     InvalidCheckpoint,
@@ -288,6 +289,29 @@ def test_a_cut_seal_is_refused(tmp_path: Path) -> None:
         dcp_load(tmp_path / "ckpt")
 
 
+FORGED_STORAGE_META = {
+    "int": lambda sm: 5,
+    "str": lambda sm: "x",
+    "dict": lambda sm: {"load_id": "a"},
+    "list save_id": lambda sm: sm(save_id=[1]),
+    "int modules": lambda sm: sm(modules=7),
+}
+
+
+@pytest.mark.parametrize("forge", FORGED_STORAGE_META.values(), ids=FORGED_STORAGE_META.keys())
+def test_a_forged_storage_meta_is_refused(tmp_path: Path, forge: Any) -> None:
+    """Format-2 metadata whose storage_meta is not DCP's StorageMeta of strings escaped as DCP's AssertionError."""
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    dcp_save(state(), tmp_path / "ckpt")
+    metadata = committed(tmp_path / "ckpt")
+    metadata.storage_meta = forge(StorageMeta)
+    payload = pickle.dumps(metadata, protocol=2)
+    (tmp_path / "ckpt" / METADATA).write_bytes(payload + SEAL_MAGIC + hashlib.sha256(payload).digest())
+    with pytest.raises(InvalidCheckpoint, match="storage_meta"):
+        dcp_load(tmp_path / "ckpt")
+
+
 # -- 4. errors a caller can catch ------------------------------------------------------------------
 
 
@@ -454,6 +478,7 @@ def test_a_format_1_checkpoint_still_loads(tmp_path: Path) -> None:
         errors.StorageFull("/x", errno.ENOSPC, "wrote 1 of 2"),
         errors.AsyncSaveFailed("boom"),
         errors.OptionError("bad"),
+        errors.UnsupportedLocation("s3://b/ck", "s3"),
     ],
     ids=lambda error: type(error).__name__,
 )

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import pathlib
+import shutil
+import signal
 
 import pytest
 import torch
@@ -93,6 +96,45 @@ def test_mmap_survives_the_file_being_replaced(saved: tuple[pathlib.Path, dict])
             ckpt.save({"tag": tag, "w": random_tensor((3 << 20,), torch.uint8, tag)})
     assert_same(sd, out)
     assert load(path)["tag"] == 2
+
+
+def test_mmap_views_share_the_file_with_in_place_writers(tmp_path: pathlib.Path) -> None:
+    """The documented contract (docs/api.md): ckptio's own saves replace the name and leave mapped views
+    alone; a writer that changes the file in place changes what the views show, after they were verified:
+    an overwrite every page the caller has not written to, a `cp` over it (truncate, then write) every page."""
+    path, other = tmp_path / "c.pt", tmp_path / "other.pt"
+    save({"w": torch.ones(1 << 20)}, path)
+    save({"w": torch.full((1 << 20,), 2.0)}, other)
+    out = load_mmap(path)
+    out["w"][0] = 7.0  # this page is now the caller's own copy
+    save({"w": torch.full((1 << 20,), 3.0)}, path)  # replaced by rename: the views keep generation 1
+    assert out["w"][0].item() == 7.0 and out["w"][1 << 19].item() == 1.0 and out["w"][-1].item() == 1.0
+    out = load_mmap(path)
+    out["w"][0] = 7.0
+    with open(path, "r+b") as f:  # overwritten in place, same length
+        f.write(other.read_bytes())
+    assert out["w"][0].item() == 7.0 and out["w"][1 << 19].item() == 2.0 and out["w"][-1].item() == 2.0
+    save({"w": torch.ones(1 << 20)}, path)
+    out = load_mmap(path)
+    out["w"][0] = 7.0
+    shutil.copyfile(other, path)  # as `cp` does: the truncation drops even the caller's own pages
+    assert out["w"][0].item() == 2.0 and out["w"][1 << 19].item() == 2.0
+
+
+def test_mmap_views_of_a_file_truncated_under_them_die_with_sigbus(tmp_path: pathlib.Path) -> None:
+    """Truncating the file under its views is not survivable: the next access to a page past the new end
+    kills the process with SIGBUS (docs/api.md says so; ckptio itself never truncates a checkpoint)."""
+    path = tmp_path / "c.pt"
+    save({"w": torch.ones(1 << 20)}, path)
+    out = load_mmap(path)
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child dies)
+        faulthandler.disable()
+        os.truncate(path, 0)
+        out["w"].numpy()[-1].item()
+        os._exit(0)
+    _, status = os.waitpid(child, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGBUS
 
 
 def test_mmap_of_a_state_without_data(tmp_path: pathlib.Path) -> None:

@@ -11,6 +11,8 @@ import pytest
 import torch
 from ckptio import Checkpointer, IOOptions, durable, load, save
 
+from tests.untrusted import plant_file, plants_as_nobody, shared_folder
+
 from .conftest import assert_same, random_tensor
 
 
@@ -159,3 +161,32 @@ def test_buffered_backend_recycles_too(tmp_path: pathlib.Path) -> None:
     ckpt.save(_state(3))
     assert path.stat().st_ino == first
     assert path.read_bytes() == _fresh_bytes(_state(3), tmp_path)
+
+
+@plants_as_nobody
+def test_a_spare_planted_by_another_user_is_neither_adopted_nor_removed() -> None:
+    """In a shared sticky folder, `nobody` plants a world-writable file under the spare's name: no save
+    writes into it (root's checkpoint stays root's, writable by root alone) and closing leaves it be."""
+    with shared_folder() as folder:
+        path = folder / "ckpt.pt"
+        plant_file(_spare(path), b"planted", mode=0o666)
+        with _recycling(path) as ckpt:
+            assert not any(ckpt.save(_state(tag)).recycled for tag in (1, 2, 3))
+        info = path.stat()
+        assert (info.st_uid, info.st_mode & 0o022) == (os.geteuid(), 0)
+        assert _spare(path).read_bytes() == b"planted" and _spare(path).stat().st_uid != os.geteuid()
+        assert_same(load(path), _state(3))
+
+
+@plants_as_nobody
+def test_a_stale_temp_name_planted_by_another_user_is_not_removed() -> None:
+    """A file of `nobody`'s named like the temp file of a dead save on this host is another user's file:
+    a save beside it leaves it where it is (only this user's own stale temps are cleaned up)."""
+    with shared_folder() as folder:
+        path = folder / "ckpt.pt"
+        dead = f".{path.name}.{durable._host()}.{durable._boot_id()}.4194399.1.cafe0000{durable.TEMP_SUFFIX}"
+        plant_file(folder / dead, b"nobody's")
+        assert durable.stale_temps(str(path)) == [str(folder / dead)]  # the name alone says "dead writer"
+        save(_state(1), path)
+        assert (folder / dead).read_bytes() == b"nobody's"
+        assert_same(load(path), _state(1))

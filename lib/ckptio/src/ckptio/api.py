@@ -7,6 +7,7 @@ import os
 from typing import Any, TypeVar
 
 from .load import device_of, load_existing, load_mapped, load_new
+from .location import refuse_url
 from .memory import StagingCache
 from .options import IOOptions, resolve
 from .save import save_to
@@ -31,10 +32,12 @@ def save(
 
     Raises:
         OptionError: options or checksum that cannot work.
+        UnsupportedLocation: a URL (`s3://...`): only local paths are supported.
         BackendUnavailable: options.backend="gds" (loads only).
         OSError: the file system failed (ENOSPC, EACCES, ...); the previous file at `path` is intact.
         RuntimeError: from torch's pickler, e.g. two tensors viewing one storage with different dtypes.
     """
+    refuse_url(path)
     options = resolve(options)
     with StagingCache() as cache:
         save_to(state_dict, path, options, checksum, cache.within(options.buffer_bytes, options.chunk_bytes))
@@ -58,36 +61,49 @@ def load(
         The saved object (dicts/lists/tuples of tensors and plain values).
 
     Raises:
-        InvalidCheckpoint: not a ckptio checkpoint, a malformed index or zip directory, or a
-            pickle that weights_only unpickling refuses.
+        InvalidCheckpoint: not a ckptio checkpoint (or not a regular file: a directory, FIFO or
+            device), a malformed index or zip directory, or a pickle weights_only unpickling refuses.
+        UnsupportedLocation: a URL (`s3://...`): only local paths are supported.
         TruncatedCheckpoint: the file is shorter than it says.
         CorruptCheckpoint: a checksum mismatch; names the tensor's key path and the file.
         BackendUnavailable: a CUDA map_location without CUDA, or gds asked for where it cannot run.
         OptionError: a bad map_location, or options.backend="gds" with a CPU destination.
     """
+    refuse_url(path)
     device = device_of(map_location)
     with StagingCache() as cache:
         return load_new(path, device, resolve(options), verify, cache).obj
 
 
 def load_into(
-    path: str | os.PathLike[str], state_dict: T, *, options: IOOptions | None = None, verify: bool = True
+    path: str | os.PathLike[str],
+    state_dict: T,
+    *,
+    options: IOOptions | None = None,
+    verify: bool = True,
+    strict: bool = True,
 ) -> T:
     """Fill the tensors of an existing state dict in place (as DCP loads do), and return it.
 
     Every tensor of `state_dict` must exist in the checkpoint under the same key path ("a.b.0.c"),
     with the same dtype and shape; it is filled on its own device (CPU tensors that own their whole
     storage are read straight into it through reused staging buffers: no new memory). Plain values
-    (step counters) are replaced where the containers are mutable. Tensors of the checkpoint that
-    the state dict does not ask for are not read.
+    (step counters) are replaced where the containers are mutable.
+
+    With `strict` (default), as `load_state_dict(strict=True)`: the checkpoint and `state_dict` must
+    have the same key paths (a fresh optimizer's empty `state` against a checkpoint saved after a step
+    is refused, naming the Adam moments it would lose), checked before anything is read or written.
+    `strict=False` fills what both have and skips the rest (tensors the state dict does not ask for
+    are not read).
 
     Raises:
         StateDictMismatch: a tensor missing from the checkpoint, of another dtype or shape, or on a
-            device that cannot be filled; names the key path.
+            device that cannot be filled; with `strict`, key paths only one side has; names them.
         and the errors of `load`.
     """
+    refuse_url(path)
     with StagingCache() as cache:
-        return load_existing(path, state_dict, resolve(options), verify, cache).obj
+        return load_existing(path, state_dict, resolve(options), verify, cache, strict).obj
 
 
 def load_mmap(path: str | os.PathLike[str], *, options: IOOptions | None = None, verify: bool = True) -> Any:
@@ -95,11 +111,15 @@ def load_mmap(path: str | os.PathLike[str], *, options: IOOptions | None = None,
     options.threads readahead threads and verified: torch.load(mmap=True), but eager and parallel.
 
     Page-cache pages are filled by the device, not zeroed first as new memory is, which pays where
-    first touch of fresh memory is slow (VMs). The tensors keep the file mapped: truncating it under
-    them (which `save` never does: it replaces files by rename) would crash on access. CPU only.
+    first touch of fresh memory is slow (VMs). CPU only. The tensors are verified when loaded, then
+    share the file's pages until written to: ckptio's saves (a rename of a new file) leave them as
+    they are, but another writer changes them in place (every page the caller has not written to;
+    after a truncation, as `cp` over the file does, every page), and an access past a truncated end
+    kills the process with SIGBUS. Use `load` for tensors nothing outside the process can change.
 
     Raises:
         OptionError: options.backend other than "auto" or "buffered" (a mapping reads through the
             page cache); and the errors of `load`.
     """
+    refuse_url(path)
     return load_mapped(path, resolve(options), verify).obj

@@ -103,10 +103,12 @@ def stale_temps(path: str) -> list[str]:
 
 
 def remove_stale_temps(path: str) -> None:
-    """Delete temp files of dead saves to `path` (another process may race us: ignore ENOENT)."""
+    """Delete temp files of dead saves to `path` that this user made (another user's are left alone, whatever
+    their name says; another process may race us: ignore ENOENT)."""
     for name in stale_temps(path):
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(name)
+            if os.lstat(name).st_uid == os.geteuid():
+                os.unlink(name)
 
 
 def fsync_dir(directory: str) -> None:
@@ -149,13 +151,14 @@ def replace_atomically(path: str, *, recycle: bool = False) -> Iterator[Target]:
 
 
 def drop_spare(path: str) -> bool:
-    """Remove the spare a recycling Checkpointer kept for `path` (a plain file under ckptio's spare
-    name only); True when there was one."""
+    """Remove the spare a recycling Checkpointer kept for `path` (a plain file of this user's under ckptio's
+    spare name only: another user's is left alone); True when there was one."""
     spare = spare_path(os.path.abspath(path))
     try:
-        if not stat.S_ISREG(os.lstat(spare).st_mode):
-            return False
+        info = os.lstat(spare)
     except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
         return False
     _unlink_off_critical_path(spare)
     return True
@@ -173,21 +176,33 @@ def _unlink_off_critical_path(path: str) -> None:
 def claim_spare(path: str, tmp: str) -> bool:
     """Move the spare of `path` to `tmp` (atomically: one save wins it) when it is safe to overwrite.
 
-    A spare that is not a plain file is left alone; one that is linked elsewhere (a crash between
-    link and rename left it as a second name of the live file) or open in some process is dropped
-    (its name only: whoever holds it keeps the data) and a new file is written instead.
+    Only a spare this user could have kept is taken: a plain file of this user's, writable by nobody
+    else, with one name (a crash between link and rename leaves it a second name of the live file).
+    Anything else (a directory, a link, a file another user planted in a shared folder) is left alone
+    and a new file is written instead. One that some process still has open is dropped (its name
+    only: whoever holds it keeps the data).
     """
     spare = spare_path(path)
     try:
-        if not stat.S_ISREG(os.lstat(spare).st_mode):
+        if not _own_spare(os.lstat(spare)):
             return False
         os.rename(spare, tmp)
     except FileNotFoundError:
+        return False
+    if not _own_spare(os.lstat(tmp)):  # swapped between the check and the rename: not ours, give its name back
+        os.rename(tmp, spare)
         return False
     if _unshared(tmp):
         return True
     _unlink_off_critical_path(tmp)
     return False
+
+
+def _own_spare(info: os.stat_result) -> bool:
+    """Whether a spare's lstat is one this user's recycling kept: a plain file of this user's with one name,
+    writable by nobody else (so no other user can have planted it or can change it later)."""
+    mine = info.st_uid == os.geteuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    return stat.S_ISREG(info.st_mode) and mine and info.st_nlink == 1
 
 
 def _unshared(path: str) -> bool:

@@ -56,6 +56,18 @@ class CorruptCheckpoint(CheckpointError):
         super().__init__(f"{self.path}: checksum mismatch in {tensor!r}{extra}")
 
 
+class UnsupportedLocation(CheckpointError, ValueError):
+    """A URL (`s3://bucket/ck`) given as a checkpoint location: ckptio reads and writes local paths only."""
+
+    def __init__(self, location: str, scheme: str) -> None:
+        self.path = location
+        self.scheme = scheme
+        super().__init__(
+            f"{location}: {scheme}:// locations are not supported: ckptio reads and writes local paths only "
+            "(a mounted file system), and will not take a URL for a folder"
+        )
+
+
 class BackendUnavailable(CheckpointError):
     """A requested I/O backend or device cannot be used here; `reason` says why."""
 
@@ -70,7 +82,8 @@ class OptionError(CheckpointError, ValueError):
 
 
 class StateDictMismatch(CheckpointError, ValueError):
-    """load_into: a tensor of the destination differs from the saved one (missing, dtype, shape, device)."""
+    """load_into: a tensor of the destination differs from the saved one (missing, dtype, shape, device), or
+    (strict) key paths only one side has; `tensor` names the first."""
 
     def __init__(self, path: str | os.PathLike[str], tensor: str, problem: str) -> None:
         self.path = os.fspath(path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -353,12 +354,31 @@ def parse_index(path: str, fd: int) -> Index:
     return Index(path, header, checksum, chunk, pickle.data_offset, pickle.nbytes, pickle_digest, storages)
 
 
+def regular_only(fd: int, path: str | os.PathLike[str]) -> int:
+    """`fd`, made blocking again, if it is a regular file; else closed, and InvalidCheckpoint naming what
+    is there instead (a directory, FIFO, device or socket)."""
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kinds = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISSOCK: "a socket"}
+        kind = next((name for test, name in kinds.items() if test(mode)), "a device")
+        raise InvalidCheckpoint(path, f"not a regular file: {kind}")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def open_file(path: str) -> int:
+    """A read-only descriptor of a checkpoint file: opened without blocking (a FIFO cannot hang it), regular
+    files only (InvalidCheckpoint otherwise). A link is followed: the caller named it."""
+    return regular_only(os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY), path)
+
+
 @contextlib.contextmanager
 def pinned_index(path: str | os.PathLike[str]) -> Iterator[Index]:
     """Open a checkpoint once, validate its index, and yield it with `data_path` reading that same
     inode for as long as the block runs (whatever renames happen to the name meanwhile)."""
     path = os.fspath(path)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = open_file(path)
     try:
         yield replace(parse_index(path, fd), data_path=f"/proc/self/fd/{fd}")
     finally:
@@ -381,7 +401,7 @@ def read_index(path: str | os.PathLike[str]) -> Index:
         CorruptCheckpoint: the index bytes do not match the digest in the header.
     """
     path = os.fspath(path)
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = open_file(path)
     try:
         return parse_index(path, fd)
     finally:

@@ -24,7 +24,7 @@ from .errors import BackendUnavailable, OptionError, StateDictMismatch
 from .memory import StagingBuffers, StagingCache
 from .options import IOOptions
 from .read import map_storages, read_device, read_host
-from .tree import named_tensors
+from .tree import key_paths, named_tensors
 from .unpickle import read_pickle, rebuild
 
 log = logging.getLogger("ckptio")
@@ -107,10 +107,16 @@ def load_mapped(path: str | os.PathLike[str], options: IOOptions, verify: bool) 
 
 
 def load_existing(
-    path: str | os.PathLike[str], state_dict: Any, options: IOOptions, verify: bool, cache: StagingCache
+    path: str | os.PathLike[str],
+    state_dict: Any,
+    options: IOOptions,
+    verify: bool,
+    cache: StagingCache,
+    strict: bool = True,
 ) -> Loaded:
     """Fill the tensors of `state_dict` with the saved ones of the same key path, in place; plain
     values (step counters) are replaced where the containers allow. Returns `state_dict` itself.
+    With `strict`, both must have the same key paths (checked before anything is read).
 
     Only the storages the destination asks for are read. A storage read whole into a CPU destination
     that covers it contiguously goes in place (through staging buffers); any other is read into new
@@ -119,6 +125,8 @@ def load_existing(
         pickled = read_pickle(index, verify)
         layout = _Layout(index, pickled)
         targets = layout.match(state_dict)
+        if strict:
+            layout.check_keys(state_dict)
         placed = layout.placed(targets)
         wanted = {layout.key_of(name) for name in targets}
         backend = _host_backend(options)
@@ -145,7 +153,8 @@ class _Layout:
         self.index = index
         self.meta = {s.key: torch.UntypedStorage(s.nbytes, device="meta") for s in index.storages}
         self._keys = {st._cdata: key for key, st in self.meta.items()}
-        self.saved = dict(named_tensors(rebuild(index, pickled, self.meta)))
+        self.tree = rebuild(index, pickled, self.meta)
+        self.saved = dict(named_tensors(self.tree))
         self._nbytes = {s.key: s.nbytes for s in index.storages}
 
     def key_of(self, name: str) -> str:
@@ -168,6 +177,21 @@ class _Layout:
             targets.setdefault(name, t)
         return targets
 
+    def check_keys(self, state_dict: Any) -> None:
+        """The saved object and `state_dict` have the same key paths (an empty dict or list is a leaf, so
+        a fresh optimizer's empty `state` against a saved one names the moments it lacks); else
+        StateDictMismatch naming the paths only one side has."""
+        saved_nodes, saved_leaves = key_paths(self.tree)
+        dest_nodes, dest_leaves = key_paths(state_dict)
+        unexpected, missing = sorted(saved_leaves - dest_nodes), sorted(dest_leaves - saved_nodes)
+        if unexpected or missing:
+            problem = "; ".join(
+                f"{what}: {_listed(paths)}"
+                for what, paths in (("saved, not in the destination", unexpected), ("not saved", missing))
+                if paths
+            )
+            raise StateDictMismatch(self.index.path, (unexpected or missing)[0], f"{problem} (strict=False skips them)")
+
     def placed(self, targets: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Storages a destination can receive whole, in place (key -> destination tensor): the saved
         tensor and the CPU destination both cover their whole storage contiguously."""
@@ -181,6 +205,12 @@ class _Layout:
             if whole and t.device.type == "cpu" and key not in out:
                 out[key] = t
         return out
+
+
+def _listed(paths: list[str], most: int = 8) -> str:
+    """Up to `most` key paths, then how many more."""
+    more = f" and {len(paths) - most} more" if len(paths) > most else ""
+    return ", ".join(paths[:most]) + more
 
 
 def _copy_unplaced(saved: Any, targets: Mapping[str, torch.Tensor]) -> None:

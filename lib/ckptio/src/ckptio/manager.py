@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from . import durable
 from .load import Loaded, device_of, load_existing, load_mapped, load_new
+from .location import refuse_url
 from .memory import StagingCache
 from .options import IOOptions, resolve
 from .save import Saved, save_to
@@ -31,8 +32,9 @@ class Checkpointer:
         recycle: keep the generation each save replaces as a hidden spare (`.NAME.ckptio-spare`) and
             write the next save into its blocks before renaming it into place: overwrites instead of
             new-file allocation, for the disk space of two generations. A spare any process still has
-            open or mapped is never overwritten (a write lease proves nobody has it open). `close()`
-            removes the spare; a plain `save()` never touches it.
+            open or mapped is never overwritten (a write lease proves nobody has it open), nor one this
+            user did not keep (another user's, or writable by others). `close()` removes the spare; a plain
+            `save()` never touches it.
 
     Example:
         with Checkpointer("ckpt.pt", recycle=True) as ckpt:
@@ -49,6 +51,7 @@ class Checkpointer:
         checksum: str | None = "xxh3",
         recycle: bool = False,
     ) -> None:
+        refuse_url(path)
         self.path = os.path.abspath(path)
         self.options = resolve(options)
         self.checksum = checksum
@@ -74,9 +77,9 @@ class Checkpointer:
         self.last = load_new(self.path, device_of(map_location), self.options, verify, self._staging())
         return self.last.obj
 
-    def load_into(self, state_dict: T, *, verify: bool = True) -> T:
+    def load_into(self, state_dict: T, *, verify: bool = True, strict: bool = True) -> T:
         """Fill existing tensors in place (see ckptio.load_into); returns `state_dict`."""
-        self.last = load_existing(self.path, state_dict, self.options, verify, self._staging())
+        self.last = load_existing(self.path, state_dict, self.options, verify, self._staging(), strict)
         return state_dict
 
     def load_mmap(self, *, verify: bool = True) -> Any:

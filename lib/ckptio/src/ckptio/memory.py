@@ -14,6 +14,7 @@ import mmap
 import queue
 import threading
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 PAGE = mmap.PAGESIZE
 MADV_POPULATE_READ = 22  # Linux >= 5.14: fault pages in (file pages: read them), without a user fault per page
@@ -53,6 +54,12 @@ def address_of(buf: mmap.mmap | memoryview) -> int:
 def view(address: int, nbytes: int) -> memoryview:
     """A writable byte view of raw memory (no copy); the caller keeps the owner alive."""
     return memoryview((ctypes.c_ubyte * nbytes).from_address(address)).cast("B")
+
+
+def host_bytes(flat: Any) -> bytes:
+    """The bytes of a contiguous uint8 tensor on any device, as a host copy (no numpy: torch does not require it)."""
+    host = flat.cpu()
+    return ctypes.string_at(host.data_ptr(), host.numel()) if host.numel() else b""
 
 
 def copy(dst: int, src: int, nbytes: int) -> None:

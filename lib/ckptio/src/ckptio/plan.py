@@ -9,6 +9,7 @@ The skeleton comes from torch's own zip writer (so torch.load reads the result) 
 from __future__ import annotations
 
 import bisect
+import ctypes
 import pickle
 import types
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import torch
 
 from . import format as fmt
 from . import integrity
-from .memory import round_down
+from .memory import host_bytes, round_down
 from .tree import named_tensors
 from .unpickle import check_loadable
 
@@ -282,8 +283,6 @@ def fill_region(plan: Plan, region: Region, dest: Any) -> None:
 def source_bytes(s: Source, start: int, nbytes: int) -> bytes:
     """A small copy of storage bytes [start, start+nbytes) (tails), from any device."""
     if s.on_cpu:
-        import ctypes
-
         return ctypes.string_at(s.storage.data_ptr() + start, nbytes)
     flat = torch.empty(0, dtype=torch.uint8, device=s.storage.device).set_(s.storage)
-    return flat[start : start + nbytes].cpu().numpy().tobytes()
+    return host_bytes(flat[start : start + nbytes])

@@ -15,7 +15,8 @@ import torch
 
 from . import format as fmt
 from . import integrity
-from .errors import CorruptCheckpoint, InvalidCheckpoint, TruncatedCheckpoint, UnsafeObject
+from .errors import CheckpointError, CorruptCheckpoint, InvalidCheckpoint, TruncatedCheckpoint, UnsafeObject
+from .tree import named_tensors
 
 _ONE_AT_A_TIME = threading.Lock()
 
@@ -24,19 +25,32 @@ _ONE_AT_A_TIME = threading.Lock()
 def allowlist_once() -> Iterator[None]:
     """torch's weights-only unpickler rebuilds its allowlist of user globals (a dict, in Python) for every object
     it creates and every call it makes: O(objects x allowlist), most of a DCP load's time at 8 ranks of small
-    tensors (docs/benchmarks.md). For the length of one unpickling, that same list computed once: the same
-    classes allowed, the same checks. Enter it inside the `safe_globals` context the unpickling uses; one
-    unpickling at a time holds it (it swaps torch's module attribute and puts it back)."""
+    tensors (docs/benchmarks.md). For the length of one unpickling, that same list computed once, and torch's
+    own allowlist with `bytearray` refusing a bare size (`bounded_bytearray`): otherwise the same checks. Enter
+    it inside the `safe_globals` context the unpickling uses; one unpickling at a time holds it (it swaps
+    torch's module attributes and puts them back)."""
     from torch import _weights_only_unpickler as restricted
 
+    names = ("_get_allowed_globals", "_get_user_allowed_globals")
     with _ONE_AT_A_TIME:
-        original = restricted._get_user_allowed_globals
-        allowed = original()
-        restricted._get_user_allowed_globals = lambda: allowed
+        originals = [getattr(restricted, name) for name in names]
+        builtin = {**originals[0](), "builtins.bytearray": bounded_bytearray}  # a copy: torch caches its dict
+        user = originals[1]()
+        for name, swapped in zip(names, (builtin, user)):
+            setattr(restricted, name, lambda swapped=swapped: swapped)
         try:
             yield
         finally:
-            restricted._get_user_allowed_globals = original
+            for name, original in zip(names, originals):
+                setattr(restricted, name, original)
+
+
+def bounded_bytearray(*args: Any) -> bytearray:
+    """bytearray, but never of a bare size: a pickled bytearray carries its bytes (as torch's pickles do); a
+    size would let a few bytes of a pickle allocate and zero any amount of memory."""
+    if args and isinstance(args[0], int):
+        raise pickle.UnpicklingError(f"bytearray({args[0]}) refused: a pickled bytearray carries its bytes")
+    return bytearray(*args)
 
 
 def read_pickle(index: fmt.Index, verify: bool) -> bytes:
@@ -80,9 +94,29 @@ def rebuild(index: fmt.Index, data: bytes, storages: dict[str, torch.UntypedStor
     unpickler.persistent_load = persistent_load  # type: ignore[method-assign]
     try:
         with allowlist_once():
-            return unpickler.load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, RuntimeError) as e:
-        raise InvalidCheckpoint(index.path, f"weights_only unpickling refused the object: {e}") from None
+            obj = unpickler.load()
+    except CheckpointError:
+        raise
+    except Exception as e:  # hostile opcodes raise many types (a memo get of an empty memo: KeyError; a pop
+        # of an empty stack: IndexError): every one means "refused"
+        problem = f"{type(e).__name__}: {str(e)[:300]}"
+        raise InvalidCheckpoint(index.path, f"weights_only unpickling refused the object: {problem}") from None
+    _check_backed(index, obj, storages)
+    return obj
+
+
+def _check_backed(index: fmt.Index, obj: Any, storages: dict[str, torch.UntypedStorage]) -> None:
+    """Every tensor of a rebuilt object views a storage of the file, or is on the meta device (no memory): a
+    pickle calling a tensor class (`torch.FloatTensor(1 << 32)`) gets memory the file does not store."""
+    ours = {s._cdata for s in storages.values()}
+    try:
+        for name, t in named_tensors(obj):
+            if t.device.type != "meta" and t.untyped_storage()._cdata not in ours:
+                raise InvalidCheckpoint(index.path, f"tensor {name!r} does not view a storage of the file")
+    except RecursionError:
+        raise InvalidCheckpoint(index.path, "the saved object is nested too deeply to walk") from None
+    except (NotImplementedError, RuntimeError) as e:  # a tensor without a storage (sparse): never saved here
+        raise InvalidCheckpoint(index.path, f"a tensor without a storage of the file: {e}") from None
 
 
 def check_loadable(data: bytes, storages: dict[str, tuple[Any, torch.dtype]], state_dict: Any) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from .. import backends, integrity
-from ..memory import Staging, StagingBuffers, copy, round_up, view
+from ..memory import Staging, StagingBuffers, copy, host_bytes, round_up, view
 from ..options import IOOptions
 from .records import ItemRecord
 
@@ -63,7 +63,7 @@ class _Item:
         assert self.flat is not None
         if self.flat.device.type == "cpu":
             return view(self.flat.data_ptr() + start, nbytes)
-        return memoryview(self.flat[start : start + nbytes].cpu().numpy().tobytes())
+        return memoryview(host_bytes(self.flat[start : start + nbytes]))
 
 
 def prepare(write_item: Any, data: Any) -> _Item:

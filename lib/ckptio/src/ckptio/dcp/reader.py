@@ -4,13 +4,18 @@
 
 Reads are byte ranges sorted by file offset, parallel on IOOptions.threads workers, each stored chunk
 verified against its checksum and decoded (decode.py); only the rows a destination shard spans are
-fetched, never whole saved items. The data files are opened once, when the metadata is read, so a save
-committing meanwhile cannot pull them away.
+fetched, never whole saved items. Every data file the metadata names is opened right after it is read, so a
+save committing meanwhile cannot pull them away (it removes the files it replaces once its `.metadata` is in
+place): where one is already gone and `.metadata` changed, the newer commit is read instead, up to REREADS
+times. A load thus gets the old checkpoint or the new one, whole; ranks that read different commits are
+refused (the coordinator compares them). After planning a rank keeps open only the files its plan reads.
 
 The directory is untrusted: `.metadata` must carry its seal and pass the structural checks
 (records.py, validate.py); data files are only the names a Writer makes, opened inside the directory
 without following links, regular files only, long enough for every chunk recorded in them; DCP's byte
-items (non-tensor values) are rebuilt by torch's weights-only unpickler before any planner sees them.
+items (non-tensor values) are rebuilt by torch's weights-only unpickler before any planner sees them. Each
+record's chunks lie at distinct places inside its file before anything is allocated for it: no item declares
+more bytes than its file stores.
 Every refusal is a CheckpointError (inside torch's CheckpointException: `unwrap` gets it out).
 
 With `broadcast=True`, an item that several ranks need (a replicated tensor, or the same shard on
@@ -21,6 +26,7 @@ reads, and sent to the others with torch.distributed.broadcast over the process 
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import uuid
 from collections import defaultdict
@@ -37,13 +43,16 @@ from torch.futures import Future
 from .. import backends
 from .. import codec as codecs
 from ..errors import CheckpointError, InvalidCheckpoint, TruncatedCheckpoint
-from ..memory import StagingCache
+from ..location import refuse_url
+from ..memory import StagingCache, host_bytes, round_up
 from ..options import IOOptions, resolve_host
-from .decode import Want, box_of, dtype_of, pieces, row_range
-from .encode import staging_bytes
+from .decode import ALIGN, Want, box_of, dtype_of, pieces, row_range
 from .objects import loadable_bytes
-from .records import ItemRecord, open_regular, read_metadata
+from .records import ItemRecord, current_commit, open_regular, read_commit, referenced_files
 from .validate import checksum_of
+
+UNVERIFIED = "written without checksums: Reader(verify=False) loads it unverified"
+REREADS = 5  # how many newer commits a load takes when the files of the one it read were removed meanwhile
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,7 @@ class Reader(StorageReader):
         broadcast: bool = False,
     ) -> None:
         super().__init__()
+        refuse_url(path)
         self.path = Path(path)
         self.options = resolve_host(options, "Reader reads")
         self.verify = verify
@@ -87,12 +97,16 @@ class Reader(StorageReader):
         self.storage_data: dict[MetadataIndex, ItemRecord] = {}
         self.read_bytes = 0  # raw bytes this rank fetched from storage in the last load
         self._files: dict[str, int] = {}
+        self._sizes: dict[str, int] = {}
+        self._unopened: dict[str, CheckpointError] = {}  # data files that could not be opened, and why
+        self._commit = b""  # the identity of the commit read (records.commit_id)
         self._refused: CheckpointError | None = None
         self._slot_bytes = self.options.chunk_bytes
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         """A new load begins; `checkpoint_id`, when given, is the checkpoint's directory."""
         if checkpoint_id is not None:
+            refuse_url(checkpoint_id)
             self.path = Path(checkpoint_id)
         self.load_id = uuid.uuid4().hex
 
@@ -113,34 +127,65 @@ class Reader(StorageReader):
         return metadata
 
     def _checked_metadata(self) -> Metadata:
-        """The metadata, its checksum policy honoured."""
-        metadata = read_metadata(self.path)
-        if self.verify and checksum_of(metadata) == "none":
-            raise InvalidCheckpoint(self.path, "written without checksums: Reader(verify=False) loads it unverified")
+        """The metadata, its checksum policy honoured, its data files held open: where one could not be opened and
+        `.metadata` changed meanwhile (a save committed and removed the files it replaced), the newer commit."""
+        metadata = self._read_and_hold()
+        for _ in range(REREADS):
+            if not self._unopened or current_commit(self.path) == self._commit:
+                break
+            metadata = self._read_and_hold()
         return metadata
 
-    def _pin(self, items: list[ReadItem]) -> None:
-        """Check the records of this rank's read items and open the data files they name now (a later commit
-        may unlink them, never the bytes we hold open), each checked to hold every chunk recorded in it."""
+    def _read_and_hold(self) -> Metadata:
+        """The committed metadata (its identity kept) and every data file it names held open."""
+        metadata, self._commit = read_commit(self.path)
+        if self.verify and checksum_of(metadata) == "none":
+            raise InvalidCheckpoint(self.path, UNVERIFIED)
+        self._hold(referenced_files(metadata))
+        return metadata
+
+    def _hold(self, names: set[str]) -> None:
+        """Open every named data file now (a later commit may unlink them, never the bytes held open); a file
+        that cannot be opened is an error only for a plan that reads it."""
         self.close()
-        records = [self.storage_data[ri.storage_index] for ri in items]
-        sizes = {}
-        try:
-            for name in sorted({record.file for record in records}):
+        for name in sorted(names):
+            try:
                 self._files[name] = open_regular(self.path, name)
-                sizes[name] = os.fstat(self._files[name]).st_size
-            for record in records:
-                _check_extent(self.path / record.file, record, sizes[record.file])
+            except CheckpointError as e:
+                self._unopened[name] = e
+                continue
+            self._sizes[name] = os.fstat(self._files[name]).st_size
+
+    def _pin(self, items: list[ReadItem]) -> None:
+        """Check the records of this rank's read items against the data files held (each must hold every chunk
+        recorded in it, at distinct places), then let go of the files the plan does not read."""
+        records = [(ri.storage_index.fqn, self.storage_data[ri.storage_index]) for ri in items]
+        needed = {record.file for _, record in records}
+        try:
+            for name in sorted(needed):
+                self._open(name)
+            for fqn, record in records:
+                _check_extent(self.path / record.file, fqn, record, self._sizes[record.file])
         except BaseException:
             self.close()
             raise
-        self._slot_bytes = _slot_of(records, self.options.chunk_bytes)
+        for name in set(self._files) - needed:
+            os.close(self._files.pop(name))
+        self._slot_bytes = _slot_of([r for _, r in records], self.options.chunk_bytes)
+
+    def _open(self, name: str) -> None:
+        """A data file the plan reads held open: the one opened with the metadata, else now."""
+        if name in self._unopened:
+            raise self._unopened[name]
+        if name not in self._files:
+            self._files[name] = open_regular(self.path, name)
+            self._sizes[name] = os.fstat(self._files[name]).st_size
 
     def close(self) -> None:
         """Release the data files held open (a load does when it ends)."""
         for fd in self._files.values():
             os.close(fd)
-        self._files = {}
+        self._files, self._sizes, self._unopened = {}, {}, {}
 
     def __del__(self) -> None:
         """A load that failed before reading still lets its files go."""
@@ -154,15 +199,18 @@ class Reader(StorageReader):
         self.rank = kwargs.get("rank", _rank())
 
     def prepare_local_plan(self, plan: LoadPlan) -> LoadPlan:
-        """DCP's plan as it is; the records it reads checked and their data files held open."""
+        """DCP's plan, carrying the commit this rank read; the records it reads checked, their files held open."""
         self._pin(plan.items)
-        return plan
+        return replace(plan, storage_data=self._commit)
 
     def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
-        """With broadcast: pick, for every item several ranks read, the rank that reads it for all of them."""
-        if not self.broadcast:
-            return plans
-        schedule = broadcast_schedule(plans, self.storage_data)
+        """Refuse plans made from different commits (a save committed while the ranks read `.metadata`); with
+        broadcast, pick for every item several ranks read the rank that reads it for all of them."""
+        commits = {plan.storage_data for plan in plans if isinstance(plan.storage_data, bytes)}
+        if len(commits) > 1:
+            raise CheckpointError(f"{self.path}: a save committed while the ranks read its metadata (the ranks "
+                                  "read different commits, whose items would mix): load again")  # fmt: skip
+        schedule = broadcast_schedule(plans, self.storage_data) if self.broadcast else None
         return [replace(plan, storage_data=schedule) for plan in plans]
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
@@ -278,21 +326,37 @@ class Reader(StorageReader):
 
 
 def _slot_of(records: Any, default: int) -> int:
-    """The staging buffer a stored chunk needs: the largest chunk, with a codec's margin if any is encoded."""
-    chunk = max((r.chunk_bytes for r in records), default=default)
-    return staging_bytes(chunk) if any(r.codec != "none" for r in records) else chunk
+    """The staging buffer a stored chunk needs: the largest one stored (4 KiB-aligned reads), never more."""
+    return max((round_up(stored, ALIGN) for r in records for _, stored in r.chunks), default=default)
 
 
-def _check_extent(path: Path, record: ItemRecord, size: int) -> None:
-    """Every chunk of a record lies inside its data file (TruncatedCheckpoint if the file is short)."""
-    end = max((offset + stored for offset, stored in record.chunks), default=0)
+def _check_extent(path: Path, fqn: str, record: ItemRecord, size: int) -> None:
+    """Every chunk of a record lies inside its data file (TruncatedCheckpoint if the file is short), no two at the
+    same bytes: the item's declared size is then bounded by the bytes stored (InvalidCheckpoint if not)."""
+    spans = sorted(record.chunks)
+    end = max((offset + stored for offset, stored in spans), default=0)
     if end > size:
         raise TruncatedCheckpoint(path, end, size)
+    if any(a + n > b for (a, n), (b, _) in itertools.pairwise(spans)):
+        distinct = sum(_union(spans))
+        raise InvalidCheckpoint(path, f"{fqn!r}: {record.nbytes} bytes declared, {distinct} stored (chunks that "
+                                      "share stored bytes)")  # fmt: skip
+
+
+def _union(spans: list[tuple[int, int]]) -> list[int]:
+    """The lengths of the union of sorted (offset, length) spans."""
+    merged: list[list[int]] = []
+    for offset, stored in spans:
+        if merged and offset <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], offset + stored)
+        else:
+            merged.append([offset, offset + stored])
+    return [hi - lo for lo, hi in merged]
 
 
 def _load_bytes(planner: LoadPlanner, ri: ReadItem, data: torch.Tensor, path: Path) -> None:
     """Hand a byte item to the planner only as rebuilt by the weights-only unpickler."""
-    planner.load_bytes(ri, io.BytesIO(loadable_bytes(data.numpy().tobytes(), ri.storage_index.fqn, path)))
+    planner.load_bytes(ri, io.BytesIO(loadable_bytes(host_bytes(data), ri.storage_index.fqn, path)))
 
 
 def _take(ri: ReadItem, record: ItemRecord, whole: torch.Tensor, planner: LoadPlanner, directory: Path) -> None:

@@ -33,13 +33,13 @@ import io
 import os
 import pickle
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..durable import fsync_dir
 from ..errors import CheckpointError, CorruptCheckpoint, InvalidCheckpoint
+from ..format import regular_only
 from .lock import remove_if_unheld
 
 METADATA = ".metadata"
@@ -115,19 +115,41 @@ def write_metadata(directory: Path, metadata: Any, save_id: str) -> None:
 
 def read_metadata(directory: Path) -> Any:
     """A checkpoint's Metadata: the seal checked, then the weights-only unpickler, then structural checks."""
+    return read_commit(directory)[0]
+
+
+def read_commit(directory: Path) -> tuple[Any, bytes]:
+    """A checkpoint's Metadata (as read_metadata) and the identity of its commit (commit_id)."""
     from .validate import check_metadata
 
+    data = _metadata_bytes(directory)
     path = directory / METADATA
-    if not os.path.lexists(path):
-        raise InvalidCheckpoint(directory, f"no {METADATA}: not a committed checkpoint")
-    payload, magic = unseal(path, read_regular(directory, METADATA))
+    payload, magic = unseal(path, data)
     if magic == SEAL_MAGIC_V3:
         from .table import decode
 
-        return decode(payload, path)
+        return decode(payload, path), commit_id(data)
     metadata = _unpickle(path, payload)
     check_metadata(metadata, path, magic is not None)
-    return metadata
+    return metadata, commit_id(data)
+
+
+def current_commit(directory: Path) -> bytes:
+    """The identity of the commit `.metadata` holds now (its bytes read, nothing decoded)."""
+    return commit_id(_metadata_bytes(directory))
+
+
+def commit_id(data: bytes) -> bytes:
+    """What tells one commit's `.metadata` from another's: its seal's digest (every byte hashed if unsealed)."""
+    magic = data[-SEAL_BYTES : -SEAL_BYTES + len(SEAL_MAGIC)] if len(data) >= SEAL_BYTES else b""
+    return data[-SEAL_BYTES:] if magic in (SEAL_MAGIC, SEAL_MAGIC_V3) else hashlib.sha256(data).digest()
+
+
+def _metadata_bytes(directory: Path) -> bytes:
+    """The bytes of a committed `.metadata` (InvalidCheckpoint if there is none)."""
+    if not os.path.lexists(directory / METADATA):
+        raise InvalidCheckpoint(directory, f"no {METADATA}: not a committed checkpoint")
+    return read_regular(directory, METADATA)
 
 
 def seal(metadata: Any) -> bytes:
@@ -166,11 +188,7 @@ def open_regular(directory: Path, name: str) -> int:
         raise InvalidCheckpoint(directory / name, f"cannot open it safely: {e.strerror}") from None
     finally:
         os.close(dir_fd)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise InvalidCheckpoint(directory / name, "not a regular file")
-    os.set_blocking(fd, True)
-    return fd
+    return regular_only(fd, directory / name)
 
 
 def unseal(path: Path, data: bytes) -> tuple[bytes, bytes | None]:

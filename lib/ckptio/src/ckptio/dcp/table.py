@@ -12,8 +12,9 @@ The payload (records.py seals it):
     digests         every extent's digest, raw bytes of the checksum's width, in extent order
 
 A record's dtype and shape are its chunk's, so they cannot disagree. A load builds DCP's state_dict_metadata
-whole (the planner reads all of it), every chunk checked to lie inside its tensor, vectorised per item; the
-records (Records) are built and checked only when asked for, so each rank checks the ones it reads.
+whole (the planner reads all of it), every item's chunks checked to tile its tensor (inside it, their elements
+adding up, none overlapping: validate.overlapping); the records (Records) are built and checked only when
+asked for, so each rank checks the ones it reads.
 Decoding is json and arrays of integers: nothing in the file names code to run.
 """
 
@@ -35,7 +36,7 @@ import torch
 from .. import integrity
 from ..errors import CheckpointError, InvalidCheckpoint
 from .records import DATA_NAME, ItemRecord
-from .validate import DTYPES, codec_problem, record_problem
+from .validate import DTYPES, codec_problem, overlapping, record_problem
 
 METADATA_FORMAT = "ckptio-dcp/3"
 PREFIX = b"ckptio-dcp/3\n"
@@ -212,6 +213,8 @@ def _tensor(
     _expect(end <= len(ints), path, "{!r}: more chunks than the columns hold", fqn)
     offset_lists, size_lists = _boxes(ints, at, count, size)
     _expect(offset_lists is not None, path, "{!r}: chunks outside the tensor's {} or not covering it", fqn, size)
+    pair = overlapping(offset_lists, size_lists) if count > 1 else None
+    _expect(pair is None, path, "{!r}: chunks {} and {} overlap", fqn, *(pair or (0, 0)))
     Size = torch.Size
     chunks = list(map(ChunkStorageMetadata, map(Size, offset_lists), map(Size, size_lists)))
     item = TensorStorageMetadata(_read_properties(DTYPES[dtype], properties, fqn, path), Size(size), chunks)

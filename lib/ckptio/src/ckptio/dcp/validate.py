@@ -10,6 +10,7 @@ A failure is InvalidCheckpoint naming the item, never an error from inside DCP.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 from pathlib import Path
@@ -35,10 +36,29 @@ def check_metadata(metadata: Any, path: Path, sealed: bool) -> None:
         raise InvalidCheckpoint(path, "not DCP metadata")
     if not isinstance(metadata.state_dict_metadata, dict) or not isinstance(metadata.storage_data, dict):
         raise InvalidCheckpoint(path, "DCP metadata without item tables")
+    _check_storage_meta(metadata.storage_meta, path)
     records = _records(metadata.storage_data, path)
     _check_policy(records.values(), path, sealed)
     for fqn, item in metadata.state_dict_metadata.items():
         _check_item(fqn, item, records, path)
+
+
+def _check_storage_meta(meta: Any, path: Path) -> None:
+    """None, or a StorageMeta of strings (or None) and a list of module names, as a Writer writes it (the reader
+    sets its load_id: anything else failed there, or in DCP, with an error not ours)."""
+    from torch.distributed.checkpoint.metadata import StorageMeta
+
+    if meta is None:
+        return
+    ids = [getattr(meta, n, 0) for n in ("checkpoint_id", "save_id", "load_id")]
+    modules = getattr(meta, "modules", None)
+    if (
+        type(meta) is not StorageMeta
+        or not all(i is None or type(i) is str for i in ids)
+        or type(modules) is not list
+        or not all(type(m) is str for m in modules)
+    ):
+        raise InvalidCheckpoint(path, f"storage_meta {meta!r:.80} is not what a Writer writes")
 
 
 def checksum_of(metadata: Any) -> str:
@@ -176,11 +196,57 @@ def _check_item(fqn: Any, item: Any, records: dict[Any, ItemRecord], path: Path)
     if type(item) is not TensorStorageMetadata:
         raise InvalidCheckpoint(path, f"{fqn!r}: unknown item type {type(item).__name__}")
     dtype = _tensor_dtype(fqn, item, path)
-    for k, chunk in enumerate(item.chunks if isinstance(item.chunks, list) else [None]):
-        box = _chunk_box(fqn, k, chunk, tuple(item.size), path)
-        record = records.get(MetadataIndex(fqn, box[0]))
-        if record is None or record.dtype != dtype or record.shape != box[1]:
-            raise InvalidCheckpoint(path, f"{fqn!r}: chunk {k} at {box[0]} has no record of shape {box[1]} {dtype}")
+    boxes = [_chunk_box(fqn, k, chunk, tuple(item.size), path) for k, chunk in enumerate(item.chunks)]
+    for k, (offsets, sizes) in enumerate(boxes):
+        record = records.get(MetadataIndex(fqn, offsets))
+        if record is None or record.dtype != dtype or record.shape != sizes:
+            raise InvalidCheckpoint(path, f"{fqn!r}: chunk {k} at {offsets} has no record of shape {sizes} {dtype}")
+    problem = tiling_problem([b[0] for b in boxes], [b[1] for b in boxes], tuple(item.size))
+    if problem:
+        raise InvalidCheckpoint(path, f"{fqn!r}: {problem}")
+
+
+def tiling_problem(offsets: list[tuple[int, ...]], sizes: list[tuple[int, ...]], size: tuple[int, ...]) -> str:
+    """Why chunks (each inside the tensor) do not tile it ("" if they do): their elements must add up to the
+    tensor's and no two may share an element, else part of the tensor is never read."""
+    held, total = sum(map(math.prod, sizes)), math.prod(size)
+    if held != total:
+        return f"chunks hold {held} of its {total} elements"
+    pair = overlapping(offsets, sizes)
+    return f"chunks {pair[0]} and {pair[1]} overlap" if pair else ""
+
+
+def overlapping(offsets: list[tuple[int, ...]], sizes: list[tuple[int, ...]]) -> tuple[int, int] | None:
+    """Two chunks that share an element (their indices, in order), None if none do. A sweep along the dimension
+    with the most distinct offsets compares a chunk only with those still open where it starts: a sharded
+    tensor's chunks meet one or a few there, whatever their number."""
+    if len(offsets) < 2 or not offsets[0] or _grid(offsets, sizes):
+        return None
+    dim = max(range(len(offsets[0])), key=lambda d: len({o[d] for o in offsets}))
+    order = sorted(range(len(offsets)), key=lambda k: offsets[k][dim])
+    open_: list[int] = []
+    for k in order:
+        if 0 in sizes[k]:
+            continue  # holds no element
+        start = offsets[k][dim]
+        open_ = [j for j in open_ if offsets[j][dim] + sizes[j][dim] > start]
+        for j in open_:
+            if all(a < c + m and c < a + n for a, n, c, m in zip(offsets[k], sizes[k], offsets[j], sizes[j])):
+                return min(j, k), max(j, k)
+        open_.append(k)
+    return None
+
+
+def _grid(offsets: list[tuple[int, ...]], sizes: list[tuple[int, ...]]) -> bool:
+    """Whether the chunks are disjoint as the cells of a grid are (how shardings cut a tensor), checked without
+    comparing pairs: distinct offsets, and along every dimension the chunks' spans are equal or disjoint."""
+    if len(set(offsets)) != len(offsets):
+        return False
+    for d in range(len(offsets[0])):
+        spans = sorted({(o[d], n[d]) for o, n in zip(offsets, sizes)})
+        if any(a + n > b for (a, n), (b, _) in itertools.pairwise(spans)):
+            return False
+    return True
 
 
 def _tensor_dtype(fqn: str, item: Any, path: Path) -> str:

@@ -36,6 +36,7 @@ from .. import codec as codecs
 from .. import integrity
 from ..durable import fsync_dir
 from ..errors import AsyncSaveFailed
+from ..location import refuse_url
 from ..memory import StagingCache
 from ..options import IOOptions, resolve_host
 from ..tree import named_tensors
@@ -135,6 +136,7 @@ class Writer(StorageWriter, AsyncStager):
         checksum: str = "xxh3",
     ) -> None:
         super().__init__()
+        refuse_url(path)
         self.path = Path(path)
         self.options = resolve_host(options, "Writer writes")
         self.compression = compression
@@ -175,6 +177,7 @@ class Writer(StorageWriter, AsyncStager):
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         """A new checkpoint begins; `checkpoint_id`, when given, is its directory."""
         if checkpoint_id is not None:
+            refuse_url(checkpoint_id)
             self.path = Path(checkpoint_id)
         self.save_id = uuid.uuid4().hex
 
