@@ -1,5 +1,6 @@
 # Two commands on a fresh machine: `make run` (a local fio + checkpoint sweep, then its report) and
-# `make test` (the test suite). Both install what is missing: fio from the OS packages, a venv, the package.
+# `make test` (the test suite). Both install what is missing: fio from the OS packages, a venv, the package;
+# `make test` adds Ceph and Chromium for their tests.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # A CPU build of torch for the dev/test install; the package itself asks only for a range.
@@ -8,14 +9,21 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CONFIG ?= configs/local.yaml
 RESULTS ?= results
 
-.PHONY: run test test-fast coverage lint docs-screenshot torch-floor system-deps install clean-venv gpu-smoke
+.PHONY: run test test-fast coverage lint docs-screenshot torch-floor system-deps ceph-deps browser-deps install \
+	clean-venv gpu-smoke
 
-system-deps:  ## fio (with its libaio and liburing), python3-venv and Ceph (`make ceph-up`) from the OS packages
+system-deps:  ## what the default sweep needs from the OS packages: fio (with its libaio and liburing), python3-venv
 	@command -v fio >/dev/null 2>&1 && python3 -c "import ensurepip" 2>/dev/null || { $(SUDO) apt-get update && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y fio python3-venv; }
+
+ceph-deps:  ## Debian's Ceph (~200 MB), for the one-host Ceph (`make ceph-up`) and its tests
 	@command -v ceph-mon >/dev/null 2>&1 || { $(SUDO) apt-get update && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends \
 	  ceph ceph-mon ceph-osd ceph-mgr radosgw ceph-common ceph-mds ceph-fuse; }
+
+browser-deps:  ## Debian's Chromium, headless: the HTML report's browser tests and its screenshot
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium; }
 
 # Two distributions from this repository: the checkpoint library ckptio (lib/ckptio) and the benchmark.
 $(VENV)/.installed: pyproject.toml lib/ckptio/pyproject.toml
@@ -48,7 +56,7 @@ PYTEST_PARALLEL ?= -n $(shell echo $$(( $$(nproc) + 2 ))) --dist worksteal
 # The lint runs beside the tests (its output held and printed after theirs); either failing fails the target.
 LINT_LOG := $(VENV)/lint.log
 
-test: install  ## ruff, mypy and the whole test suite, side by side
+test: install ceph-deps browser-deps  ## ruff, mypy and the whole test suite (Ceph's and Chromium's tests too), side by side
 	@$(MAKE) --no-print-directory lint > $(LINT_LOG) 2>&1 & lint=$$!; \
 	  $(VENV)/bin/pytest $(PYTEST_PARALLEL); tests=$$?; \
 	  wait $$lint; linted=$$?; cat $(LINT_LOG); \
@@ -61,8 +69,7 @@ test-fast: install  ## the edit loop: every test not marked slow, no lint
 coverage: install  ## every test, with branch coverage of both distributions (this process's code; ranks and CLI children are not traced)
 	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -q --cov --cov-report=term --cov-report=xml:coverage.xml
 
-docs-screenshot: install  ## docs/figures/report-html.png: the whole HTML report of the sample checkpoint runs, headless Chromium
-	command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
+docs-screenshot: install browser-deps  ## docs/figures/report-html.png: the whole HTML report of the sample checkpoint runs, headless Chromium
 	$(PY) tools/html_screenshot.py docs/figures/report-html.png results/sample/checkpoint/*.csv --full --width 1500
 
 # The oldest torch the package supports (pyproject's floor). PyPI's Linux wheel of it is a CUDA build
@@ -97,13 +104,13 @@ gpu-smoke: install  ## the first GPU run: CUDA torch and kvikio installed (tools
 CEPH_DIR ?= /var/tmp/gdsbench-ceph
 .PHONY: ceph-up ceph-down ceph-demo
 
-ceph-up: install  ## a one-host Ceph: prints its monitor, S3 endpoint and credentials file, CephFS mount and pools
+ceph-up: install ceph-deps  ## a one-host Ceph: prints its monitor, S3 endpoint and credentials file, CephFS mount and pools
 	$(SUDO) $(VENV)/bin/gdsbench ceph up --dir $(CEPH_DIR)
 
 ceph-down:  ## stop and remove the one-host Ceph of ceph-up
 	$(SUDO) $(VENV)/bin/gdsbench ceph down --dir $(CEPH_DIR)
 
-ceph-demo: install  ## the one-host Ceph's tiers beside the local disk: up, sweep both configs, report them together, down
+ceph-demo: install ceph-deps  ## the one-host Ceph's tiers beside the local disk: up, sweep both configs, report them together, down
 	$(SUDO) $(VENV)/bin/gdsbench ceph up --dir $(CEPH_DIR)
 	@set -a; . $(CEPH_DIR)/s3.env; set +a; \
 	  $(VENV)/bin/gdsbench sweep configs/ceph-local.yaml -o $(RESULTS)/ceph-local; a=$$?; \

@@ -380,6 +380,7 @@ class Peers:
     received: int = 0
     _results: list[bytes] | None = None
     _files: dict[str, int] = field(default_factory=dict)  # ckptio peers' data files: name -> size
+    commit: Any = None  # what rank 0's load plan carries (ckptio's Reader: the commit it read), as every peer's
 
     def save_plan(self, rank: int) -> SavePlan:
         """Rank's first-save local plan: DefaultSavePlanner's WriteItems for its Shard(0) DTensors."""
@@ -409,7 +410,7 @@ class Peers:
                 dest_index=MetadataIndex(spec.name, offsets, 0), dest_offsets=zeros,
                 storage_index=MetadataIndex(spec.name, offsets, saved[spec.name]), storage_offsets=zeros,
                 lengths=list(sizes)))  # fmt: skip
-        return LoadPlan(items)
+        return LoadPlan(items, storage_data=self.commit)
 
     def results(self, rank: int, own: list[WriteResult]) -> list[WriteResult]:
         """Rank's WriteResults for its final plan, as its engine's writer returns them."""
@@ -447,11 +448,16 @@ class Peers:
             check_equal(own, SavePlan([], usable=False), "rank 0's cached-save plan")
             return [pickle.dumps(SavePlan([], usable=False))] * (self.world - 1)
         if isinstance(own, LoadPlan):
+            self.commit = own.storage_data
             check_equal(own, self.load_plan(0, self.final[0]), "rank 0's load plan")
-            payloads = self._shared("load_plans", lambda r: self.load_plan(r, self.final[r]))
+            payloads = self._shared(self._load_plans(), lambda r: self.load_plan(r, self.final[r]))
             self.final = {r: self.final[r] for r in samples(self.world) | {0}}  # the rest is no longer needed
             return payloads
         return self.all_results(own)
+
+    def _load_plans(self) -> str:
+        """The payload kind of the peers' load plans: they carry the commit read (ckptio), so one per commit."""
+        return f"load_plans-{self.commit.hex()}" if isinstance(self.commit, bytes) else "load_plans"
 
     def _shared(self, kind: str, make: Callable[[int], Any]) -> list[bytes]:
         """The peers' pickled plans of a kind at this world size (made on first use)."""
@@ -461,7 +467,7 @@ class Peers:
 
     def scatter(self, plans: list[Any]) -> Any:
         """Rank 0's scatter: its own plan back through pickle; peers keep final plans while payloads are due."""
-        if self._results is None or ("load_plans", self.world) not in _PAYLOADS:
+        if self._results is None or (self._load_plans(), self.world) not in _PAYLOADS:
             self.final.update({r: p.items for r, p in enumerate(plans) if isinstance(p, SavePlan) and p.usable})
         return pickle.loads(pickle.dumps(plans[0]))
 

@@ -1,9 +1,11 @@
 """A one-host Ceph cluster for tests and demos: one monitor, manager and BlueStore OSD (a sparse file), optionally
 radosgw (S3) and CephFS (ceph-fuse), on 127.0.0.1 only, auth off, pool size 1 (docs/ceph.md: why, limits, pitfalls).
 
-Everything lives in one data directory, marked as gdsbench's before anything is made in it. What `up` makes is
-recorded in a state file as it is made: `down` removes only that, and a failed or interrupted `up` undoes its own
-steps before it re-raises. Root only; every tool runs as an argument list.
+Everything lives in one data directory, ours alone (made by `up`, or an empty one of ours: never one others made
+or can write), marked as gdsbench's before anything is made in it. What `up` makes is recorded in a state file as
+it is made: `down` removes only that, and a failed or interrupted `up` undoes its own steps before it re-raises;
+`down` refuses a directory, marker, state or conf others could have planted (gdsbench/trusted.py) and stops only
+processes `up` starts (`<ceph binary> -c <its conf>`, ours). Root only; every tool runs as an argument list.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
 from gdsbench.results import replace_file
 
@@ -121,13 +124,12 @@ def install() -> bool:
 
 def up(directory: Path = DEFAULT_DIR, *, rgw: bool = True, cephfs: bool = True) -> Cluster:
     """Bring a cluster up in `directory`; on any failure or interrupt, undo the steps taken and re-raise."""
-    directory = Path(directory).absolute()
+    directory = trusted.safe_path(Path(directory))
     mon = f"[v2:127.0.0.1:{_free_port()},v1:127.0.0.1:{_free_port()}]"  # free now, not 3300 and 6789
     made = Made(str(directory), str(uuid.uuid4()), mon, check_can_make(directory))
     made.rgw_port = _free_port() if rgw else None
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / MARKER).write_text("made by gdsbench ceph up; `gdsbench ceph down` removes this directory\n")
+        _make_directory(directory)
         _record(made, "directory")
         _start_mon(made)
         _start(made, "mgr.x", ["ceph-mgr", "-i", "x"])
@@ -158,6 +160,9 @@ def check_can_make(directory: Path) -> int:
     """Refuse what cannot work, in one line; else the OSD's file size (half the free disk, 24 GiB at most)."""
     if os.geteuid() != 0:
         raise CephError("needs root (daemons, /etc/ceph, ceph-fuse): run it as root, or with sudo")
+    directory = trusted.safe_path(directory)
+    if os.path.lexists(directory):
+        trusted.check_owned(directory)  # not one others made (the default lives in world-writable /var/tmp)
     if (directory / STATE).exists():
         raise CephError(f"a cluster is already up in {directory}; `gdsbench ceph down --dir {directory}` removes it")
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
@@ -169,6 +174,17 @@ def check_can_make(directory: Path) -> int:
     if free // 2 < BLOCK_MIN:
         raise CephError(f"{parent}: {free / GiB:.1f} GiB free; the OSD's sparse file needs {2 * BLOCK_MIN // GiB}")
     return min(free // 2, BLOCK_MAX) // GiB * GiB
+
+
+def _make_directory(directory: Path) -> None:
+    """The data directory (or the empty one of ours given), then gdsbench's marker in it, made anew."""
+    try:
+        directory.mkdir(mode=0o755, parents=True)  # never writable by others, whatever the umask
+    except FileExistsError:
+        trusted.check_folder(directory)  # made since check_can_make: by whom?
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    with os.fdopen(os.open(directory / MARKER, flags, 0o644), "w") as out:
+        out.write("made by gdsbench ceph up; `gdsbench ceph down` removes this directory\n")
 
 
 def _free_port() -> int:
@@ -332,20 +348,33 @@ def _cluster(made: Made) -> Cluster:
 
 def attach(directory: Path = DEFAULT_DIR) -> Cluster | None:
     """The cluster `up` finished in `directory`, or None (none there, or one whose `up` did not finish)."""
-    state = Path(directory).absolute() / STATE
-    made = Made(**json.loads(state.read_text())) if state.exists() else None
+    directory = Path(directory).absolute()
+    made = _load_state(trusted.check_folder(directory)) if os.path.lexists(directory / STATE) else None
     return _cluster(made) if made and made.complete else None
+
+
+def _load_state(directory: Path) -> Made:
+    """The state `up` wrote in a trusted `directory`: ours, of the expected form, naming nothing outside it."""
+    state = directory / STATE
+    made = trusted.load_record(Made, state)
+    wrong = [made.directory] if made.directory != str(directory) else []
+    wrong += [made.mount] if made.mount not in (None, str(directory / "cephfs")) else []
+    wrong += [p for p in made.pidfiles if Path(p).parent != directory / "run"]
+    if wrong:
+        raise CephError(f"{state}: names {', '.join(wrong)}, not what `up` makes in {directory}: left alone")
+    return made
 
 
 def down(directory: Path = DEFAULT_DIR) -> list[str]:
     """Undo what the state file says `up` made: unmount, stop the daemons, the /etc/ceph link, the directory."""
     directory = Path(directory).absolute()
-    state = directory / STATE
-    if not (directory / MARKER).exists():
-        if state.exists():
+    if not os.path.lexists(directory / MARKER):
+        if os.path.lexists(directory / STATE):
             raise CephError(f"{directory} has a state file but no gdsbench marker: not ours, left alone")
         return []
-    made = Made(**json.loads(state.read_text())) if state.exists() else Made(str(directory), "", "", 0)
+    directory = trusted.check_folder(directory)  # others could have made it, or planted what it holds
+    trusted.check_owned(directory / MARKER)
+    made = _load_state(directory) if os.path.lexists(directory / STATE) else Made(str(directory), "", "", 0)
     removed = []
     if made.mount and made.mount in _mounts():  # ceph-fuse exits once unmounted (pitfall 10)
         _run(["fusermount", "-u", made.mount] if shutil.which("fusermount") else ["umount", made.mount])
@@ -366,6 +395,7 @@ def _fail_fs(made: Made, mds: int) -> None:
     """Fail the file system; wait (5 s at most) for its MDS to respawn as a standby, which stops in 1 s."""
     # An active MDS can hang on SIGTERM for ever (seen while it purged a deleted file).
     with contextlib.suppress(CephError):
+        trusted.read_text(Path(made.conf))  # the conf `up` wrote, not one planted (it names files ceph writes)
         ceph(made.conf, "--connect-timeout", "5", "fs", "fail", FS_NAME)
         deadline = time.monotonic() + 5
         while _read_pid(Path(made.directory, "run", "ceph-mds.a.pid")) in (mds, None) and time.monotonic() < deadline:
@@ -375,11 +405,11 @@ def _fail_fs(made: Made, mds: int) -> None:
 def _stop_daemons(made: Made) -> list[str]:
     """Stop the pid files' daemons one by one, last started first, then any process left with our conf."""
     # radosgw and the MDS hang on an OSD stopped under them, an OSD waits 5 s on a stopped monitor.
-    daemons = {pid: Path(f).stem for f in made.pidfiles if (pid := _read_pid(Path(f))) and made.conf in _argv(pid)}
+    daemons = {pid: Path(f).stem for f in made.pidfiles if (pid := _read_pid(Path(f))) and _started(pid, made.conf)}
     for pid in reversed(daemons):
         _stop([pid])
-    ours = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
-    strays = {pid: argv[0] for pid in ours if made.conf in (argv := _argv(pid))}
+    pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+    strays = {pid: argv[0] for pid in pids if _started(pid, made.conf) and (argv := _argv(pid))}
     _stop(list(strays))
     return [f"stopped {daemons[pid]} (pid {pid})" for pid in reversed(daemons)] + [
         f"stopped {name} (pid {pid}, no pid file)" for pid, name in strays.items()]  # fmt: skip
@@ -414,6 +444,15 @@ def _argv(pid: int) -> list[str]:
     return []
 
 
+def _started(pid: int, conf: str) -> bool:
+    """Process `pid` is one `up` starts: `<ceph binary> -c <conf> ...`, run by us (not merely naming the conf)."""
+    argv = _argv(pid)
+    with contextlib.suppress(OSError):
+        ours = os.stat(f"/proc/{pid}").st_uid == os.geteuid()
+        return ours and len(argv) > 2 and Path(argv[0]).name in BINARIES and argv[1:3] == ["-c", conf]
+    return False
+
+
 def _alive(pid: int) -> bool:
     """The process exists and is not a zombie (no init may reap the daemons for a while)."""
     with contextlib.suppress(OSError):
@@ -437,7 +476,7 @@ def _run(argv: list[str], timeout: float = 120, env: dict[str, str] | None = Non
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=env)
     except FileNotFoundError:
-        raise CephError(f"{argv[0]} not found: `make system-deps` installs Debian's Ceph packages") from None
+        raise CephError(f"{argv[0]} not found: `make ceph-deps` installs Debian's Ceph packages") from None
     except subprocess.TimeoutExpired:
         raise CephError(f"{' '.join(argv)}: no answer in {timeout:.0f} s") from None
     if done.returncode != 0 and check:

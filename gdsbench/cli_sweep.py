@@ -5,6 +5,7 @@ plan. Only gdsbench.cli imports it."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import signal
 import sys
@@ -16,12 +17,24 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from gdsbench import progress
 from gdsbench.errors import GdsbenchError, UsageError
 from gdsbench.report.tables import case_text
 
 err = Console(stderr=True)
+
+
+def say_resume(csv_path: Path, console: Console = err) -> None:
+    """The command that continues a stopped sweep, whole on one line (never wrapped at the console's width, its
+    path never read as markup), so it can be copied from a log."""
+    console.print(
+        f"continue with: gdsbench sweep --resume {shlex.quote(str(csv_path))}",
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )
 
 
 def execute(
@@ -58,7 +71,7 @@ def execute(
         sweep_mod.record_told(csv_path, ctx)
         kept = len(results.read_rows(csv_path)[1])
         err.print(f"\ninterrupted: kept {kept} finished rows in {csv_path}")
-        err.print(f"continue with: gdsbench sweep --resume {shlex.quote(str(csv_path))}")
+        say_resume(csv_path)
         sys.exit(interrupt_status(stop))
     writer.close()
     sweep_mod.record_told(csv_path, ctx)
@@ -76,7 +89,8 @@ def start(
 
     try:
         with terminate_as_interrupt():
-            sweep_mod.prepare_target(ctx.directory)
+            ctx.directory = sweep_mod.prepare_target(ctx.directory, ctx.resources, private=not config.hosts)
+            err.print(target_line(config, ctx.directory), markup=False, highlight=False, soft_wrap=True)
             if not resume:
                 results.write_sidecar(csv_path, sweep_mod.metadata(config, run_id))
             torn = results.cut_torn_line(csv_path) if resume else 0
@@ -85,17 +99,30 @@ def start(
             done = sweep_mod.resume(config, csv_path, skip_failed) if resume else frozenset()
             return results.ResultWriter(csv_path, sweep_mod.columns(config)), done
     except GdsbenchError:
+        ctx.resources.cleanup()  # a target folder it made, still empty
         if not resume:
             remove_refused(csv_path)
         raise
     except KeyboardInterrupt as stop:
+        ctx.resources.cleanup()
         if resume:
             err.print(f"\ninterrupted before the first case: {csv_path} is as it was")
-            err.print(f"continue with: gdsbench sweep --resume {shlex.quote(str(csv_path))}")
+            say_resume(csv_path)
         else:
             remove_refused(csv_path)
             err.print("\ninterrupted before the first case: no row was measured and no file is left; run it again")
         sys.exit(interrupt_status(stop))
+
+
+def target_line(config: Any, directory: Path) -> str:
+    """What the sweep measures: its folder (a private one inside the configured `directory` where others write
+    there) and the file system and device under it."""
+    from gdsbench import filesets
+
+    configured = Path(os.path.realpath(config.directory))
+    private = f" (a private folder in {configured}: others can write there)" if (
+        directory.parent == configured and directory.name.startswith("gdsbench-")) else ""  # fmt: skip
+    return f"target: {directory}{private}: {filesets.mount_text(directory)}"
 
 
 def interrupt_status(stop: KeyboardInterrupt) -> int:
@@ -141,9 +168,9 @@ def summary(rows: list[dict[str, Any]], csv_path: Path) -> int:
     err.print(f"rows: {counts['ok']} ok, {counts['failed']} failed, {counts['skipped']} skipped -> {csv_path}")
     for row in rows:
         if row["status"] == "failed":
-            err.print(f"[red]failed[/] {case_text(row['case'])} (rep {row['repetition']}): {row['error']}")
+            err.print(f"[red]failed[/] {case_text(row['case'])} (rep {row['repetition']}): {escape(str(row['error']))}")
     for reason, n in Counter(r["error"] for r in rows if r["status"] == "skipped").most_common():
-        err.print(f"[yellow]{n} case{'s' if n > 1 else ''}[/] {reason}", markup=True, highlight=False)
+        err.print(f"[yellow]{n} case{'s' if n > 1 else ''}[/] {escape(reason)}", markup=True, highlight=False)
     nothing = counts["skipped"] and not counts["ok"] and not counts["failed"]
     if nothing:
         err.print("[red]nothing was measured[/]: every case was skipped (reasons above)")

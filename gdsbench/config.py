@@ -5,7 +5,8 @@ Every error names the file, the key (as a path such as `matrix[1].io_size[2]`) a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,14 @@ def _check_expanded_size(root: yaml.Node) -> None:
             stack.extend(v for pair in node.value for v in pair)
 
 
+def unknown(name: Any, known: Iterable[str], what: str) -> str:
+    """What an unknown key should have been: `what` and the nearest known key, not the whole list of them."""
+    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
+    if close:
+        return f"{what} (did you mean {close[0]}?)"
+    return f"{what} (the README's 'Sweep configs' lists the sweep's keys, `gdsbench runners` each engine's)"
+
+
 def _yaml_problem(exc: yaml.YAMLError) -> str:
     """A one-line description of a YAML syntax error with its line."""
     mark = getattr(exc, "problem_mark", None)
@@ -192,7 +201,7 @@ def from_dict(document: Any, source: str, default_name: str = "sweep") -> SweepC
     known = [*SWEEP_KEYS, *option_keys, *STRUCTURE_KEYS]
     for key in document:
         if key not in known:
-            raise ConfigError(source, str(key), "a known key: " + ", ".join(known))
+            raise ConfigError(source, str(key), unknown(key, known, "a known key"))
     settings = {name: _setting(source, name, key, document) for name, key in SWEEP_KEYS.items()}
     settings["name"] = settings["name"] or default_name
     settings["hosts"] = _hosts(source, document.get("hosts"))
@@ -283,7 +292,7 @@ def _axes(source: str, where: str, block: Any, options: Mapping[str, Any]) -> di
     axes: dict[str, list[Any]] = {}
     for name, values in block.items():
         if name not in keys:
-            raise ConfigError(source, f"{where}.{name}", "a matrix axis: " + ", ".join(keys))
+            raise ConfigError(source, f"{where}.{name}", unknown(name, keys, "a matrix axis"))
         values = values if isinstance(values, list) else [values]
         if not values:
             raise ConfigError(source, f"{where}.{name}", "a non-empty list")
@@ -315,7 +324,7 @@ def _excludes(source: str, rules: Any) -> list[dict[str, Any]]:
             raise ConfigError(source, f"exclude[{index}]", "a mapping of axis names to values")
         for name in rule:
             if name not in keys:
-                raise ConfigError(source, f"exclude[{index}].{name}", "a matrix axis: " + ", ".join(keys))
+                raise ConfigError(source, f"exclude[{index}].{name}", unknown(name, keys, "a matrix axis"))
         parsed.append({name: _parse(source, f"exclude[{index}].{name}", keys[name], v) for name, v in rule.items()})
     return parsed
 

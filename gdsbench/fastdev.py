@@ -1,10 +1,12 @@
 """A fast-device stand-in: a RAM-backed block device that honours O_DIRECT, for measuring what an engine does
 when the disk is no longer the limit (a GPU server's NVMe array runs 25-50 GB/s; this VM's disk 0.6-3 GB/s).
 
-`up` makes a file in /dev/shm, attaches it to a loop device with direct I/O (`losetup --direct-io=on`), puts
-ext4 on it and mounts it; `down` undoes exactly that. Root only. What was made is recorded in a state file
-(/dev/shm/gdsbench-fastdev.json) as it is made, so `down` removes only what `up` created, and a failed or
-interrupted `up` undoes its own steps before it returns. Every tool runs as an argument list.
+`up` makes a private folder in /dev/shm (mode 0700, a random name) holding the backing file, attaches it to a
+loop device with direct I/O (`losetup --direct-io=on`), puts ext4 on it and mounts it; `down` undoes exactly that.
+Root only. What was made is recorded in a state file only root can write (/run/gdsbench/fastdev.json) as it is
+made, so `down` removes only what `up` created (a mount only where the recorded loop device is mounted at the
+recorded mount point, a folder only if still ours), and a failed or interrupted `up` undoes its own steps before
+it returns. Every tool runs as an argument list.
 """
 
 from __future__ import annotations
@@ -12,21 +14,29 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import secrets
 import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
 from gdsbench.results import replace_file
 from gdsbench.units import size_label
 
 SHM = Path("/dev/shm")
-STATE = SHM / "gdsbench-fastdev.json"
-BACKING = SHM / "gdsbench-fastdev.img"
+STATE_DIR = Path("/run/gdsbench")
+STATE = STATE_DIR / "fastdev.json"
+#: The backing file's private folder in /dev/shm: this prefix and 12 random hex digits.
+FOLDER_PREFIX, BACKING_NAME = "gdsbench-fastdev-", "fastdev.img"
 MOUNT = Path("/mnt/gdsbench-fast")
 #: Share of available memory a default-sized device takes, and its bounds.
 SHARE, SMALLEST, LARGEST = 0.25, 1 << 30, 64 << 30
+#: The share of free memory (and of /dev/shm) a device may take.
+ROOM = 0.9
+MiB, GiB = 1 << 20, 1 << 30
 
 
 class FastDevError(GdsbenchError):
@@ -67,24 +77,29 @@ def check_can_make(size: int) -> None:
     """Refuse, in one line, what cannot work: not root, one already up, too little memory or /dev/shm."""
     if os.geteuid() != 0:
         raise FastDevError("needs root (losetup, mkfs.ext4, mount): run it as root, or with sudo")
-    if STATE.exists():
+    if os.path.lexists(STATE):
         raise FastDevError(f"a stand-in is already up ({STATE}); `gdsbench fastdev down` removes it")
-    free = os.statvfs(SHM).f_bavail * os.statvfs(SHM).f_frsize
-    if size > min(free, _meminfo("MemAvailable")) * 0.9:
-        raise FastDevError(f"--size {size_label(size)} does not fit: {size_label(free)} free in /dev/shm")
+    free, available = os.statvfs(SHM).f_bavail * os.statvfs(SHM).f_frsize, _meminfo("MemAvailable")
+    if size > min(free, available) * ROOM:
+        fits = int(min(free, available) * ROOM)
+        fits = fits // GiB * GiB if fits >= GiB else fits // MiB * MiB
+        raise FastDevError(f"--size {size_label(size)} does not fit: {free / GiB:.1f} GiB free in /dev/shm, "
+                           f"{available / GiB:.1f} GiB of memory available; --size {size_label(fits)} fits")  # fmt: skip
 
 
 def up(size: int | None = None, mount: Path = MOUNT) -> Made:
     """Make the stand-in and mount it at `mount`; on any failure or interrupt, undo the steps taken."""
     size = size or default_size()
     check_can_make(size)
-    made = Made(str(BACKING), str(mount), size)
+    trusted.private_folder(STATE_DIR)
+    mount = _check_mount(mount)
+    made = Made(str(SHM / f"{FOLDER_PREFIX}{secrets.token_hex(6)}" / BACKING_NAME), str(mount), size)
     try:
-        _step(made, "backing", lambda: _backing(size))
-        made.loop = _run(["losetup", "--find", "--show", "--direct-io=on", str(BACKING)]).strip()
+        _step(made, "backing", lambda: _backing(Path(made.backing), size))
+        made.loop = _run(["losetup", "--find", "--show", "--direct-io=on", made.backing]).strip()
         _record(made, "loop")
         _run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", made.loop])
-        if not mount.exists():
+        if not os.path.lexists(mount):
             mount.mkdir(parents=True)
             made.made_mount = True
             _record(made, "mountpoint")
@@ -97,9 +112,21 @@ def up(size: int | None = None, mount: Path = MOUNT) -> Made:
     return made
 
 
-def _backing(size: int) -> None:
-    """The backing file, its memory reserved now (a short /dev/shm fails here, not mid-benchmark)."""
-    with BACKING.open("xb") as out:
+def _check_mount(mount: Path) -> Path:
+    """The mount point, its folders trusted; one that exists must be ours (no link, not writable by others)."""
+    mount = trusted.safe_path(mount)
+    if os.path.lexists(mount):
+        trusted.check_owned(mount)
+    return mount
+
+
+def _backing(backing: Path, size: int) -> None:
+    """The backing file in a new private folder, its memory reserved now (a short /dev/shm fails here)."""
+    try:
+        os.mkdir(backing.parent, 0o700)
+    except FileExistsError:
+        raise FastDevError(f"{backing.parent} exists already: not made by gdsbench here, so left alone") from None
+    with open(os.open(backing, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as out:
         os.posix_fallocate(out.fileno(), 0, size)
 
 
@@ -110,37 +137,69 @@ def _step(made: Made, name: str, action: Callable[[], object]) -> None:
 
 
 def _record(made: Made, name: str) -> None:
-    """Write what exists so far, atomically."""
+    """Write what exists so far, atomically, where only root writes."""
     made.steps.append(name)
     replace_file(STATE, lambda out: out.write(json.dumps(asdict(made))))
 
 
 def down() -> list[str]:
     """Undo what the state file says `up` made, last step first; return what was removed."""
-    if not STATE.exists():
+    made = status()
+    if made is None:
         return []
-    made = Made(**json.loads(STATE.read_text()))
     removed = []
-    if made.mounted:
+    if made.loop and _mounted(made.loop, made.mount):
         _run(["umount", made.mount])
         removed.append(f"unmounted {made.mount}")
     if made.made_mount:
         with contextlib.suppress(OSError):
             Path(made.mount).rmdir()
             removed.append(f"removed {made.mount}")
-    if "backing" in made.steps:  # every loop device over our file, even one attached before it was recorded
+    if "backing" in made.steps and _ours(Path(made.backing).parent):
+        # every loop device over our file, even one attached before it was recorded
         for loop in _run(["losetup", "--noheadings", "--output", "NAME", "--associated", made.backing]).split():
             _run(["losetup", "--detach", loop])
             removed.append(f"detached {loop}")
         Path(made.backing).unlink(missing_ok=True)
+        Path(made.backing).parent.rmdir()
         removed.append(f"removed {made.backing}")
     STATE.unlink()
     return removed
 
 
 def status() -> Made | None:
-    """What is up now, or None."""
-    return Made(**json.loads(STATE.read_text())) if STATE.exists() else None
+    """What is up now (from a state file only root can have written, of the expected form), or None."""
+    if not os.path.lexists(STATE):
+        return None
+    trusted.check_folder(STATE_DIR)
+    made = trusted.load_record(Made, STATE)
+    backing = Path(made.backing)
+    if backing.name != BACKING_NAME or backing.parent.parent != SHM or not _made_name(backing.parent.name):
+        raise FastDevError(f"{STATE}: the backing file {made.backing} is not one `up` makes: left alone")
+    if made.loop is not None and not re.fullmatch(r"/dev/loop\d+", made.loop):
+        raise FastDevError(f"{STATE}: {made.loop} is not a loop device: left alone")
+    return made
+
+
+def _made_name(name: str) -> bool:
+    """A private folder's name as `up` makes it."""
+    return re.fullmatch(re.escape(FOLDER_PREFIX) + "[0-9a-f]{12}", name) is not None
+
+
+def _ours(folder: Path) -> bool:
+    """The backing file's folder exists and is still ours (made by `up`: no link, ours, mode 0700)."""
+    with contextlib.suppress(OSError, trusted.UntrustedError):
+        return trusted.check_owned(folder).st_mode & 0o777 == 0o700
+    return False
+
+
+def _mounted(source: str, target: str) -> bool:
+    """`source` is mounted at `target` now (octal escapes of /proc/mounts decoded)."""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = [part.encode().decode("unicode_escape") for part in line.split()[:2]]
+        if fields == [source, target]:
+            return True
+    return False
 
 
 def _run(argv: list[str]) -> str:

@@ -12,6 +12,7 @@ unless `allow_root_filesystem: true`.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,13 +122,31 @@ def check_space(directory: Path, sets: list[FileSet]) -> None:
     need, free = need_bytes(sets), free_bytes(directory)
     if need <= free:
         return
-    mount = storage.mount_of(directory)
-    where = f"{mount.get('fstype')} on {mount.get('device')} mounted at {mount.get('mount_point')}"
+    where = mount_text(directory)
     parts = ", ".join(f"{s.label}: {human(s.missing_bytes())}" for s in sets if s.missing_bytes())
     raise TargetError(
         f"directory {directory} ({where}) has {human(free)} free ({free} bytes), but this sweep's files "
         f"need {human(need)} ({need} bytes) more: {parts}; free space or choose another `directory`"
     )
+
+
+def mount_text(directory: Path) -> str:
+    """The file system and device under `directory`: 'xfs on /dev/nvme0n1 mounted at /mnt/nvme'."""
+    mount = storage.mount_of(directory)
+    return f"{mount.get('fstype')} on {mount.get('device')} mounted at {mount.get('mount_point')}"
+
+
+def check_files(sets: list[FileSet]) -> None:
+    """Refuse a test file's path that is a symbolic link or another user's: the tools would write through it."""
+    for path in (p for s in sets for p in s.paths):
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid():
+            found = "a symbolic link" if stat.S_ISLNK(info.st_mode) else f"owned by uid {info.st_uid}"
+            raise TargetError(f"{path} is {found}, not a test file of this user's (the tools would write through "
+                              "it): remove it, or choose another `directory`")  # fmt: skip
 
 
 def check_mount(directory: Path, allow_root: bool) -> None:

@@ -40,7 +40,9 @@ def prepare(
     if not runnable:  # nothing here uses the directory (fio on RADOS or RBD, S3 only)
         return
     filesets.check_mount(ctx.directory, bool(config.settings.get("allow_root_filesystem")))
-    filesets.check_space(ctx.directory, filesets.file_sets(runnable, ctx))
+    sets = filesets.file_sets(runnable, ctx)
+    filesets.check_files(sets)
+    filesets.check_space(ctx.directory, sets)
     for engine, argv_of in (("gdsio", _gdsio_argv), ("fio", _fio_argv)):
         cases = [c for c in filesets.reads(runnable, engine) if not c.get("unlink")]  # unlink: fio lays out its own
         threads = filesets.most_threads(cases)

@@ -4,7 +4,8 @@ The rules are data (RULES: name, what it means, the remedy). Each is judged wher
 - when a row is written (`row_flags`, by the sweep): `too_short` (the row) and `throttled` (the run's
   time series, which the sweep has in hand then and stores apart);
 - when results are read (`annotate`, by report, compare and qualify): `page_cache` and `unstable` need
-  the other rows of the sweep, `above_link` the device and link facts of the sidecar. `annotate`
+  the other rows of the sweep, `above_link` the device and link facts of the sidecar, `busy_machine` only
+  the row (so files from before it get it too). `annotate`
   merges them with the flags stored in the rows, so a CSV from an older gdsbench gets them too.
 A row's `flags` cell lists the names, comma-separated, in RULES order; empty means clean.
 """
@@ -38,6 +39,15 @@ THROTTLE_DROP = 0.75
 THROTTLE_WINDOWS = 6
 #: Throttling (heat, an SSD's write cache running out) shows over sustained load: shorter runs are not judged.
 THROTTLE_MIN_S = 5.0
+#: busy_machine: CPUs busy on average in the window before the run (another process's work) ...
+BUSY_BEFORE_CPUS = 0.5
+#: ... while the machine's CPU beyond the run's own processes', per second of the run, is above this and above
+#: the run's own CPU (kernel work done for the run, a buffered writer's writeback or a loop device's worker, can
+#: be that large too: hence the load before the run, or in older files a saturated machine, must say others ran).
+BUSY_EXCESS_CPUS = 0.5
+#: Files without busy_cpus_before: the machine counts as busy when its CPU per second reached this share of the
+#: run's usable cores.
+BUSY_SATURATED = 0.9
 BUFFERED = ("CPU_CACHED", "CPU_CACHED_GPU")
 READS = ("read", "randread")
 WRITES = ("write", "randwrite")
@@ -90,12 +100,26 @@ RULES: dict[str, Rule] = {
             "memory), and compare with the same run through the storage's native client",
         ),
         Rule(
+            "busy_machine",
+            f"the machine's CPU (every process's, /proc/stat) far above the run's own processes' (over "
+            f"{BUSY_EXCESS_CPUS:g} CPUs more per second of the run, and more than the run's own) while the machine "
+            f"was busy: {BUSY_BEFORE_CPUS:g}+ CPUs busy just before the run (busy_cpus_before; in older files: "
+            f"every usable core busy during it): others' work is in the machine CPU figures (machine "
+            "CPU-s/GiB, CPU-bound at) and may have slowed the run",
+            "stop the neighbours and run again; meanwhile read the process CPU-s/GiB column",
+        ),
+        Rule(
             "too_short",
             f"runtime under {TOO_SHORT_S:g} s: start-up and fio's millisecond clock weigh in the figure",
             "set a runtime (time-based fio and gdsio runs), or a larger file_size or checkpoint_size",
         ),
     )
 }
+
+
+#: Flags on a figure beside the bandwidth (the machine's CPU), which depend on what else ran: a qualify check on
+#: bandwidth or latency does not fail on them (the report still shows them).
+ADVISORY = frozenset({"busy_machine"})
 
 
 def text(names: Iterable[str]) -> str:
@@ -277,7 +301,41 @@ def is_remote_fs(fstype: str) -> bool:
     return fstype in REMOTE_FS or fstype.startswith("fuse.")
 
 
-SWEEP_RULES = {"page_cache": page_cache, "unstable": unstable, "above_link": above_link, "remote_fs": remote_fs}
+def busy_machine(frame: pd.DataFrame, sidecars: Mapping[str, Any]) -> list[Any]:
+    """Rows whose machine CPU holds others' work: far above their own processes' CPU while the machine was busy
+    before the run began (busy_cpus_before) or, in files that did not record that, while every usable core was
+    busy. Training loops are not judged (no one measuring window)."""
+    if not {"machine_cpu_seconds", "cpu_seconds", "seconds"} <= set(frame.columns):
+        return []
+    flagged: list[Any] = []
+    for run in _runs(frame):
+        run = run[run["pattern"] != "train"]
+        meta = sidecars.get(str(run["source"].iloc[0]), {}) if "source" in run and not run.empty else {}
+        machine, own = run["machine_cpu_seconds"].astype(float), run["cpu_seconds"].astype(float)
+        seconds, excess = run["seconds"].astype(float), machine - own
+        far_above = (excess / seconds > BUSY_EXCESS_CPUS) & (excess > own)
+        before = run["busy_cpus_before"].astype(float) if "busy_cpus_before" in run else machine * float("nan")
+        saturated = machine / seconds >= BUSY_SATURATED * usable_cpus(meta)
+        busy = (before >= BUSY_BEFORE_CPUS) | (before.isna() & saturated)
+        flagged += list(run.index[far_above & busy])
+    return flagged
+
+
+def usable_cpus(meta: Mapping[str, Any]) -> float:
+    """The CPUs a run could use, from its sidecar (its affinity; the machine's count in older files); NaN where
+    neither is said."""
+    facts = meta.get("machine") or {}
+    count = facts.get("usable_cpus", facts.get("cpu_count")) if isinstance(facts, Mapping) else None
+    return float(count) if isinstance(count, int) and not isinstance(count, bool) and count > 0 else float("nan")
+
+
+SWEEP_RULES = {
+    "page_cache": page_cache,
+    "unstable": unstable,
+    "above_link": above_link,
+    "remote_fs": remote_fs,
+    "busy_machine": busy_machine,
+}
 #: The columns the sweep-wide rules read (a frame without them gets its stored flags only).
 NEEDED = {"status", "case", "host", "pattern", "transfer", "repetition", "bw_bytes"}
 

@@ -22,6 +22,8 @@ DEFAULT_PORT = 8765
 AGGREGATE = "all"
 #: sun_path holds 108 bytes with the terminating NUL; fio silently truncates longer paths.
 MAX_SOCKET_PATH = 107
+#: DNS limits (RFC 1035): a name's length, and each dot-separated label's.
+MAX_NAME, MAX_LABEL = 253, 63
 EXPECTED = "host, host:port, [ipv6]:port, sock:/path/to/socket or a host-list file"
 _NAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
 
@@ -97,6 +99,8 @@ def parse_host(text: str) -> Host:
         raise ValueError(f"a host other than {AGGREGATE!r} (it names the aggregate row)")
     if not _NAME.fullmatch(address):
         raise ValueError("a host name or IPv4 address (letters, digits, '.', '-', '_')")
+    if len(address) > MAX_NAME or not all(1 <= len(label) <= MAX_LABEL for label in address.split(".")):
+        raise ValueError(f"a host name of at most {MAX_NAME} characters, its dot-separated labels 1 to {MAX_LABEL}")
     return Host(HostKind.TCP, address, port)
 
 

@@ -24,10 +24,19 @@ class Key:
     help: str = ""
     axis: bool = True  # False: a setting of the whole sweep (a tool's path), never a matrix axis or case parameter
     patterns: tuple[str, ...] | None = None  # only cases of these patterns carry it (None: every pattern)
+    #: (parameter, values): the engine uses this key only where those parameters have one of those values (pool
+    #: only with ioengine rados or rbd); elsewhere its cases carry the default, and reports leave it blank.
+    used_with: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def applies(self, pattern: Any) -> bool:
         """Whether a case of `pattern` carries this key as a parameter."""
         return self.patterns is None or str(getattr(pattern, "value", pattern)) in self.patterns
+
+    def used(self, params: Any) -> bool:
+        """Whether a case (or row) with these parameter values uses this key (`used_with`)."""
+        return all(
+            str(getattr(params.get(name), "value", params.get(name))) in values for name, values in self.used_with
+        )
 
 
 def size(value: Any) -> int:

@@ -214,7 +214,7 @@ def parse_where(source: str, key: str, block: Any) -> tuple[tuple[str, Any], ...
     pairs = []
     for name, value in block.items():
         if name not in keys:
-            raise ConfigError(source, f"{key}.{name}", "a parameter column: " + ", ".join(keys))
+            raise ConfigError(source, f"{key}.{name}", config.unknown(name, keys, "a parameter column"))
         if value is None:
             raise ConfigError(source, f"{key}.{name}", keys[name].expected)
         pairs.append((name, _value(source, f"{key}.{name}", keys[name].parse, keys[name].expected, value)))
@@ -328,7 +328,7 @@ def _judged(check: Check, ok: pd.DataFrame, seconds: float) -> Outcome:
 def _unallowed(check: Check, ok: pd.DataFrame) -> pd.Series:
     """Each row's guard-rail flags that the check does not allow (an empty list for a clean row)."""
     cells = ok["flags"] if "flags" in ok else pd.Series("", index=ok.index)
-    return cells.map(lambda cell: [n for n in flags.parse(cell) if n not in check.allow])
+    return cells.map(lambda cell: [n for n in flags.parse(cell) if n not in check.allow and n not in flags.ADVISORY])
 
 
 def _flagged(check: Check, hit: pd.DataFrame, raised: str, measured: str) -> str:

@@ -7,6 +7,7 @@ Sizes are bytes, bandwidths bytes/s, times seconds, latencies microseconds: unit
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import secrets
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 #: The results schema this version writes (in the sidecar's `schema_version`). 1: files written before it was
 #: recorded, read the same way (a column they lack is empty; a case parameter they lack matches its default).
-#: Measured columns added since (cpu_seconds, machine_cpu_seconds, staging_bytes, the train pattern's stall_seconds ... goodput)
+#: Measured columns added since (cpu_seconds, machine_cpu_seconds, busy_cpus_before, staging_bytes, the train pattern's stall_seconds ... goodput)
 #: leave it as it is: older files read them empty.
 SCHEMA_VERSION = 2
 
@@ -66,6 +67,7 @@ SCHEMA: tuple[tuple[str, str], ...] = (
     ("staging_bytes", NUMBER),
     ("cpu_seconds", NUMBER),
     ("machine_cpu_seconds", NUMBER),
+    ("busy_cpus_before", NUMBER),
     ("stall_seconds", NUMBER),
     ("slowdown", NUMBER),
     ("checkpoint_cost_seconds", NUMBER),
@@ -84,6 +86,14 @@ SCHEMA: tuple[tuple[str, str], ...] = (
     ("raw_output", TEXT),
 )
 COLUMNS = tuple(name for name, _ in SCHEMA)
+#: The columns of the first schema, which every results file has: `load` adds one a file lacks, empty (columns
+#: added since are read where a file has them).
+FIRST_COLUMNS = (
+    *("run_id", "host", "case", "engine", "transfer", "pattern", "io_size", "threads", "iodepth", "repetition"),
+    *("status", "bytes", "seconds", "bw_bytes", "iops", "lat_mean_us", "lat_stdev_us", "lat_p50_us", "lat_p90_us"),
+    *("lat_p99_us", "lat_p999_us", "bw_min_bytes", "bw_max_bytes", "seconds_min", "peak_rss_bytes"),
+    *("bytes_on_disk", "cache", "started_at", "error", "note", "command", "raw_output"),
+)
 NUMERIC = tuple(name for name, kind in SCHEMA if kind == NUMBER)
 #: Columns that say what was measured (the case); runner option columns are parameters too.
 PARAMETERS = ("engine", "transfer", "pattern", "io_size", "threads", "iodepth")
@@ -277,29 +287,105 @@ def load(paths: Iterable[str | Path]) -> pandas.DataFrame:
         A DataFrame with the COLUMNS schema plus each file's extra option columns; `host` and `run_id`
         tell runs apart.
     Raises:
-        UsageError: a path is missing or is not a gdsbench results file.
+        UsageError: a path is missing or is not a gdsbench results file (see `check_table`).
     """
     import pandas as pd
 
-    frames = []
-    for path in map(Path, paths):
-        if not path.is_file():
-            raise UsageError(f"{path}: no such results file")
-        header = read_header(path)
-        missing = [c for c in ("case", "engine", "status", "bw_bytes") if c not in header]
-        if missing:
-            raise UsageError(f"{path}: not a gdsbench results file (missing columns: {', '.join(missing)})")
-        text = {"error": str, "note": str, "flags": str, "straggler": str}
-        frame = pd.read_csv(path, keep_default_na=False, na_values=[""], dtype=text)
-        frame["source"] = str(path)
-        frames.append(frame)
+    frames = [_frame(Path(path)) for path in paths]
     if not frames:
         raise UsageError("no results files given")
     frame = pd.concat(frames, ignore_index=True)
     for column in NUMERIC:
         if column in frame:
-            frame[column] = pd.to_numeric(frame[column], errors="coerce")
-    return frame
+            numbers = pd.to_numeric(frame[column], errors="coerce")
+            frame[column] = numbers.where(numbers.abs() != float("inf"))  # no writer makes an infinity
+    return _with_every_column(frame)
+
+
+def _with_every_column(frame: pandas.DataFrame) -> pandas.DataFrame:
+    """The frame with each FIRST_COLUMNS column its files lack added empty (text columns as text), after the others."""
+    import pandas as pd
+
+    missing = {name: pd.Series(None, index=frame.index, dtype=float if kind == NUMBER else object)
+               for name, kind in SCHEMA if name in FIRST_COLUMNS and name not in frame}  # fmt: skip
+    return pd.concat([frame, pd.DataFrame(missing)], axis=1) if missing else frame
+
+
+#: Columns every results file has, and those every one of its rows fills in.
+REQUIRED_COLUMNS = ("case", "engine", "status", "bw_bytes")
+REQUIRED_CELLS = ("case", "engine", "status")
+
+
+def _frame(path: Path) -> pandas.DataFrame:
+    """One results CSV as a DataFrame of its text, checked first (`check_table`); text columns stay text."""
+    import pandas as pd
+
+    if not path.is_file():
+        raise UsageError(f"{path}: no such results file")
+    text = read_text(path)
+    header, count = check_table(path, text)
+    text_columns = {name: str for name, kind in SCHEMA if kind == TEXT and name in header}
+    try:
+        frame = pd.read_csv(io.StringIO(text), keep_default_na=False, na_values=[""], dtype=text_columns)
+    except (ValueError, pd.errors.ParserError) as exc:  # what the csv module accepted and pandas does not
+        raise UsageError(f"{path}: not a results file pandas can read ({exc})") from None
+    if len(frame) != count or list(frame.columns) != header:
+        raise UsageError(f"{path}: pandas reads it as {len(frame)} rows of {len(frame.columns)} columns, not "
+                         f"{count} of {len(header)}; not a results file gdsbench wrote")  # fmt: skip
+    return frame.assign(source=str(path))
+
+
+def read_text(path: Path) -> str:
+    """A results file's text; UsageError naming the line of a byte that is not UTF-8."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UsageError(f"{path}:{line}: not UTF-8 text (byte {data[exc.start]:#04x}); not a results file") from None
+
+
+def check_table(path: Path, text: str) -> tuple[list[str], int]:
+    """The header and number of rows of a results CSV's text; UsageError naming the file and line of what no
+    gdsbench writer makes: broken quoting, a missing or duplicated column, a row whose fields are more or
+    fewer than the header's (torn or hand-edited), a row without a case, engine or status."""
+    csv.field_size_limit(max(csv.field_size_limit(), len(text)))
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    line, count = 1, 0
+    try:
+        header = next(reader, [])
+        _check_header(path, header)
+        for row in reader:
+            if row:
+                _check_row(path, line + 1, header, row)
+                count += 1
+            line = reader.line_num
+    except csv.Error as exc:
+        raise UsageError(f"{path}:{line + 1}: not a CSV row ({exc}; a torn or hand-edited row)") from None
+    return header, count
+
+
+def _check_header(path: Path, header: list[str]) -> None:
+    """UsageError for a header without gdsbench's core columns or with a column twice."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise UsageError(f"{path}: not a gdsbench results file (missing columns: {', '.join(missing)})")
+    if "" in header:
+        raise UsageError(f"{path}:1: column {header.index('') + 1} has no name; not a results file gdsbench wrote")
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise UsageError(f"{path}:1: column {twice[0]!r} appears more than once; not a results file gdsbench wrote")
+
+
+def _check_row(path: Path, line: int, header: list[str], row: list[str]) -> None:
+    """UsageError for a row with a field count other than the header's, or an empty case, engine or status."""
+    if len(row) != len(header):
+        raise UsageError(
+            f"{path}:{line}: {len(row)} fields where the header has {len(header)} (a torn or hand-edited row)"
+        )
+    empty = [name for name in REQUIRED_CELLS if not row[header.index(name)]]
+    if empty:
+        raise UsageError(f"{path}:{line}: no {empty[0]} in this row; not a row gdsbench wrote")
 
 
 @dataclass

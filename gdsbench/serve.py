@@ -16,20 +16,25 @@ import socket
 import stat
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from gdsbench.errors import UsageError
+from gdsbench.errors import ToolError, UsageError
 from gdsbench.hosts import DEFAULT_PORT, MAX_SOCKET_PATH, Host, HostKind, parse_host
 
 
 def listen_host(listen: str, allow_all: bool) -> tuple[Host, str | None]:
-    """The address to bind (`host:port`, `[ipv6]:port`, `sock:/path`) and a warning; UsageError if refused."""
+    """The address to bind (`host:port`, `[ipv6]:port`, `sock:/path`) and a warning; UsageError if refused or
+    if a name does not resolve."""
     try:
         host = parse_host(_spell_wildcard(listen))
     except ValueError as exc:
         raise UsageError(f"--listen: expected {exc} (got {listen!r})") from None
+    if host.kind is HostKind.SOCK:
+        host = Host(HostKind.SOCK, str(Path(host.address).absolute()))
+        return host, _socket_warning(host)
     if all_interfaces(host):
         if not allow_all:
             raise UsageError(
@@ -37,9 +42,7 @@ def listen_host(listen: str, allow_all: bool) -> tuple[Host, str | None]:
                 "(exec_prerun too) as this user; name one address, or add --allow-all-interfaces"
             )
         return host, _open_warning(listen)
-    if host.kind is HostKind.SOCK:
-        host = Host(HostKind.SOCK, str(Path(host.address).absolute()))
-    return host, _socket_warning(host)
+    return host, None
 
 
 def _spell_wildcard(listen: str) -> str:
@@ -55,16 +58,33 @@ def _spell_wildcard(listen: str) -> str:
 
 
 def all_interfaces(host: Host) -> bool:
-    """True when the address is, or a name resolves to, 0.0.0.0 or :: (IPv4-mapped forms included; fio resolves
-    names as here)."""
+    """True when the address is, or a name resolves to, 0.0.0.0 or :: (IPv4-mapped forms and scopes included: `::%lo`);
+    UsageError for a name or address that does not resolve (fio resolves them as here)."""
     if host.kind is HostKind.SOCK:
         return False
+    return _unspecified([host.address]) or _unspecified(resolve(host))
+
+
+def resolve(host: Host) -> set[str]:
+    """The addresses a TCP host's name or address resolves to; UsageError naming it when it does not (no such
+    name, a scope `%if` with no such interface, a label IDNA refuses)."""
     family = socket.AF_INET6 if host.kind is HostKind.TCP6 else socket.AF_INET
     try:
-        resolved = {info[4][0] for info in socket.getaddrinfo(host.address, None, family, socket.SOCK_STREAM)}
-    except OSError:
-        return False  # fio will say it cannot resolve it
-    return any(_as_ipv4(str(address)).is_unspecified for address in resolved)
+        return {str(info[4][0]) for info in socket.getaddrinfo(host.address, None, family, socket.SOCK_STREAM)}
+    except (OSError, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"--listen {host.label}: {host.address!r} does not resolve ({reason})") from None
+
+
+def _unspecified(addresses: Iterable[str]) -> bool:
+    """True when one of these is an IP address binding every interface (names are not)."""
+    for address in addresses:
+        try:
+            if _as_ipv4(address).is_unspecified:
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def _as_ipv4(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -116,7 +136,10 @@ def listening(host: Host) -> bool:
     address = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host.address, host.address)
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.settimeout(0.5)
-        return probe.connect_ex((address, host.port or DEFAULT_PORT)) == 0
+        try:
+            return probe.connect_ex((address, host.port or DEFAULT_PORT)) == 0
+        except (OSError, UnicodeError):  # a name that stopped resolving
+            return False
 
 
 def wait_listening(host: Host, alive: Callable[[], bool], timeout: float = 10.0) -> bool:
@@ -140,13 +163,49 @@ def _terminated(*_: object) -> None:
     raise Terminated
 
 
+class Relay:
+    """fio's output, held until the server listens (it says why it could not), then passed on line by line."""
+
+    def __init__(self, stream: Iterable[str], say: Callable[[str], None]) -> None:
+        self.held: list[str] = []
+        self._say, self._lock, self._released = say, threading.Lock(), False
+        self._thread = threading.Thread(target=self._copy, args=(stream,), daemon=True)
+        self._thread.start()
+
+    def _copy(self, stream: Iterable[str]) -> None:
+        """Hold or pass on each line until the stream ends."""
+        for line in stream:
+            with self._lock:
+                (self._say if self._released else self.held.append)(line.rstrip("\n"))
+
+    def release(self) -> None:
+        """Pass on what was held, and every line from now on."""
+        with self._lock:
+            self._released = True
+            for line in self.held:
+                self._say(line)
+
+    def said(self, timeout: float = 2.0) -> str:
+        """What was held, once the stream ended (or `timeout` passed), as one line."""
+        self._thread.join(timeout)
+        with self._lock:
+            return "; ".join(line.strip() for line in self.held if line.strip()) or "nothing"
+
+
 def run_foreground(argv: list[str], host: Host, say: Callable[[str], None]) -> int:
-    """Run the server until it exits, Ctrl-C (130) or SIGTERM (143); both stop it as `stop` does."""
-    proc = subprocess.Popen(argv)
+    """Run the server until it exits, Ctrl-C (130) or SIGTERM (143); both stop it as `stop` does. fio's output
+    goes to stderr; ToolError with it when fio exits before it listens (fio 3.33 exits 0 when it cannot bind)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+    relay = Relay(proc.stdout or (), say)
     previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         if wait_listening(host, lambda: proc.poll() is None):
             say(f"fio server listening on {host.label} (pid {proc.pid}); Ctrl-C stops it")
+        elif proc.poll() is not None:
+            raise ToolError(
+                f"fio server did not listen on {host.label} (exit status {proc.returncode}): {relay.said()}"
+            )
+        relay.release()
         return proc.wait()
     except (KeyboardInterrupt, Terminated) as exc:
         stop(proc)
@@ -175,7 +234,12 @@ def run_daemon(argv: list[str], host: Host, pidfile: Path, say: Callable[[str], 
     code = subprocess.run(argv, check=False).returncode
     if code != 0:
         return code
-    pid = int(pidfile.read_text().split()[0])
+    try:
+        pid = int(pidfile.read_text().split()[0])
+    except (OSError, ValueError, IndexError):  # the daemon failed and removed it; it logs why to syslog
+        raise ToolError(
+            f"fio server did not start on {host.label}: no pid in {pidfile} (fio logs why to syslog)"
+        ) from None
     if not wait_listening(host, lambda: _alive(pid)):
         say(f"fio server (pid {pid}) is not listening on {host.label}")
         return 1
@@ -198,6 +262,10 @@ def serve(listen: str | None, allow_all: bool, pidfile: Path | None, binary: str
     host, warning = listen_host(listen, allow_all) if listen else (private_socket(), None)
     if host.kind is HostKind.SOCK and os.path.lexists(host.address):
         raise UsageError(f"{host.address} exists (a socket left by a killed server?); remove it or choose another")
+    if host.kind is not HostKind.SOCK and listening(host):  # fio would fail to bind, and we take that one for it
+        raise UsageError(
+            f"--listen {host.label}: something listens there already (another fio server?); choose another port"
+        )
     if warning:
         say(f"warning: {warning}")
     say(f"sweep configs reach it as: hosts: [{host.label!r}]")

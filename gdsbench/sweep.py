@@ -10,19 +10,22 @@ import datetime as dt
 import hashlib
 import os
 import shlex
+import stat
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gdsbench import fill, flags, results, runners, sysinfo
+from gdsbench import fill, flags, results, runners, sysinfo, trusted
 from gdsbench.cases import Case
 from gdsbench.config import SweepConfig
 from gdsbench.errors import GdsbenchError, TargetError
 from gdsbench.hosts import AGGREGATE, Host
 from gdsbench.runners.base import Measurement, Resources, RunContext
 from gdsbench.runners.fio import FioRunner
+from gdsbench.runners.resources import busy_cpus
 
 
 @dataclass(frozen=True)
@@ -42,23 +45,66 @@ class Step:
         return f"{self.case.engine}-{digest}-r{self.repetition}"
 
 
-def folder_problem(directory: Path) -> str | None:
-    """Why a folder cannot take our files (it is made when missing), or None when it can."""
+def folder_problem(directory: Path, parents: bool = True) -> str | None:
+    """Why a folder cannot take our files (it is made when missing, with its `parents`), or None when it can."""
     if directory.exists() and not directory.is_dir():
         return "exists and is not a directory"
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(parents=parents, exist_ok=True)
     except OSError as exc:
         return f"cannot be made: {exc.strerror}"
     return None if os.access(directory, os.W_OK | os.X_OK) else "is not writable by this user"
 
 
-def prepare_target(directory: Path) -> Path:
-    """Create the target directory if missing; refuse one that is not a writable directory."""
-    problem = folder_problem(directory)
+def prepare_target(directory: Path, resources: Resources | None = None, private: bool = True) -> Path:
+    """The folder a sweep's files go in: `directory`, made when missing and its parent exists (a mistyped path
+    is refused, not made), and trusted (ours, writable by no one else); in a sticky folder others write (/tmp),
+    a private folder made inside it (unless not `private`: every host of a multi-host sweep uses the path);
+    refused where another user made it or can replace what is in it. What it makes goes in `resources`
+    (removed at the end once empty)."""
+    try:
+        path = trusted.safe_path(directory)
+    except trusted.UntrustedError as exc:
+        raise TargetError(f"directory {directory}: {exc}; choose a directory of your own") from None
+    if not os.path.lexists(path):
+        return _make_target(path, resources)
+    if path.is_symlink() and os.lstat(path).st_uid in (0, os.geteuid()):  # a link of ours: where it points
+        return prepare_target(Path(os.path.realpath(path)), resources, private)
+    problem = folder_problem(path, parents=False)
     if problem:
         raise TargetError(f"directory {directory} {problem}; choose another `directory`")
-    return directory
+    return _trusted_target(path, resources, private)
+
+
+def _make_target(path: Path, resources: Resources | None) -> Path:
+    """A missing target made (mode 0755) in its existing parent, as this sweep's."""
+    if not path.parent.is_dir():
+        raise TargetError(f"directory {path} does not exist, nor does its parent {path.parent} (a mistyped "
+                          "path?): make it first, or correct `directory`")  # fmt: skip
+    try:
+        os.mkdir(path, 0o755)
+    except OSError as exc:
+        raise TargetError(f"directory {path} cannot be made: {exc.strerror}; choose another `directory`") from None
+    if resources is not None:
+        resources.created.append(path)
+    return path
+
+
+def _trusted_target(path: Path, resources: Resources | None, private: bool) -> Path:
+    """`path` when ours and writable by no one else; a private folder made inside it when it is a sticky folder
+    of root's or ours (others cannot rename what we make there); else refused, naming what was found."""
+    info = os.lstat(path)
+    try:
+        trusted.check_owned(path, info)
+        return path
+    except trusted.UntrustedError as exc:
+        if not (private and info.st_mode & stat.S_ISVTX and info.st_uid in (0, os.geteuid())):
+            raise TargetError(f"`directory` {exc} (another user could replace the test files in it with "
+                              "links); choose a directory of your own") from None  # fmt: skip
+    folder = Path(tempfile.mkdtemp(prefix="gdsbench-", dir=path))
+    if resources is not None:
+        resources.created.append(folder)
+    return folder
 
 
 def context(config: SweepConfig, csv_path: Path | None) -> RunContext:
@@ -158,7 +204,7 @@ def run(
     Each yielded row says whether it ends its step (`step_done`): a multi-host run yields a row per
     host, then its `all` row.
     """
-    prepare_target(ctx.directory)
+    ctx.directory = prepare_target(ctx.directory, ctx.resources, private=not config.hosts)
     skipped: dict[str, str | None] = {}
     failed_warmup: set[str] = set()
     series = _Series(writer.path)
@@ -217,6 +263,7 @@ def _measure(step: Step, ctx: RunContext, run_id: str) -> tuple[dict[str, Any], 
     runner = runners.get(step.case.engine)
     started = _now()
     command = " ".join([*overrides(getattr(runner, "environment", ())), shlex.join(runner.command(step.case, ctx))])
+    busy_before = busy_cpus()  # the neighbours' load, for the busy_machine flag (flags.busy_machine)
     try:
         measurement = runner.run(step.case, ctx)
     except GdsbenchError as exc:
@@ -225,7 +272,13 @@ def _measure(step: Step, ctx: RunContext, run_id: str) -> tuple[dict[str, Any], 
         )
         return failed, None
     raw = _keep_raw(ctx, step, measurement.raw)
-    fields = {"status": "ok", "started_at": started, "command": command, "raw_output": raw}
+    fields = {
+        "status": "ok",
+        "started_at": started,
+        "command": command,
+        "raw_output": raw,
+        "busy_cpus_before": busy_before,
+    }
     return _row(step.case, step.repetition, run_id, **fields, **measurement.row()), measurement
 
 
@@ -277,13 +330,16 @@ class _Series:
 
 
 def _row(case: Case, repetition: int, run_id: str, **fields: Any) -> dict[str, Any]:
-    """A results row: identity, case parameters, then what was measured."""
+    """A results row: identity, case parameters (blank where the engine does not use them), then what was
+    measured."""
+    params = case.row()
+    params.update(dict.fromkeys(runners.unused_options(case.engine, params)))
     return {
         "run_id": run_id,
         "host": sysinfo.host_name(),
         "case": case.key,
         "repetition": repetition,
-        **case.row(),
+        **params,
         **fields,
     }
 

@@ -5,6 +5,7 @@ free (fio's ceph engines read only that file)."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gdsbench import ceph_local
+from gdsbench import ceph_local, trusted
 from tests.conftest import CEPH_LOCK, ceph_test_dir
 
 
@@ -37,12 +38,15 @@ def ceph_cluster(request: pytest.FixtureRequest) -> Iterator[ceph_local.Cluster]
     if os.geteuid() != 0:
         pytest.skip("needs root (Ceph daemons, /etc/ceph, ceph-fuse)")
     directory = ceph_test_dir(request.config)
-    with CEPH_LOCK.open("a") as lock:
+    lock = os.open(CEPH_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # /var/tmp: no link
+    with os.fdopen(lock, "r+"):
+        trusted.check_owned(CEPH_LOCK, os.fstat(lock))
         fcntl.flock(lock, fcntl.LOCK_EX)
         _installed()
         for stale in Path("/var/tmp").glob("gdsbench-ceph-test-*"):  # left by a run that was killed
             if stale != directory and not Path(f"/proc/{stale.name.rsplit('-', 1)[1]}").exists():
-                ceph_local.down(stale)
+                with contextlib.suppress(trusted.UntrustedError):  # one others made: left alone
+                    ceph_local.down(stale)
         found = ceph_local.attach(directory)
         if found is None or len(found.pids()) != len(found.pidfiles) or not all(map(_alive, found.pids())):
             ceph_local.down(directory)  # an unfinished `up` or a dead daemon: start again

@@ -36,6 +36,7 @@ def _cuda_reason() -> str | None:
     return None if torch.cuda.is_available() else "no CUDA device"
 
 
+CHROMIUM = ("chromium", "chromium-browser", "google-chrome")  # tools/html_screenshot.py's BROWSERS
 PROBES = {
     "needs_fio": lambda: None if shutil.which("fio") else "fio is not installed (apt-get install fio)",
     "needs_root": lambda: None if os.geteuid() == 0 else "needs root",
@@ -43,6 +44,11 @@ PROBES = {
     "needs_torch": lambda: None if importlib.util.find_spec("torch") else "torch is not installed",
     "needs_cuda": _cuda_reason,
     "needs_gdsio": lambda: None if gpu.find_gdsio(None)[0] else "NVIDIA gdsio is not installed",
+    "needs_chromium": lambda: (
+        None
+        if any(map(shutil.which, CHROMIUM))
+        else "Chromium is not installed (apt-get install chromium; make test installs it)"
+    ),
 }
 
 

@@ -101,6 +101,26 @@ def test_errors_name_file_key_and_expectation(document, key, expected):
     assert str(error).startswith(f"sweep.yaml: {key}: expected ")
 
 
+@pytest.mark.parametrize(
+    "document,key,expected",
+    [
+        (with_(directroy="/tmp/x"), "directroy", "a known key (did you mean directory?)"),
+        (with_(matrix={"engine": ["fio"], "pattern": ["read"], "io_sise": ["1M"]}), "matrix.io_sise",
+         "a matrix axis (did you mean io_size?)"),
+        (with_(exclude=[{"patern": "read"}]), "exclude[0].patern", "a matrix axis (did you mean pattern?)"),
+    ],
+)  # fmt: skip
+def test_a_key_typo_is_told_the_nearest_key_not_every_key(document, key, expected):
+    error = error_of(document)
+    assert (error.key, error.expected) == (key, expected)
+
+
+def test_a_key_near_none_is_told_where_the_keys_are_listed():
+    error = error_of(with_(zzqq=1))
+    assert error.expected.startswith("a known key (") and "gdsbench runners" in error.expected
+    assert "directory" not in error.expected and len(error.expected) < 120
+
+
 def test_yaml_syntax_error_names_the_line(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("name: x\nmatrix: [engine: fio\n")
@@ -182,7 +202,7 @@ KNOWN = set(config.SWEEP_KEYS) | set(config.STRUCTURE_KEYS) | set(config.runners
 @given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12).filter(lambda k: k not in KNOWN))
 def test_unknown_top_level_keys_are_named(key):
     error = error_of({**BASE, key: 1})
-    assert error.key == key and "matrix" in error.expected
+    assert error.key == key and error.expected.startswith("a known key (") and len(error.expected) < 120
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)

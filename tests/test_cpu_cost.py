@@ -72,3 +72,19 @@ def test_files_from_before_usable_cpus_project_with_the_machines_count():
     costs = cpu_cost.cpu_costs(costed_run(), {"r.csv": {"machine": {"cpu_count": 4}}})
     save = costs.set_index(["engine", "pattern"]).loc[("fastpersist", "save")]
     assert save["cores"] == 4 and save["cpu_bound_bw"] == pytest.approx(4 * GIB / 0.4)
+
+
+def test_figures_below_the_clocks_resolution_are_left_out():
+    """A quick run on 16 CPUs: 90 ms of machine CPU is under one 10 ms tick per CPU (it read below the process's own
+    100 ms), so only the process figure stands; the machine's and its projection are omitted, not shown wrong."""
+    quick = [
+        row(engine="fastpersist", pattern="save", io_size=None, bytes=GIB // 32, bw_bytes=900, repetition=rep,
+            cpu_seconds=0.1, machine_cpu_seconds=0.09)
+        for rep in (1, 2)
+    ]  # fmt: skip
+    frame = pd.DataFrame(quick).assign(source="q.csv")
+    costs = cpu_cost.cpu_costs(frame, {"q.csv": {"machine": {"cpu_count": 16}}}).iloc[0]
+    assert pd.isna(costs["machine_cpu_s_per_gib"]) and pd.isna(costs["cpu_bound_bw"])
+    assert costs["process_cpu_s_per_gib"] == pytest.approx(3.2)
+    on_two = cpu_cost.cpu_costs(frame, {"q.csv": {"machine": {"cpu_count": 2}}}).iloc[0]
+    assert on_two["machine_cpu_s_per_gib"] == pytest.approx(2.88)  # 9 ticks on 2 CPUs: above their resolution

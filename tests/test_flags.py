@@ -140,7 +140,9 @@ def test_a_real_page_cache_read_is_flagged_and_a_clean_direct_read_is_not(tmp_pa
     assert "FAIL cached read: flagged page_cache on 1 row(s)" in result.output and "drop caches" in result.output
     [csv_path] = (tmp_path / "out").glob("*.csv")
     marked = flags.annotate(results.load([csv_path]))
-    by_case = dict(zip(marked["transfer"] + " " + marked["pattern"], marked["flags"]))
+    # busy_machine depends on what else runs on this machine (flags.ADVISORY), not on the rows: left out here
+    cells = marked["flags"].map(lambda cell: flags.text(n for n in flags.parse(cell) if n not in flags.ADVISORY))
+    by_case = dict(zip(marked["transfer"] + " " + marked["pattern"], cells))
     assert by_case == {"CPU_CACHED write": "", "CPU_CACHED read": "page_cache", "CPU_ONLY read": ""}
     text = report.render(results.load([csv_path]), None, "text")
     assert "flag page_cache on 1 case(s)" in text and "remedy: drop caches" in text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-import shutil
+import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -17,7 +17,8 @@ from gdsbench.cli import cli
 from gdsbench.report import html, plots
 from tests.helpers import assert_exits
 
-SAMPLE = sorted((Path(__file__).parents[1] / "results" / "sample").glob("*.csv"))
+SAMPLE_ROOT = Path(__file__).parents[1] / "results" / "sample"
+SAMPLE = sorted(SAMPLE_ROOT.glob("*.csv"))
 
 
 class Tags(HTMLParser):
@@ -69,7 +70,7 @@ def test_page_has_run_metadata_tables_and_status_lines(page: str) -> None:
         "qualify-local",
     ):
         assert fact in page
-    assert "<th>bw (median)</th>" in page and "<th>min-max</th>" in page
+    assert '<th class="s">bw (median)</th>' in page and "<th>min-max</th>" in page
     assert re.search(r"READ: bw=\d+MiB/s", page) and re.search(r"WRITE: bw=\d+MiB/s", page)
     assert "skipped: engine=fio,pattern=write,transfer=GDS" in page  # skipped cases listed with reason
     assert "<h1>gdsbench report: host vm, run " in page
@@ -196,7 +197,7 @@ def test_figure_progress_is_told_of_every_figure(tmp_path: Path) -> None:
     assert {total for _, total, _ in seen} == {len(figures)} and seen[-1][2] == figures[-1].name
 
 
-@pytest.mark.skipif(not any(map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), reason="no Chromium")
+@pytest.mark.needs_chromium
 def test_the_docs_screenshot_is_drawn_by_chromium(tmp_path: Path) -> None:
     """tools/html_screenshot.py (make docs-screenshot): a PNG of the page's top, the size asked for."""
     import subprocess
@@ -212,7 +213,7 @@ def test_the_docs_screenshot_is_drawn_by_chromium(tmp_path: Path) -> None:
         assert image.size == (900, 700) and image.getextrema() != ((255, 255), (255, 255), (255, 255))
 
 
-@pytest.mark.skipif(not any(map(shutil.which, ("chromium", "chromium-browser", "google-chrome"))), reason="no Chromium")
+@pytest.mark.needs_chromium
 def test_the_docs_screenshot_can_hold_the_whole_page(tmp_path: Path) -> None:
     """`--full` (make docs-screenshot): the page down to its footer, cut a few pixels below it, in 256 colours."""
     import subprocess
@@ -229,3 +230,28 @@ def test_the_docs_screenshot_can_hold_the_whole_page(tmp_path: Path) -> None:
         drawn = image.convert("RGB")
     bottom = ImageChops.difference(drawn, Image.new("RGB", drawn.size, "white")).getbbox()[3]
     assert 0 < drawn.height - bottom <= 30  # the footer line is kept, the white below it is not
+
+
+@pytest.fixture(scope="module", params=["cpu-cost", "checkpoint"])
+def laid_out(request: pytest.FixtureRequest) -> tuple[str, dict]:
+    """A sample's page (its source) and Chromium's measurement of it 1280 pixels wide."""
+    from tools.html_screenshot import measure
+
+    with tempfile.TemporaryDirectory(prefix="gdsbench-page-") as folder:
+        csvs = sorted((SAMPLE_ROOT / request.param).glob("*.csv"))
+        path = html.write(results.load(csvs), Path(folder))
+        return path.read_text(encoding="utf-8"), measure(path, 1280)
+
+
+@pytest.mark.needs_chromium
+@pytest.mark.slow
+def test_in_chromium_1280_pixels_wide_nothing_overflows_and_every_table_and_figure_is_there(laid_out) -> None:
+    """The page in a real browser: no console error, nothing wider than the window, no summary table wider than its
+    box (the rows table and fio's status text scroll sideways by design), every table and image drawn."""
+    source, seen = laid_out
+    assert seen["errors"] == [] and seen["viewport"] == 1280
+    assert seen["width"] <= 1280
+    too_wide = [box for box in seen["scrolling"] if box["className"] not in ("scroll", "status")]
+    assert too_wide == [], "wider than their box: " + "; ".join(f"{b['heading']}: {b['content']} px" for b in too_wide)
+    assert seen["tables"] == source.count("<table>") > 0
+    assert seen["images"] == source.count("<img ") > 0 and seen["broken"] == 0

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+pytest.importorskip("ckptio", reason="ckptio is not installed: pip install 'gdsbench[checkpoint]'")
 import torch
 from ckptio import IOOptions, load, save
 from ckptio import format as fmt

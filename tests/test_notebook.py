@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
+import pytest
+
+pytest.importorskip("nbclient", reason="the notebook test's tools are not installed: pip install 'gdsbench[test]'")
+import nbformat  # nbclient's own requirement
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).parents[1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gc
 import inspect
 import pickle
@@ -101,6 +102,15 @@ def test_the_timer_keeps_the_signatures_dcp_inspects(ps: Any, tmp_path: Path) ->
 
 
 @pytest.mark.slow
+def plans(blob: bytes) -> list[Any]:
+    """Pickled plans, each load plan's commit (the seal of the checkpoint its rank read) as its length: the real
+    and the modelled runs save different checkpoints."""
+    return [
+        dataclasses.replace(p, storage_data=len(p.storage_data)) if isinstance(p.storage_data, bytes) else p
+        for p in pickle.loads(blob)
+    ]
+
+
 def test_the_model_hands_rank_0_what_a_real_two_rank_gloo_run_does(ps: Any, tmp_path: Path) -> None:
     setup = ps.Setup(tmp_path / "real", ("dcp_fast",), reps=1, layers=2)
     real = ps.real_run(2, setup, capture=True)["dcp_fast"]["captured"]
@@ -115,7 +125,7 @@ def test_the_model_hands_rank_0_what_a_real_two_rank_gloo_run_does(ps: Any, tmp_
     model = timer.captured
     assert set(real) == set(model) == {"save_plans", "cached_plans", "load_plans", "metadata"}
     for key in ("save_plans", "cached_plans", "load_plans"):  # what create_global_plan got, rank by rank
-        assert pickle.loads(model[key]) == pickle.loads(real[key])
+        assert plans(model[key]) == plans(real[key])
     got, want = pickle.loads(model["metadata"]), pickle.loads(real["metadata"])
     assert got.state_dict_metadata == want.state_dict_metadata and got.planner_data == want.planner_data
     assert got.storage_data.keys() == want.storage_data.keys()

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+pytest.importorskip("awscrt", reason="the s3 engine's client is not installed: pip install 'gdsbench[s3]'")
 from awscrt.s3 import S3ResponseError
 from hypothesis import given
 from hypothesis import strategies as st

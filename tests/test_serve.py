@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -12,14 +13,17 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from gdsbench.cases import Pattern
+from gdsbench.cli import cli
 from gdsbench.errors import UsageError
 from gdsbench.hosts import Host, HostKind
 from gdsbench.runners.fio_client import run_clients
 from gdsbench.runners.fio_jobfile import host_jobs
 from gdsbench.serve import listen_host, listening, private_socket, server_argv, wait_listening
 from tests.fio_servers import free_port
+from tests.helpers import assert_exits
 
 
 @pytest.mark.parametrize(
@@ -30,6 +34,18 @@ from tests.fio_servers import free_port
 def test_all_interfaces_are_refused_by_default(listen):
     with pytest.raises(UsageError, match="binds every interface"):
         listen_host(listen, allow_all=False)
+
+
+@pytest.mark.parametrize(
+    ("listen", "expected"),
+    [("[::%lo]", "binds every interface"), ("xn--a", "'xn--a' does not resolve"),
+     ("nosuch.invalid:9000", "does not resolve"), ("[fe80::1%nosuchif]", "does not resolve"),
+     ("a" * 64, "labels 1 to 63"), ("a..b", "labels 1 to 63"), ("a." * 127 + "a", "at most 253 characters")],
+)  # fmt: skip
+def test_an_address_that_cannot_be_bound_is_one_error_line(listen, expected):
+    result = CliRunner().invoke(cli, ["serve", "--listen", listen])
+    assert_exits(result, 2, one_line_error=True)
+    assert expected in result.output
 
 
 def test_all_interfaces_only_when_asked_and_with_a_warning():
@@ -158,3 +174,22 @@ def test_serve_refuses_a_socket_path_that_exists(tmp_path):
     )
     assert done.returncode == 2 and "exists (a socket left by a killed server?)" in done.stderr
     assert taken.read_text() == ""  # never removed
+
+
+@pytest.mark.needs_fio
+def test_serve_fails_with_fios_message_when_fio_cannot_bind():
+    done = subprocess.run([sys.executable, "-m", "gdsbench", "serve", "--listen", f"[fe80::1%lo]:{free_port()}"],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    error = done.stderr.strip().splitlines()[-1]
+    assert error.startswith("gdsbench: error: fio server did not listen on [fe80::1%lo]")
+    assert "): fio: " in error  # what fio said (bind: Invalid argument), though it exited 0
+
+
+def test_serve_refuses_a_port_something_listens_on():
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        result = CliRunner().invoke(cli, ["serve", "--listen", f"127.0.0.1:{other.getsockname()[1]}"])
+    assert_exits(result, 2, one_line_error=True)
+    assert "something listens there already" in result.output

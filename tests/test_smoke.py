@@ -6,12 +6,13 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from gdsbench.cli import cli
-from gdsbench.smoke import plan
+from gdsbench.smoke import Smoke, plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_fio, pytest.mark.needs_torch]
 STEPS = ["01", "03", "04", "05", "06", "07", "08", "09"]
@@ -78,3 +79,42 @@ def test_the_gpu_install_step_is_a_tool_that_installs_nothing_without_a_gpu(tmp_
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "02-install.log").read_text() == "no GPU on this host: nothing installed\n"
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["02-install.log"]
+
+
+def tools_sweep(tmp_path: Path, **document: Any) -> Smoke:
+    """A smoke run (GPU steps not asked) that has run one sweep step of `document`'s cases, fio and gdsio given as
+    paths that do not exist: a host with neither."""
+    smoke = Smoke(tmp_path / "out", tmp_path / "target", gpu=False, quick=True)
+    smoke.out.mkdir()
+    document = {"name": "tools", "directory": str(smoke.directory), "allow_root_filesystem": True, "file_size": "16M",
+                "runtime": "1s", "repetitions": 1, "fio": "/nonexistent/fio", "gdsio": "/nonexistent/gdsio", **document}  # fmt: skip
+    plan.sweep(smoke, "08-tools", "08 tools", document, "the tools")
+    return smoke
+
+
+def test_a_sweep_step_whose_every_case_is_skipped_is_a_skip_that_says_what_to_install(tmp_path):
+    smoke = tools_sweep(tmp_path, matrix=[
+        {"engine": ["fio"], "pattern": ["read"], "transfer": ["CPU_ONLY", "GDS"]},
+        {"engine": ["gdsio"], "pattern": ["read"], "transfer": ["GDS"]},
+    ])  # fmt: skip
+    assert smoke.summary() == 0  # a host without the tools fails no step
+    (outcome,) = smoke.outcomes
+    assert outcome["status"] == (
+        "skipped: every case skipped: fio not found (/nonexistent/fio); install it with your OS packages (apt-get "
+        "install fio); fio not found (/nonexistent/fio); GDS needs a fio built with --enable-libcufile; gdsio not "
+        "found at /nonexistent/gdsio (from the gdsio option)"
+    )
+    summary = (smoke.out / "00-summary.txt").read_text()
+    assert f"proven:\n\nnot proven:\n  08 the tools: {outcome['status']}\n" in summary
+
+
+def test_the_summary_says_which_cases_a_finished_sweep_skipped_and_why(tmp_path):
+    smoke = tools_sweep(tmp_path, checkpoint_size="1M", matrix=[
+        {"engine": ["torch_save"], "pattern": ["save"], "transfer": ["CPU_CACHED"]},
+        {"engine": ["fio"], "pattern": ["read"], "transfer": ["CPU_ONLY"]},
+    ])  # fmt: skip
+    assert smoke.summary() == 0 and smoke.outcomes[0]["status"] == "done"
+    summary = (smoke.out / "00-summary.txt").read_text()
+    assert "proven:\n  08 the tools: torch_save CPU_CACHED save measured\n" in summary
+    assert summary.endswith("not proven:\n  08 1 case skipped: fio not found (/nonexistent/fio); install it with your "
+                            "OS packages (apt-get install fio)\n")  # fmt: skip

@@ -75,6 +75,7 @@ def test_rows_hold_fios_numbers_and_raw_output(tmp_path):
         assert row["bytes"] == job["io_bytes"] == 16 << 20
         assert row["bw_bytes"] == job["bw_bytes"]  # one job: the group figure is the job's
         assert row["seconds"] == job["runtime"] / 1000
+        assert row["busy_cpus_before"] >= 0  # the machine's load just before the run (flags.busy_machine)
 
 
 def test_cleanup_removes_only_files_the_sweep_created(tmp_path):

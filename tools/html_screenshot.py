@@ -1,4 +1,5 @@
-"""Screenshot of `gdsbench report --html` in headless Chromium, for docs/figures (make docs-screenshot).
+"""Screenshot of `gdsbench report --html` in headless Chromium, for docs/figures (make docs-screenshot), and the
+page's layout as Chromium measures it (`measure`, for the browser tests).
 
     python tools/html_screenshot.py OUT.png RESULTS.csv [RESULTS.csv ...] [--width 1300] [--height 2600 | --full]
 
@@ -11,6 +12,9 @@ checkpoint runs: about 0.8 MB, not 2). Needs `chromium` (apt-get install chromiu
 from __future__ import annotations
 
 import argparse
+import html as markup
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +27,36 @@ from gdsbench import results
 from gdsbench.report import html
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
+#: A headless Chromium that reaches nothing outside the page and keeps no state (each run: an empty profile).
+HEADLESS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars")  # fmt: skip
+#: Injected into a copy of the page: records its console errors, then on load writes what it measured into the DOM
+#: (Chromium's --dump-dom prints it): the document's width, every box whose content is wider than the box (by the
+#: heading above it), the tables, the images and those that did not load.
+PROBE = """<script>
+const errors = [];
+addEventListener("error", e => errors.push(String(e.message || (e.target && e.target.src))), true);
+const consoleError = console.error;
+console.error = (...args) => { errors.push(args.join(" ")); consoleError(...args); };
+function heading(node) {
+  for (let n = node; n; n = n.previousElementSibling || n.parentElement) if (n.tagName === "H2") return n.textContent;
+  return "";
+}
+addEventListener("load", () => {
+  const boxes = [...document.querySelectorAll("body *")].filter(e => e.scrollWidth > e.clientWidth + 1
+    && getComputedStyle(e).overflowX !== "visible");
+  const images = [...document.images];
+  const out = document.createElement("pre");
+  out.id = "gdsbench-measure";
+  out.textContent = JSON.stringify({
+    width: document.documentElement.scrollWidth, viewport: innerWidth, errors,
+    scrolling: boxes.map(e => ({heading: heading(e), tag: e.tagName.toLowerCase(), className: e.className,
+                                content: e.scrollWidth, box: e.clientWidth})),
+    tables: document.querySelectorAll("table").length, images: images.length,
+    broken: images.filter(i => !i.complete || i.naturalWidth === 0).length});
+  document.body.appendChild(out);
+});
+</script>"""
 #: The window's height for a whole page: taller than any report page of the samples (about 10,500 pixels).
 FULL_HEIGHT = 20000
 #: White space kept below a whole page's last line.
@@ -38,12 +72,31 @@ def browser() -> str:
     sys.exit(f"no Chromium found ({', '.join(BROWSERS)}): apt-get install -y chromium")
 
 
+def chromium(page: Path, width: int, height: int, *action: str) -> str:
+    """Headless Chromium, with an empty profile of its own, does `action` on the page in a window of that size;
+    its stdout."""
+    with tempfile.TemporaryDirectory(prefix="gdsbench-chromium-") as profile:
+        argv = [browser(), *HEADLESS, f"--user-data-dir={profile}", f"--window-size={width},{height}", *action,
+                page.resolve().as_uri()]  # fmt: skip
+        return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=180).stdout
+
+
+def measure(page: Path, width: int) -> dict:
+    """The page as Chromium lays it out `width` pixels wide (PROBE: widths, boxes that scroll sideways, tables,
+    images, console errors), measured in a copy of it."""
+    with tempfile.TemporaryDirectory(prefix="gdsbench-measure-") as folder:
+        probed = Path(folder) / page.name
+        probed.write_text(page.read_text(encoding="utf-8").replace("<head>", "<head>" + PROBE, 1), encoding="utf-8")
+        dom = chromium(probed, width, 900, "--dump-dom")
+    found = re.search(r'<pre id="gdsbench-measure">(.*?)</pre>', dom, re.DOTALL)
+    if found is None:
+        raise RuntimeError(f"{page}: Chromium's page wrote no measurement (its load event never came)")
+    return dict(json.loads(markup.unescape(found.group(1))))
+
+
 def screenshot(page: Path, out: Path, width: int, height: int | None) -> None:
     """Chromium draws the page `width` wide; the top `height` pixels are kept, or (None) the whole page."""
-    size = f"--window-size={width},{height or FULL_HEIGHT}"
-    argv = [browser(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", size,
-            f"--screenshot={out}", page.resolve().as_uri()]  # fmt: skip
-    subprocess.run(argv, check=True, capture_output=True, timeout=180)
+    chromium(page, width, height or FULL_HEIGHT, f"--screenshot={out}")
     with Image.open(out) as drawn:
         image = drawn.convert("RGB")
     if height is None:

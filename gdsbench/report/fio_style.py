@@ -34,7 +34,7 @@ def status_line(row: Mapping[str, Any]) -> str:
     bw = _int(row["bw_bytes"])
     low, high = _int(row.get("bw_min_bytes"), bw), _int(row.get("bw_max_bytes"), bw)
     io = _int(row["bytes"])
-    run_max = round(float(row["seconds"]) * 1000)
+    run_max = round(float(row["seconds"]) * 1000) if _present(row.get("seconds")) else 0
     run_min = round(float(row["seconds_min"]) * 1000) if _present(row.get("seconds_min")) else run_max
     p2 = lambda n, unit: num2str(n, unit=unit)  # noqa: E731
     p10 = lambda n, unit: num2str(n, pow2=False, unit=unit)  # noqa: E731

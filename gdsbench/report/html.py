@@ -35,8 +35,8 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:1500px;color:#222;padding:0 1rem}
 h1{font-size:1.5rem}h2{font-size:1.2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
 table{border-collapse:collapse;font-size:.85rem;margin:.5rem 0}
-th,td{border:1px solid #ddd;padding:.25rem .5rem;text-align:right;white-space:nowrap}th{background:#f4f4f4}
-td.w{white-space:normal;min-width:10rem}.wide{overflow-x:auto}
+th,td{border:1px solid #ddd;padding:.25rem .4rem;text-align:right;white-space:nowrap}th{background:#f4f4f4;white-space:normal}
+td.w{white-space:normal;min-width:10rem}td.s{white-space:normal;min-width:5rem}.wide{overflow-x:auto}
 td.l,th.l{text-align:left}pre{background:#f8f8f8;padding:.6rem;overflow-x:auto;font-size:.8rem}
 figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.8rem;color:#555}
 .warn{color:#a15c00}.bad{color:#b00020}.skip{color:#666}li{font-size:.85rem}
@@ -136,12 +136,23 @@ def _e(value: Any) -> str:
     return html.escape(str(value))
 
 
+#: Columns whose cells may break at a space (a figure and its power-of-10 twin, a list of flags) to fit 1280 px.
+SOFT = {"bw (median)", "flags"}
+
+
+def _align(name: str) -> str:
+    """A column's cell class: text columns left-aligned (engine names may wrap), SOFT ones may wrap."""
+    classes = ("l w" if name == "engine" else "l") if name in LEFT else ""
+    classes = f"{classes} s".strip() if name in SOFT else classes
+    return f' class="{classes}"' if classes else ""
+
+
 def html_table(
     header: list[str], rows: list[list[str]], links: list[str | None] | None = None, box: str = "wide"
 ) -> str:
     """An HTML table in a div of class `box` (wide: scrolls sideways; scroll: both ways, its header kept in
     view), text columns left-aligned; `links` makes each row's last cell a link to that anchor."""
-    align = [(' class="l w"' if name == "engine" else ' class="l"') if name in LEFT else "" for name in header]
+    align = [_align(name) for name in header]
     head = "".join(f"<th{a}>{_e(h)}</th>" for a, h in zip(align, header))
     body = ""
     for index, row in enumerate(rows):
@@ -165,7 +176,7 @@ def rows_section(frame: pd.DataFrame, linked: dict[str, str], labels: dict[str, 
     ok = flags.annotate(frame)[lambda f: f["status"] == "ok"]
     if ok.empty:
         return ""
-    names, cells = tables.case_labels(list(ok["case"]))
+    names, cells = tables.case_labels(list(ok["case"]), tables.unused(ok))
     header = [*names, *ROW_FIGURES, "series"]
     rows = [
         [*cell, *_row_figures(row, labels), "series" if row["case"] in linked else ""]
@@ -235,8 +246,10 @@ def _lines(section: Lines) -> str:
 
 
 def _table(section: Table) -> str:
-    """A titled table."""
-    return f"<h2>{_e(section.title)}</h2>" + html_table(list(section.header), [list(row) for row in section.rows])
+    """A titled table, then what its columns mean (its legend)."""
+    table = html_table(list(section.header), [list(row) for row in section.rows])
+    lines = "<br>".join(f"<b>{_e(name)}</b>: {_e(meaning)}" for name, meaning in section.legend)
+    return f"<h2>{_e(section.title)}</h2>{table}" + (f'<p class="caption">{lines}</p>' if lines else "")
 
 
 def _notes(section: Notes) -> str:

@@ -4,7 +4,8 @@ One figure per group, each a `Plot(name, figure)` whose name is the file stem `s
 
 - `heatmap-<pattern>-<transfer>`: median bandwidth over threads (rows) x IO size (columns), one panel
   per run (host, run_id) when several are merged; drawn only with at least 2 thread counts and 2 IO
-  sizes (a 1 x N map is the bandwidth line figure, badly).
+  sizes (a 1 x N map is the bandwidth line figure, badly); durable writes (end_fsync) apart, in
+  `heatmap-<pattern>-<transfer>-durable`.
 - `bandwidth-<pattern>`: median bandwidth vs IO size, a line per transfer type with a min-max band over
   repetitions, one panel per thread count; several runs get one line style each.
 - `latency-<pattern>`: mean and p99 latency vs IO size (two panels), a line per transfer type and
@@ -13,6 +14,9 @@ One figure per group, each a `Plot(name, figure)` whose name is the file stem `s
   and fio's best bandwidth of the same run and direction drawn as a dashed reference line; more than
   FEW_BARS engines lie across (engines down the y axis, one bar per engine and run that measured it), so
   the figure grows down the page instead of past its width.
+
+Durable writes (end_fsync) are told apart from writes without fsync everywhere: `CPU_ONLY durable` is their
+transfer's label in line legends, map names and titles.
 
 IO sizes sit on a log-2 axis labelled 4K, 128K, 1M, 16M; bandwidths are in fio's power-of-2 units
 (MiB/s, GiB/s), latencies in 250us/20ms; every figure's title names the pattern and the run(s): host,
@@ -37,7 +41,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullLocator
 
-from gdsbench.report.ceilings import CEILINGS, ceiling_ratios, engine_labels
+from gdsbench.flags import WRITES
+from gdsbench.report.ceilings import CEILINGS, ceiling_ratios, durable, engine_labels
 from gdsbench.units import size_label
 
 IO_PATTERNS = ("write", "read", "randwrite", "randread")
@@ -65,8 +70,21 @@ class Plot:
 
 
 def figures(frame: pd.DataFrame) -> list[Plot]:
-    """Every figure the results allow, in a fixed order."""
+    """Every figure the results allow, in a fixed order; text from the results drawn as written (`literal`)."""
+    frame = literal(frame)
     return [*heatmaps(frame), *bandwidth_lines(frame), *latency_lines(frame), *checkpoint_bars(frame)]
+
+
+def literal(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy whose text cells matplotlib draws as written (`literal_text`): a label from a results file is
+    never mathtext (`$\\undefinedmacro{x}$` would stop the figure)."""
+    text = [c for c in frame if not pd.api.types.is_numeric_dtype(frame[c])]
+    return frame.assign(**{c: frame[c].map(lambda v: literal_text(v) if isinstance(v, str) else v) for c in text})
+
+
+def literal_text(text: str) -> str:
+    """Text with each `$` escaped: matplotlib draws it as `$`, and parses no mathtext between two of them."""
+    return text.replace("$", r"\$")
 
 
 def save(
@@ -93,9 +111,15 @@ def save(
 
 
 def io_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    """The ok rows of block-IO patterns (fio, gdsio) that have an IO size, with a `run` label column."""
-    rows = frame[(frame["status"] == "ok") & frame["pattern"].isin(IO_PATTERNS) & frame["io_size"].notna()]
-    return with_run(rows)
+    """The ok rows of block-IO patterns (fio, gdsio) that have an IO size, with a `run` label column; durable
+    writes (end_fsync) have `durable` after their transfer (CPU_ONLY durable), so no axis, line or map cell
+    pools them with writes without fsync."""
+    rows = with_run(frame[(frame["status"] == "ok") & frame["pattern"].isin(IO_PATTERNS) & frame["io_size"].notna()])
+    synced = durable(rows) & rows["pattern"].isin(WRITES)
+    return rows.assign(transfer=rows["transfer"].astype(str).where(~synced, rows["transfer"].astype(str) + DURABLE))
+
+
+DURABLE = " durable"  # after a durable write's transfer in labels (io_rows)
 
 
 def with_run(frame: pd.DataFrame) -> pd.DataFrame:
@@ -167,13 +191,14 @@ def size_axis(axis, sizes: Iterable[float]) -> None:
 
 
 def heatmaps(frame: pd.DataFrame) -> list[Plot]:
-    """Median bandwidth over threads x IO size, one figure per pattern and transfer type."""
+    """Median bandwidth over threads x IO size, one figure per pattern and transfer type (durable writes apart:
+    `heatmap-write-CPU_ONLY-durable`, never a cell beside writes without fsync)."""
     rows = io_rows(frame)
     rows = rows[rows["threads"].notna()]
     plots = []
     for (pattern, transfer), group in rows.groupby(["pattern", "transfer"], sort=True):
         if group["threads"].nunique() >= 2 and group["io_size"].nunique() >= 2:  # a map needs 2 x 2 cells
-            plots.append(Plot(slug("heatmap", pattern, transfer), _heatmap(group, pattern, transfer)))
+            plots.append(Plot(slug("heatmap", pattern, *transfer.split(" ")), _heatmap(group, pattern, transfer)))
     return plots
 
 
@@ -208,7 +233,10 @@ def _heatmap(group: pd.DataFrame, pattern: str, transfer: str) -> Figure:
         axis.set_ylabel("threads")
         if len(runs) > 1:
             axis.set_title(run, fontsize=9)
-    suptitle(figure, f"{pattern} {transfer}: bandwidth ({unit})\n{run_title(group)}")
+    suptitle(
+        figure,
+        f"{pattern} {transfer.replace(DURABLE, DURABLE + ' (end_fsync)')}: bandwidth ({unit})\n{run_title(group)}",
+    )
     return figure
 
 

@@ -29,6 +29,7 @@ class Table:
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     keys: int = 0  # the first `keys` columns name the row: repeated when a narrow terminal splits the table
+    legend: tuple[tuple[str, str], ...] = ()  # (column, what it means): said under the table in every format
 
 
 @dataclass(frozen=True)

@@ -10,30 +10,43 @@ as a lower one. Bandwidth windows are binned on the log window (fio's jobs log a
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 import seaborn as sns
 
 from gdsbench.report import tables
-from gdsbench.report.plots import Plot, bw_unit, legend_room, new_figure, run_title, slug, suptitle, with_run
+from gdsbench.report.plots import (
+    Plot,
+    bw_unit,
+    legend_room,
+    literal_text,
+    new_figure,
+    run_title,
+    slug,
+    suptitle,
+    with_run,
+)
 
 #: At most this many series figures go into an HTML page (each is an embedded image).
 HTML_LIMIT = 40
 
 
-def varying(cases: list[str]) -> dict[str, list[tuple[str, str]]]:
-    """Each case's parameters that differ between the cases, beside engine and pattern: (name, 4K/16M value)."""
-    shown, cells = tables.case_labels(cases)
+def varying(cases: list[str], blank: Mapping[str, set[str]] | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Each case's parameters that differ between the cases, beside engine and pattern: (name, 4K/16M value);
+    `blank`: each case's options its rows leave blank (tables.unused)."""
+    shown, cells = tables.case_labels(cases, blank)
     return {
         case: [(n, v) for n, v in zip(shown, cell) if v and n not in ("engine", "pattern")]
         for case, cell in zip(cases, cells)
     }
 
 
-def names(cases: list[str]) -> dict[str, str]:
+def names(cases: list[str], blank: Mapping[str, set[str]] | None = None) -> dict[str, str]:
     """Each case's figure name: its index, engine, pattern and the parameters that differ between the cases."""
     found = {}
-    for index, (case, params) in enumerate(varying(cases).items(), 1):
+    for index, (case, params) in enumerate(varying(cases, blank).items(), 1):
         parsed = tables.parse_case(case)
         words = [f"{n}{v}" for n, v in params]
         found[case] = slug("series", f"{index:02d}", parsed.get("engine", "case"), parsed.get("pattern", ""), *words)
@@ -66,24 +79,31 @@ def figures(series: pd.DataFrame, frame: pd.DataFrame | None = None, limit: int 
         return []
     windows = per_window(series)
     cases = list(dict.fromkeys(series["case"]))  # the sweep's order (per_window sorts)
-    named, shown = names(cases), varying(cases)
+    blank = tables.unused(frame) if frame is not None else {}
+    named, shown = names(cases, blank), varying(cases, blank)
     return [
         Plot(
             named[case],
-            _figure(windows[windows["case"] == case], heading(index, case, shown[case]), _title(windows, frame)),
+            _figure(
+                windows[windows["case"] == case],
+                heading(index, case, shown[case], blank.get(case, set())),
+                _title(windows, frame),
+            ),
             case,
         )
         for index, case in enumerate(cases[:limit], 1)
     ]
 
 
-def heading(index: int, case: str, params: list[tuple[str, str]]) -> str:
+def heading(
+    index: int, case: str, params: list[tuple[str, str]], blank: set[str] | frozenset[str] = frozenset()
+) -> str:
     """A figure's title above its run: its index, engine, pattern and the parameters that tell it apart from
-    the other cases; then, on a line of their own, the case's other parameters (sizes as 4K/16M)."""
+    the other cases; then, on a line of their own, the case's other parameters it uses (sizes as 4K/16M)."""
     parsed = tables.parse_case(case)
     first = f"#{index:02d} {parsed.get('engine', 'case')} {parsed.get('pattern', '')}".rstrip()
     first += ": " + ", ".join(f"{n}={v}" for n, v in params) if params else ""
-    told = {"engine", "pattern", *(n for n, _ in params)}
+    told = {"engine", "pattern", *(n for n, _ in params), *blank}
     rest = [f"{n}={tables.cell(n, v)}" for n, v in parsed.items() if n not in told]
     return first + ("\nwith " + ", ".join(rest) if rest else "")
 
@@ -97,8 +117,9 @@ def _title(windows: pd.DataFrame, frame: pd.DataFrame | None) -> str:
 
 
 def _figure(windows: pd.DataFrame, case_title: str, title: str):
-    """Bandwidth and latency over time for one case, a line per host x repetition."""
-    data = windows.assign(run=windows["host"].astype(str) + " rep " + windows["repetition"].astype(str))
+    """Bandwidth and latency over time for one case, a line per host x repetition (text drawn as written)."""
+    run = windows["host"].astype(str) + " rep " + windows["repetition"].astype(str)
+    data = windows.assign(run=run.map(literal_text))
     divisor, unit = bw_unit(float(data["bw_bytes"].max() or 1))
     data = data.assign(bw=data["bw_bytes"] / divisor, lat_ms=data["lat_us"] / 1000)
     figure = new_figure(2, extra=legend_room(data["run"].unique(), fontsize=8))
@@ -122,5 +143,5 @@ def _figure(windows: pd.DataFrame, case_title: str, title: str):
         axis.grid(True, alpha=0.3)
     if axes[1].get_legend() is not None:
         sns.move_legend(axes[1], "upper left", bbox_to_anchor=(1.02, 1), frameon=False, fontsize=8)
-    suptitle(figure, f"{case_title}\n{title}", fontsize=10)
+    suptitle(figure, literal_text(f"{case_title}\n{title}"), fontsize=10)
     return figure

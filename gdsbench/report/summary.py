@@ -124,9 +124,11 @@ def status_lines(frame: pd.DataFrame, groups: list[str], labels: dict[str, str] 
     return Lines(STATUS_TITLE, tuple(items))
 
 
-def _table(title: str, header: list[str], rows: list[list[str]], keys: int = 0) -> Table:
-    """A Table section from a header and rows of text cells."""
-    return Table(title, tuple(header), tuple(tuple(row) for row in rows), keys)
+def _table(
+    title: str, header: list[str], rows: list[list[str]], keys: int = 0, meanings: dict[str, str] | None = None
+) -> Table:
+    """A Table section from a header and rows of text cells, with the meaning of the columns `meanings` explains."""
+    return Table(title, tuple(header), tuple(tuple(row) for row in rows), keys, tables.legend(header, meanings or {}))
 
 
 def results_tables(summary: pd.DataFrame, groups: list[str], labels: dict[str, str]) -> tuple[Table, ...]:
@@ -169,10 +171,14 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
         summary=summary,
         status=status_lines(frame, groups, labels),
         results=results_tables(summary, groups, labels),
-        ceilings=_table(CEILINGS_TITLE, ratio_header, ratio_cells, ratio_header.index("pattern") + 1)
+        ceilings=_table(
+            CEILINGS_TITLE, ratio_header, ratio_cells, ratio_header.index("pattern") + 1, tables.RATIO_MEANINGS
+        )
         if ratio_header
         else None,
-        cpu=_table(cpu_cost.TITLE, cost_header, cost_cells, cost_header.index("pattern") + 1) if cost_header else None,
+        cpu=_table(cpu_cost.TITLE, cost_header, cost_cells, cost_header.index("pattern") + 1, cpu_cost.MEANINGS)
+        if cost_header
+        else None,
         goodput=_table(goodput.TITLE, loop_header, loop_cells, loop_header.index("mtbf") + 1) if loop_header else None,
         mlperf=_table(mlperf.TITLE, geo_header, geo_cells, geo_header.index("engine") + 1) if geo_header else None,
         notes=Notes(

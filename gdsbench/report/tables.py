@@ -4,6 +4,7 @@ the identity of rows (only what varies and applies), and the rows of the report'
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gdsbench.report.fio_style import iops_text
@@ -73,12 +74,23 @@ def varying(frame: pd.DataFrame, columns: list[str]) -> list[str]:
     ]
 
 
-def case_labels(cases: list[str]) -> tuple[list[str], list[list[str]]]:
+def unused(frame: pd.DataFrame) -> dict[str, set[str]]:
+    """Each case's options its rows leave blank although its key names them: options its engine does not use
+    there (a read's end_fsync, the pool of fio on a local disk), as the sweep wrote them."""
+    found: dict[str, set[str]] = {}
+    for case in frame["case"].dropna().unique() if "case" in frame else ():
+        first = frame[frame["case"] == case].iloc[0]
+        found[case] = {n for n in parse_case(case) if n in first.index and missing(first[n])}
+    return found
+
+
+def case_labels(cases: list[str], blank: Mapping[str, set[str]] | None = None) -> tuple[list[str], list[list[str]]]:
     """The parameters that tell cases apart, as columns and cells (4K/16M sizes, blank where a key does not
-    apply to the case's engine), instead of long keys."""
+    apply to the case's engine, or its rows left it blank: `unused`), instead of long keys."""
     import pandas as pd
 
-    parsed = [parse_case(case) for case in cases]
+    blank = blank or {}
+    parsed = [{k: v for k, v in parse_case(case).items() if k not in blank.get(case, ())} for case in cases]
     names = list(dict.fromkeys(name for params in parsed for name in params))
     shown = varying(pd.DataFrame(parsed, columns=names), names) or ["engine"]
     return shown, [[cell(n, p.get(n), "") for n in shown] for p in parsed]
@@ -186,17 +198,42 @@ def table_rows(
 
 
 #: Columns of the checkpoint table shown only when some row has them: header -> (ratio column, digits).
-OPTIONAL_RATIOS = {"x dcp": ("x_dcp", 2), "blocked s": ("blocking_s", 3), "size ratio": ("compression_ratio", 2)}
+OPTIONAL_RATIOS = {
+    "x dcp best": ("x_dcp", 2),
+    "blocked s": ("blocking_s", 3),
+    "size ratio": ("compression_ratio", 2),
+}
+#: What each ratio column of the checkpoint table divides by (its legend): every `best` is the best
+#: configuration's median of the same run.
+RATIO_MEANINGS = {
+    "x fio best": "over fio's best case of the run, the `ceiling` column (saves: its best durable write, "
+    "end_fsync=1, else its best write, labelled `no fsync`; loads: its best direct read)",
+    "x s3 best": "checkpoints in an object store: over the s3 engine's best PUT (saves) or GET (loads) of the "
+    "run, the `ceiling` column",
+    "x fio best (no fsync)": "saves: over fio's best write without end_fsync (a reference: it can measure a "
+    "write-back cache)",
+    "x torch_save best": "over torch_save's best case in the same page-cache and memory state",
+    "x dcp best": "over DCP's best configuration (its best thread count) at the same world size, layout, async "
+    "mode and executor (and codec, else uncompressed)",
+    "blocked s": "the seconds the caller waited (an async save's staging), median",
+    "size ratio": "bytes over bytes on disk (a codec's compression)",
+}
+
+
+def legend(header: list[str], meanings: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """(column, what it means) for the columns of `header` that `meanings` explains, in header order."""
+    return tuple((name, meanings[name]) for name in header if name in meanings)
 
 
 def ratio_rows(ratios: pd.DataFrame, runs: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
-    """Header and cells of the checkpoint-vs-fio table: the ratio to fio's ceiling (durable for saves),
-    to fio's write without fsync (a reference, saves only) and to torch_save; for distributed engines the
-    ratio to DCP's own storage, the time the caller was blocked and the compression ratio; the ceiling.
+    """Header and cells of the checkpoint-vs-ceiling table: the ratio to fio's ceiling (durable for saves) or, for
+    checkpoints in an object store, to the s3 engine's; to fio's write without fsync (a reference, saves only)
+    and to torch_save; for distributed engines the ratio to DCP's best, the time the caller was blocked and the
+    compression ratio; the ceiling. Each ratio's denominator is a best configuration's median (RATIO_MEANINGS).
     The run and host columns show when the ratios come from several; empty columns are left out."""
     where = varying(ratios, ["run_id", "host"])
-    header = [*map(header_of, where), "engine", "pattern", "n", "bw (median)", "x fio", "x fio (no fsync)",
-              "x torch_save", *OPTIONAL_RATIOS, "fio ceiling"]  # fmt: skip
+    header = [*map(header_of, where), "engine", "pattern", "n", "bw (median)", "x fio best", "x s3 best",
+              "x fio best (no fsync)", "x torch_save best", *OPTIONAL_RATIOS, "ceiling"]  # fmt: skip
     rows = [
         [
             *((runs or {}).get(r[c], r[c]) for c in where),
@@ -205,6 +242,7 @@ def ratio_rows(ratios: pd.DataFrame, runs: dict[str, str] | None = None) -> tupl
             str(r["n"]),
             bw_text(r["bw_median"]),
             number(r["x_fio"], 2),
+            number(r.get("x_s3", float("nan")), 2),
             number(r["x_fio_no_fsync"], 2),
             number(r["x_torch_save"], 2),
             *(number(r.get(column, float("nan")), digits) for column, digits in OPTIONAL_RATIOS.values()),

@@ -5,6 +5,7 @@ pandas prints a wide frame), or a row number when the identity alone is too wide
 from __future__ import annotations
 
 import os
+import re
 import sys
 import textwrap
 
@@ -16,6 +17,10 @@ GAP = "  "
 KEYS_SHARE = 0.6
 #: An identity cell this short is never wrapped.
 SHORT = 16
+#: A spreadsheet reads a cell starting with one of these as a formula (OWASP's CSV injection list) ...
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+#: ... unless it is a number (-5, +1.5e3, -12%).
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?%?")
 
 
 def terminal_width() -> int:
@@ -133,8 +138,21 @@ def _row_lines(cells: list[str], widths: list[int], right: list[bool], bottom: b
     ]
 
 
+def formula_safe(text: str, mark: str = "'") -> str:
+    """A cell a spreadsheet would evaluate (it starts with = + - @, a tab or a carriage return and is not a number,
+    nor a lone '-') behind `mark`, so it reads as text; every other cell as it is."""
+    if text.startswith(FORMULA_STARTS) and text != "-" and not _NUMBER.fullmatch(text):
+        return mark + text
+    return text
+
+
+def md_cell(text: str) -> str:
+    """A markdown table cell: on one line, pipes escaped, a spreadsheet formula behind a backslash (`formula_safe`:
+    markdown draws `\\=` as `=`, a spreadsheet given the text reads it as text)."""
+    return formula_safe(" ".join(text.splitlines()), "\\").replace("|", "\\|")
+
+
 def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A markdown pipe table (pipes in cells escaped)."""
-    escape = lambda text: text.replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(map(escape, header)) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    return lines + ["| " + " | ".join(map(escape, row)) + " |" for row in rows]
+    """A markdown pipe table (each cell an `md_cell`)."""
+    lines = ["| " + " | ".join(map(md_cell, header)) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(map(md_cell, row)) + " |" for row in rows]

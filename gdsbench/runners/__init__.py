@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from gdsbench.errors import UsageError
 from gdsbench.keys import Key
 from gdsbench.runners.base import Measurement, RunContext, Runner
@@ -31,4 +34,11 @@ def option_keys() -> dict[str, Key]:
     return keys
 
 
-__all__ = ["RUNNERS", "Measurement", "RunContext", "Runner", "get", "option_keys"]
+def unused_options(engine: str, params: Mapping[str, Any]) -> list[str]:
+    """The options a case (or row: its values by name) carries that its engine does not use there, as the runner
+    declares (Key.used_with): a read's end_fsync, the pool of fio on a local disk. Rows leave them blank."""
+    runner = RUNNERS.get(str(engine))
+    return [key.name for key in (runner.options if runner else ()) if key.used_with and not key.used(params)]
+
+
+__all__ = ["RUNNERS", "Measurement", "RunContext", "Runner", "get", "option_keys", "unused_options"]

@@ -100,9 +100,10 @@ class Resources:
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def track_new(self, paths: list[Path]) -> None:
-        """Remember which of `paths` do not exist yet, so cleanup removes only files we created."""
+        """Remember which of `paths` do not exist yet (not even as a dangling link), so cleanup removes only files
+        we created."""
         for path in paths:
-            if not path.exists() and path not in self.created:
+            if not os.path.lexists(path) and path not in self.created:
                 self.created.append(path)
 
     def close_at_end(self, closer: Callable[[], None]) -> None:
@@ -114,16 +115,17 @@ class Resources:
         """Remove what this sweep created (never anything else), newest first; return what was removed.
 
         Folders are removed only once empty (rmdir, never recursively), so a file someone else
-        put inside one of ours survives.
+        put inside one of ours survives; with keep_files only the folders left empty go.
         """
         while self.closers:
             self.closers.pop()()
         removed: list[Path] = []
-        if self.keep_files:
-            return removed
         for path in reversed(self.created):
+            folder = path.is_dir() and not path.is_symlink()
+            if self.keep_files and not folder:
+                continue
             try:
-                path.rmdir() if path.is_dir() else path.unlink()
+                path.rmdir() if folder else path.unlink()
                 removed.append(path)
             except FileNotFoundError:
                 pass

@@ -60,7 +60,14 @@ class FioRunner:
             "malloc",
             "where fio's I/O buffers live (shmhuge needs reserved huge pages)",
         ),
-        Key("end_fsync", boolean, "true or false", False, "fsync each file when a write job ends"),
+        Key(
+            "end_fsync",
+            boolean,
+            "true or false",
+            False,
+            "fsync each file when a write job ends",
+            used_with=(("pattern", ("write", "randwrite")),),
+        ),
         Key(
             "unlink",
             boolean,
@@ -84,6 +91,8 @@ class FioRunner:
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why fio cannot run this case here: no fio, or no libcufile engine for GPU transfers."""
         binary = fio_binary(ctx)
+        if shutil.which(binary) is None and case.transfer in _CUFILE_MODES:
+            return f"fio not found ({binary}); {case.transfer.value} needs a fio built with --enable-libcufile"
         if shutil.which(binary) is None:
             return f"fio not found ({binary}); install it with your OS packages (apt-get install fio)"
         if case.transfer in _CUFILE_MODES and "libcufile" not in engines(binary):

@@ -21,6 +21,7 @@ import json
 import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,6 +39,7 @@ CLI_TIMEOUT_S = 60.0
 DEFAULT_MAX_OBJECT = 128 << 20  # Ceph's osd_max_object_size default: a dry run's layout without a cluster
 STAT_WORKERS = 8
 
+CEPH_ONLY = (("ioengine", ENGINES),)  # fio uses these keys only on its ceph engines
 OSD_CACHE = Key(
     "osd_cache",
     one_of("keep", "drop"),
@@ -47,11 +49,14 @@ OSD_CACHE = Key(
     patterns=("read", "randread"),
 )
 KEYS = (
-    Key("pool", text, "a Ceph pool name", "gdsbench", "ioengine rados/rbd: the pool fio's objects or image live in"),
-    Key("clientname", text, "a Ceph client name", "admin", "ioengine rados/rbd: the cephx user (client.<name>)"),
-    Key("rbdname", text, "an RBD image name", "gdsbench", "ioengine rbd: the image fio's jobs write and read"),
-    OSD_CACHE,
-)
+    Key("pool", text, "a Ceph pool name", "gdsbench", "ioengine rados/rbd: the pool fio's objects or image live in",
+        used_with=CEPH_ONLY),
+    Key("clientname", text, "a Ceph client name", "admin", "ioengine rados/rbd: the cephx user (client.<name>)",
+        used_with=CEPH_ONLY),
+    Key("rbdname", text, "an RBD image name", "gdsbench", "ioengine rbd: the image fio's jobs write and read",
+        used_with=(("ioengine", ("rbd",)),)),
+    replace(OSD_CACHE, used_with=CEPH_ONLY),  # the s3 engine uses OSD_CACHE on every read
+)  # fmt: skip
 
 
 def is_ceph(case: Case) -> bool:

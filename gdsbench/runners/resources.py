@@ -5,6 +5,8 @@
 - machine CPU: busy seconds of every CPU from /proc/stat (user, nice, system, irq, softirq; steal and idle
   are not this machine's work), which includes what no process is charged for: kernel writeback threads
   flushing a buffered writer's pages, interrupts;
+- the machine's load before a run: CPUs busy over a short window with nothing of gdsbench running (busy_cpus),
+  so a report can tell a neighbour's work in the machine CPU from the run's own;
 - peak RSS: the kernel's high-water mark of this process, reset on entry (`/proc/self/clear_refs` 5, Linux
   4.0+) and read on exit (VmHWM); where the reset is refused a thread samples RSS every 5 ms instead
   (`exact` is then False: the sampler shares the CPU with the call).
@@ -14,10 +16,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 SAMPLE_SECONDS = 0.005
+#: The window before a run in which the machine's load is sampled (busy_cpus): short, as it is paid per run.
+IDLE_WINDOW_S = 0.2
 #: /proc/stat's cpu fields counted as work: user, nice, system, (idle), (iowait), irq, softirq.
 BUSY_FIELDS = (0, 1, 2, 5, 6)
 
@@ -79,6 +84,15 @@ def machine_cpu() -> float | None:
         return None
     ticks = [int(first[1 + i]) for i in BUSY_FIELDS]
     return sum(ticks) / os.sysconf("SC_CLK_TCK")
+
+
+def busy_cpus(window: float = IDLE_WINDOW_S) -> float | None:
+    """How many CPUs were busy on average over `window` seconds from now (/proc/stat; None without it): taken
+    before a run, with nothing of gdsbench running, it is the neighbours' load the run's machine CPU includes."""
+    start, began = machine_cpu(), time.monotonic()
+    time.sleep(window)
+    end = machine_cpu()
+    return None if start is None or end is None else (end - start) / (time.monotonic() - began)
 
 
 def _status_bytes(field: str) -> int:

@@ -2,8 +2,9 @@
 
 Each step runs as its own process (argument lists, never a shell) with a time limit, writes its output to
 a numbered file, and never stops the steps after it; `00-summary.txt` (and `summary.json`) says what each
-step did: `done`, `failed (exit N)` or `skipped: <reason>`. GPU steps run only where torch sees a CUDA
-device and are otherwise `skipped: no CUDA device`. Installing CUDA torch and kvikio is an ops step before it
+step did: `done`, `failed (exit N)` or `skipped: <reason>` (a missing tool: with the line that installs it), then
+what the run proved and what it did not (the skipped and failed steps', and the cases a sweep skipped, each with its
+reason). GPU steps run only where torch sees a CUDA device and are otherwise `skipped: no CUDA device`. Installing CUDA torch and kvikio is an ops step before it
 (tools/gpu_install.py, which `make gpu-smoke` runs first), not part of the run.
 docs/gds-server.md says what to look at in each file. Designed for under 25 minutes on one H100.
 """
@@ -33,6 +34,8 @@ class Smoke:
     quick: bool = False
     outcomes: list[dict[str, Any]] = field(default_factory=list)
     cuda_reason: list[str | None] = field(default_factory=list)  # torch's answer, asked once
+    swept: dict[str, tuple[list[str], list[str]]] = field(default_factory=dict)  # step -> its sweep's measured
+    # cases (engine, transfer, patterns) and skip reasons
 
     def python(self, *args: str) -> list[str]:
         """This interpreter (the venv gdsbench runs in) with `args`."""
@@ -52,11 +55,18 @@ class Smoke:
                 f.write(f"\n{name}: cannot start {argv[0]}: {exc.strerror}\n")
                 return 127
 
-    def step(self, name: str, skip: str | None, body: Callable[[], int]) -> None:
-        """Run (or skip) one step and record its outcome and duration."""
+    def step(self, name: str, skip: str | None, body: Callable[[], int | str], proves: str) -> None:
+        """Run (or skip) one step and record its outcome, its duration and what it `proves` when done; a body
+        returns its exit status, or why it found nothing to run (then the step is skipped)."""
         started = time.monotonic()
-        status = f"skipped: {skip}" if skip else ("done" if (rc := body()) == 0 else f"failed (exit {rc})")
-        self.outcomes.append({"step": name, "status": status, "seconds": round(time.monotonic() - started, 1)})
+        result = skip or body()
+        status = (
+            f"skipped: {result}" if isinstance(result, str) else ("done" if result == 0 else f"failed (exit {result})")
+        )
+        measured, skipped = self.swept.pop(name, ([], []))
+        proves += f": {', '.join(measured)} measured" if measured else ""
+        self.outcomes.append({"step": name, "status": status, "seconds": round(time.monotonic() - started, 1),
+                              "proves": proves, "cases_skipped": skipped})  # fmt: skip
         print(f"smoke: {name}: {status}", file=sys.stderr, flush=True)
 
     def cuda(self, fresh: bool = False) -> str | None:
@@ -81,9 +91,24 @@ class Smoke:
     def summary(self) -> int:
         """Write 00-summary.txt and summary.json; exit status 1 when any step failed."""
         lines = [f"{o['step']:<28} {o['seconds']:>7.1f}s  {o['status']}" for o in self.outcomes]
-        (self.out / "00-summary.txt").write_text("gdsbench smoke\n" + "\n".join(lines) + "\n")
+        text = ["gdsbench smoke", *lines, "", "proven:", *proven(self.outcomes), "", "not proven:"]
+        (self.out / "00-summary.txt").write_text("\n".join([*text, *not_proven(self.outcomes)]) + "\n")
         (self.out / "summary.json").write_text(json.dumps(self.outcomes, indent=2) + "\n")
         return 1 if any(o["status"].startswith("failed") for o in self.outcomes) else 0
+
+
+def proven(outcomes: list[dict[str, Any]]) -> list[str]:
+    """What the steps that ran to the end showed, one line each."""
+    return [f"  {o['step'][:2]} {o['proves']}" for o in outcomes if o["status"] == "done" and o["proves"]]
+
+
+def not_proven(outcomes: list[dict[str, Any]]) -> list[str]:
+    """What the run did not show, and why: skipped or failed steps, and the cases a finished sweep skipped."""
+    lines = [
+        f"  {o['step'][:2]} {o['proves']}: {o['status']}" for o in outcomes if o["status"] != "done" and o["proves"]
+    ]
+    lines += [f"  {o['step'][:2]} {reason}" for o in outcomes if o["status"] == "done" for reason in o["cases_skipped"]]
+    return lines or ["  (nothing: every step ran to the end)"]
 
 
 def gpu_host() -> bool:

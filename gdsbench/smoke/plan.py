@@ -7,7 +7,9 @@ round trip with a flipped byte, 08 configs/gds-smoke.yaml, 09 gdsio and nvidia-f
 
 from __future__ import annotations
 
+import csv
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +21,8 @@ if TYPE_CHECKING:
     from gdsbench.smoke import Smoke
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests/ and configs/ live here
+NO_NVIDIA_FS = (f"no nvidia-fs ({gpu.NVFS_STATS} missing): install NVIDIA's GDS driver (nvidia-fs, pulled in by "
+                "nvidia-gds) and load it (modprobe nvidia-fs)")  # fmt: skip
 MACHINE = [
     ["nvidia-smi"],
     ["nvidia-smi", "--query-gpu=index,name,pci.bus_id,driver_version,memory.total", "--format=csv"],
@@ -49,13 +53,14 @@ def machine(smoke: Smoke) -> None:
             smoke.run("machine", argv, "01-machine.txt", 60, append=True)
         return 0
 
-    smoke.step("01 machine facts", None, body)
+    smoke.step("01 machine facts", None, body, "")
 
 
 def kvikio_probe(smoke: Smoke) -> None:
     """03: kvikio's own view and a 512 MiB write/read at 1 and 8 threads."""
     argv = smoke.python("-m", "gdsbench.smoke.gpu_checks", "kvikio", str(smoke.directory))
-    smoke.step("03 kvikio probe", _gpu_skip(smoke), lambda: smoke.run("kvikio", argv, "03-kvikio.txt", 300))
+    proves = "kvikio writes and reads 512 MiB through CuFile at 1 and 8 threads, bytes checked"
+    smoke.step("03 kvikio probe", _gpu_skip(smoke), lambda: smoke.run("kvikio", argv, "03-kvikio.txt", 300), proves)
 
 
 def doctor(smoke: Smoke) -> None:
@@ -67,20 +72,22 @@ def doctor(smoke: Smoke) -> None:
             "doctor", [*base, "--json"], "04-doctor.json", 300
         )
 
-    smoke.step("04 doctor", None, body)
+    smoke.step("04 doctor", None, body, "doctor's view of what can run here")
 
 
 def gpu_tests(smoke: Smoke) -> None:
     """05: every needs_cuda test (CUDA-source saves, GDS loads, the kvikio engine at 1 and 8 threads)."""
     argv = smoke.python("-m", "pytest", "-m", "needs_cuda", "-rs", "-v", "-p", "no:cacheprovider", str(ROOT / "tests"))
     skip = _gpu_skip(smoke) or (None if (ROOT / "tests").is_dir() else f"no tests/ beside {ROOT}")
-    smoke.step("05 needs_cuda tests", skip, lambda: smoke.run("tests", argv, "05-pytest.txt", 600))
+    proves = "the needs_cuda tests pass (CUDA-source saves, GDS loads, the kvikio engine)"
+    smoke.step("05 needs_cuda tests", skip, lambda: smoke.run("tests", argv, "05-pytest.txt", 600), proves)
 
 
-def sweep(smoke: Smoke, name: str, step: str, document: dict[str, Any]) -> None:
-    """Write a sweep config into the folder, run it there, and report what it wrote."""
+def sweep(smoke: Smoke, name: str, step: str, document: dict[str, Any], proves: str) -> None:
+    """Write a sweep config into the folder, run it there, and report what it wrote; a sweep whose every case was
+    skipped is a skipped step (the reasons, with what to install, are its cases')."""
 
-    def body() -> int:
+    def body() -> int | str:
         config, results = smoke.out / f"{name}.yaml", smoke.out / name
         config.write_text(yaml.safe_dump(document, sort_keys=False))
         dry = smoke.python("-m", "gdsbench", "sweep", str(config), "--dry-run")
@@ -88,17 +95,38 @@ def sweep(smoke: Smoke, name: str, step: str, document: dict[str, Any]) -> None:
         rc = smoke.run(
             step, smoke.python("-m", "gdsbench", "sweep", str(config), "-o", str(results)), f"{name}.txt", 900
         )
-        for csv in sorted(results.glob("*.csv")):
-            smoke.run(step, smoke.python("-m", "gdsbench", "report", str(csv)), f"{name}-report.txt", 120, append=True)
+        for path in sorted(results.glob("*.csv")):
+            smoke.run(step, smoke.python("-m", "gdsbench", "report", str(path)), f"{name}-report.txt", 120, append=True)
+        measured, reasons = swept(results)
+        if reasons and not measured:
+            return "every case skipped: " + "; ".join(reason for reason, _ in reasons)
+        smoke.swept[step] = measured, [f"{n} case{'s' if n > 1 else ''} skipped: {reason}" for reason, n in reasons]
         return rc
 
-    smoke.step(step, None, body)
+    smoke.step(step, None, body, proves)
+
+
+def swept(results: Path) -> tuple[list[str], list[tuple[str, int]]]:
+    """What a sweep measured (`fio CPU_ONLY write+read`, from its ok rows) and its skip reasons with their counts
+    (most common first)."""
+    rows: list[dict[str, str]] = []
+    for path in sorted(results.glob("*.csv")):
+        with open(path, newline="") as f:
+            rows += list(csv.DictReader(f))
+    patterns: dict[str, list[str]] = {}
+    for r in rows:
+        if r["status"] == "ok":
+            done = patterns.setdefault(f"{r['engine']} {r['transfer']}", [])
+            done += [] if r["pattern"] in done else [r["pattern"]]
+    reasons = Counter(r["error"].removeprefix("skipped: ") for r in rows if r["status"] == "skipped")
+    return [f"{case} {'+'.join(done)}" for case, done in patterns.items()], reasons.most_common()
 
 
 def checkpoints(smoke: Smoke) -> None:
     """06: kvikio at 1 and 8 threads beside fastpersist (kvikio rows are skipped by the sweep without CUDA)."""
     size = "32M" if smoke.quick else ("1G" if _gpu_skip(smoke) is None else "256M")
-    sweep(smoke, "06-checkpoint", "06 kvikio vs fastpersist", {
+    proves = "checkpoint saves and loads, each load verified"
+    sweep(smoke, "06-checkpoint", "06 kvikio vs fastpersist", proves=proves, document={
         "name": "smoke-checkpoint", "directory": str(smoke.directory), "allow_root_filesystem": True,
         "file_size": size, "checkpoint_size": size, "workload": "llama3-8b", "cache": "cold",
         "repetitions": 1 if smoke.quick else 2,
@@ -112,7 +140,9 @@ def checkpoints(smoke: Smoke) -> None:
 def gds_load(smoke: Smoke) -> None:
     """07: load(map_location='cuda', backend='gds') round trip; a flipped byte must be refused."""
     argv = smoke.python("-m", "gdsbench.smoke.gpu_checks", "gds-load", str(smoke.directory))
-    smoke.step("07 gds load + flipped byte", _gpu_skip(smoke), lambda: smoke.run("gds", argv, "07-gds-load.txt", 300))
+    proves = "ckptio's gds backend loads bit-exact onto the GPU and refuses a flipped byte"
+    smoke.step("07 gds load + flipped byte", _gpu_skip(smoke), lambda: smoke.run("gds", argv, "07-gds-load.txt", 300),
+               proves)  # fmt: skip
 
 
 def gds_smoke(smoke: Smoke) -> None:
@@ -121,13 +151,13 @@ def gds_smoke(smoke: Smoke) -> None:
     document.update({"directory": str(smoke.directory), "allow_root_filesystem": True})
     if smoke.quick or _gpu_skip(smoke):
         document.update({"file_size": "16M" if smoke.quick else "256M", "runtime": "1s" if smoke.quick else "3s"})
-    sweep(smoke, "08-gds-smoke", "08 configs/gds-smoke.yaml", document)
+    sweep(smoke, "08-gds-smoke", "08 configs/gds-smoke.yaml", document, "sequential 1 MiB I/O by path")
 
 
 def gdsio_direct(smoke: Smoke) -> None:
     """09: gdscheck, gdsio's usage and a GDS write/read between two nvidia-fs snapshots (rw stats on)."""
-    path, _ = gpu.find_gdsio(None)
-    skip = _gpu_skip(smoke) or (None if path else "no gdsio") or (None if gpu.NVFS_STATS.exists() else "no nvidia-fs")
+    path, why = gpu.find_gdsio(None)
+    skip = _gpu_skip(smoke) or (None if path else why) or (None if gpu.NVFS_STATS.exists() else NO_NVIDIA_FS)
 
     def body() -> int:
         log, base = (
@@ -144,7 +174,7 @@ def gdsio_direct(smoke: Smoke) -> None:
             created.unlink(missing_ok=True)
         return 0
 
-    smoke.step("09 gdsio + nvidia-fs", skip, body)
+    smoke.step("09 gdsio + nvidia-fs", skip, body, "gdsio's GDS write and read went through nvidia-fs (its counters)")
 
 
 def _gpu_skip(smoke: Smoke) -> str | None:

@@ -18,8 +18,10 @@ def _lines(section: Lines) -> list[str]:
 
 
 def _table(section: Table) -> list[str]:
-    """A pipe table under its title."""
-    return [f"### {section.title}", "", *textout.md_table(list(section.header), [list(row) for row in section.rows])]
+    """A pipe table under its title, then what its columns mean (its legend) as bullets."""
+    table = textout.md_table(list(section.header), [list(row) for row in section.rows])
+    legend = ["", *(f"- {name}: {meaning}" for name, meaning in section.legend)] if section.legend else []
+    return [f"### {section.title}", "", *table, *legend]
 
 
 def _notes(section: Notes) -> list[str]:

@@ -18,9 +18,10 @@ def _lines(section: Lines, width: int) -> list[str]:
 
 
 def _table(section: Table, width: int) -> list[str]:
-    """The table under its title, fitted to the width."""
+    """The table under its title, fitted to the width, then what its columns mean (its legend)."""
     rows = [list(row) for row in section.rows]
-    return [textout.text_table(section.title, list(section.header), rows, section.keys, width)]
+    table = textout.text_table(section.title, list(section.header), rows, section.keys, width)
+    return [table, *(f"  {name}: {meaning}" for name, meaning in section.legend)]
 
 
 def _notes(section: Notes, width: int) -> list[str]:

@@ -29,6 +29,7 @@ import os
 import pickle
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,22 @@ OPTIONS: tuple[Key, ...] = (
     ),
     *train.TRAIN_OPTIONS,
 )
+
+
+@dataclass(frozen=True)
+class Package:
+    """A module an engine imports and the line that installs it: where it is missing, the engine's cases are
+    skipped rows that say so."""
+
+    module: str
+    install: str
+
+
+TORCH = Package("torch", "pip install 'gdsbench[checkpoint]'")  # ckptio brings torch
+CKPTIO = Package("ckptio", "pip install 'gdsbench[checkpoint]'")
+SAFETENSORS = Package("safetensors", "pip install 'gdsbench[checkpoint]'")
+S3TORCH = Package("s3torchconnector", "pip install 'gdsbench[s3torch]'")
+
 #: Exceptions an engine raises for a bad file or a failed I/O; anything else is a bug (traceback).
 EXPECTED_ERRORS: tuple[type[BaseException], ...] = (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError)
 
@@ -110,7 +127,7 @@ class CheckpointRunner(abc.ABC):
     patterns = frozenset({Pattern.SAVE, Pattern.LOAD, Pattern.TRAIN})
     transfers = frozenset({Transfer.CPU_CACHED})
     extra_options: tuple[Key, ...] = ()  # the engine's own YAML keys, beside the shared OPTIONS
-    packages: tuple[str, ...] = ("torch",)  # importable modules the engine needs
+    packages: tuple[Package, ...] = (TORCH,)  # the modules the engine needs, checked before its cases run
     modules: tuple[str, ...] = ("torch",)  # imported before the first measured call, so it never pays for them
     threaded = False  # whether the `threads` axis is the engine's I/O thread count
     suffix = ".pt"
@@ -145,11 +162,21 @@ class CheckpointRunner(abc.ABC):
     # -- the runner contract ---------------------------------------------------------------------
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
-        """Why this engine cannot run here: a missing package, or the engine's own reason."""
-        for package in self.packages:
-            if importlib.util.find_spec(package) is None:
-                return f"{package} not installed"
+        """Why this engine cannot run here: a missing package (with its install line), or the engine's own reason."""
+        missing = [p for p in self.requirements(case) if importlib.util.find_spec(p.module) is None]
+        if missing:
+            installs = "; ".join(dict.fromkeys(p.install for p in missing))
+            return f"{', '.join(p.module for p in missing)} not installed: {installs}"
         return self.workload_reason(case) or self.cannot_run(case, ctx)
+
+    def requirements(self, case: Case) -> tuple[Package, ...]:
+        """The engine's packages, and those reading the case's workload file takes (ckptio flattens it; a
+        .safetensors file is read by safetensors)."""
+        source = str(case.get("workload"))
+        if source in workloads.PRESETS or mlperf.is_geometry(source):
+            return self.packages
+        reader = (SAFETENSORS,) if source.endswith(".safetensors") else ()
+        return tuple(dict.fromkeys((*self.packages, CKPTIO, *reader)))
 
     def workload(self, case: Case, ctx: RunContext) -> workloads.Workload:
         """The case's workload (built once, held for the sweep, released at its end), the engine's modules imported

@@ -11,6 +11,7 @@ from __future__ import annotations
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.keys import Key, boolean
 from gdsbench.runners.base import RunContext
+from gdsbench.runners.checkpoint.base import CKPTIO, TORCH
 from gdsbench.runners.checkpoint.distributed import DistributedRunner
 from gdsbench.runners.checkpoint.fastpersist import odirect_reason
 
@@ -26,6 +27,7 @@ class DcpFast(DistributedRunner):
         Pattern.LOAD: "torch.distributed.checkpoint.load(ckptio.Reader)",
     }
     transfers = frozenset({Transfer.CPU_ONLY})
+    packages = (TORCH, CKPTIO)
     engine_options = (
         Key("broadcast", boolean, "true or false", False,
             "loads: an item several ranks need is read by one rank and broadcast to the others"),

@@ -18,7 +18,7 @@ from typing import Any
 from gdsbench import workloads
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.runners.base import RunContext
-from gdsbench.runners.checkpoint.base import InProcessRunner
+from gdsbench.runners.checkpoint.base import TORCH, InProcessRunner, Package
 from gdsbench.runners.checkpoint.fastpersist import odirect_reason
 
 PATCH_NOTE = (
@@ -36,7 +36,7 @@ class DeepSpeed(InProcessRunner):
         Pattern.LOAD: "deepspeed aio sync_pread + torch.load(weights_only=True)",
     }
     transfers = frozenset({Transfer.CPU_ONLY})
-    packages = ("torch", "deepspeed")
+    packages = (TORCH, Package("deepspeed", "pip install deepspeed"))
     modules = ("torch", "deepspeed.io", "deepspeed.ops.op_builder")
     threaded = True
     block_bytes = 8 << 20

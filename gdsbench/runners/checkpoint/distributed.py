@@ -23,7 +23,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from gdsbench import mlperf, workloads
 from gdsbench.cases import Case, Pattern
@@ -101,6 +101,11 @@ def launcher_failure(stderr: str, returncode: int) -> str:
     return "; ".join(filter(None, telling)) or f"torchrun exited {returncode}"
 
 
+def create_private(path: Path) -> BinaryIO:
+    """A new file at `path` (mode 0600) open for writing: never an existing one, nor one through a link."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "wb")
+
+
 def free_port() -> int:
     """A TCP port free on the loopback interface now (torchrun's rendezvous binds it)."""
     with socket.socket() as s:
@@ -135,6 +140,7 @@ class DistributedRunner(CheckpointRunner):
 
     def __init__(self) -> None:
         self._written: dict[Path, WorkloadFacts] = {}  # workload files in shared memory, this process's
+        self._folder: Path | None = None  # the private folder holding them
 
     engine_options: tuple[Key, ...] = ()
 
@@ -244,8 +250,9 @@ class DistributedRunner(CheckpointRunner):
         return "read back across nodes: " + ", ".join(f"rank {a} <- {b}" for a, b in shifted)
 
     def release(self) -> None:
-        """Forget the sweep's workload files (the sweep removes them with its other files)."""
+        """Forget the sweep's workload files and their folder (the sweep removes them with its other files)."""
         self._written.clear()
+        self._folder = None
         super().release()
 
     def _train(self, case: Case, ctx: RunContext, path: Path, shared: Path | None,
@@ -271,17 +278,28 @@ class DistributedRunner(CheckpointRunner):
         """The workload as a torch.save file in shared memory, written once per sweep (ours: removed at cleanup),
         and what it is. The sweep then drops its own copy: the ranks map the shared one, and a second copy
         beside theirs would cost the memory their shards and async staging need."""
-        name = f"gdsbench-workload.{os.getpid()}.{Path(spec.source).stem}.{size_label(spec.size)}.{spec.dtype}.s{spec.seed}.pt"
-        path = (SHM if SHM.is_dir() else ctx.directory) / name
+        name = f"{Path(spec.source).stem}.{size_label(spec.size)}.{spec.dtype}.s{spec.seed}.pt"
+        path = self._private_folder(ctx) / name
         if path not in self._written or not path.exists():
             import torch
 
             workload = workloads.get(spec)
             ctx.resources.track_new([path])
-            torch.save(dict(workload.tensors), path)
+            with create_private(path) as handle:
+                torch.save(dict(workload.tensors), handle)
             self._written[path] = WorkloadFacts(workload.nbytes, workload.description)
             workloads.release()
         return path, self._written[path]
+
+    def _private_folder(self, ctx: RunContext) -> Path:
+        """This sweep's folder for its workload files in /dev/shm (else the sweep's directory): made afresh with
+        an unguessable name, mode 0700 (/dev/shm is everyone's: a predictable name there could be a planted link),
+        removed at cleanup once empty."""
+        if self._folder is None:
+            base = SHM if SHM.is_dir() else ctx.directory
+            self._folder = Path(tempfile.mkdtemp(prefix=f"gdsbench-workload.{os.getpid()}.", dir=base))
+            ctx.resources.created.append(self._folder)  # before its files: removed after them
+        return self._folder
 
     def _launch(self, case: Case, ctx: RunContext, path: Path, shared: Path | None,
                 warmup: int) -> list[dict[str, Any]]:  # fmt: skip

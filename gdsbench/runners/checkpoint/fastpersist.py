@@ -21,7 +21,7 @@ from gdsbench import sysinfo, workloads
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.keys import Key, boolean, one_of, size
 from gdsbench.runners.base import RunContext
-from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, InProcessRunner
+from gdsbench.runners.checkpoint.base import CKPTIO, EXPECTED_ERRORS, TORCH, InProcessRunner
 from gdsbench.runners.checkpoint.conditions import initialised_like
 
 BACKENDS = {Transfer.CPU_ONLY: "direct", Transfer.CPU_CACHED: "buffered"}
@@ -50,6 +50,7 @@ class FastPersist(InProcessRunner):
         Pattern.LOAD: "ckptio.Checkpointer.load",
     }
     transfers = frozenset(BACKENDS)
+    packages = (TORCH, CKPTIO)
     modules = ("torch", "ckptio")
     threaded = True
     extra_options = (
@@ -72,7 +73,7 @@ class FastPersist(InProcessRunner):
         self._open: dict[tuple[Path, int, str, bool, str, int | None], Any] = {}  # _key(case, path) -> Checkpointer
 
     def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
-        """The library must import; mmap loads read through the page cache; CPU_ONLY needs O_DIRECT."""
+        """The installed library must import; mmap loads read through the page cache; CPU_ONLY needs O_DIRECT."""
         try:
             import ckptio  # noqa: F401
         except ImportError as exc:

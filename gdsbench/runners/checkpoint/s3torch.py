@@ -30,7 +30,16 @@ from gdsbench.keys import Key
 from gdsbench.runners import fio_ceph, s3
 from gdsbench.runners.base import Measurement, RunContext
 from gdsbench.runners.checkpoint import s3torch_etag, train
-from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, CheckpointRunner, as_save, timed, workload_spec
+from gdsbench.runners.checkpoint.base import (
+    EXPECTED_ERRORS,
+    S3TORCH,
+    TORCH,
+    CheckpointRunner,
+    Package,
+    as_save,
+    timed,
+    workload_spec,
+)
 from gdsbench.runners.checkpoint.conditions import level_memory, mib, verify
 from gdsbench.runners.resources import Usage
 from gdsbench.runners.s3_client import Bucket
@@ -63,7 +72,7 @@ class S3TorchRunner(CheckpointRunner):
     patterns = frozenset({Pattern.SAVE, Pattern.LOAD})
     transfers = frozenset({Transfer.CPU_ONLY})
     extra_options = tuple(_S3_KEYS[name] for name in SHARED_KEYS)
-    packages: tuple[str, ...] = ("torch", "s3torchconnector", "awscrt")
+    packages: tuple[Package, ...] = (TORCH, S3TORCH, Package("awscrt", "pip install 'gdsbench[s3]'"))
     modules: tuple[str, ...] = ("torch", "s3torchconnector")
 
     def __init__(self) -> None:

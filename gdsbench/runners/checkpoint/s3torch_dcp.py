@@ -15,6 +15,7 @@ from gdsbench.cases import Case, Pattern
 from gdsbench.errors import ToolError
 from gdsbench.runners import s3
 from gdsbench.runners.base import RunContext
+from gdsbench.runners.checkpoint.base import Package
 from gdsbench.runners.checkpoint.conditions import initialised_like
 from gdsbench.runners.checkpoint.s3torch import S3TorchRunner, client_config
 from gdsbench.runners.s3_client import endpoint_url
@@ -30,7 +31,7 @@ class S3TorchDcp(S3TorchRunner):
                    "threads) / S3StorageReader (S3)")  # fmt: skip
     calls = {Pattern.SAVE: "torch.distributed.checkpoint.save(S3StorageWriter)",
              Pattern.LOAD: "torch.distributed.checkpoint.load(S3StorageReader)"}  # fmt: skip
-    packages = (*S3TorchRunner.packages, "tenacity")
+    packages = (*S3TorchRunner.packages, Package("tenacity", "pip install 'gdsbench[s3torch]'"))
     modules = ("torch", "torch.distributed.checkpoint", "s3torchconnector.dcp")
     threaded = True
     suffix = ""

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from gdsbench.cases import Case, Pattern
-from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, InProcessRunner
+from gdsbench.runners.checkpoint.base import EXPECTED_ERRORS, SAFETENSORS, TORCH, InProcessRunner
 from gdsbench.runners.checkpoint.conditions import touch_pages
 
 
@@ -18,7 +18,7 @@ class Safetensors(InProcessRunner):
     name = "safetensors"
     description = "safetensors.torch save_file + fsync; load_file (mmap) with every page touched (page cache)"
     calls = {Pattern.SAVE: "safetensors.torch.save_file", Pattern.LOAD: "safetensors.torch.load_file"}
-    packages = ("torch", "safetensors")
+    packages = (TORCH, SAFETENSORS)
     modules = ("torch", "safetensors.torch")
     suffix = ".safetensors"
 
