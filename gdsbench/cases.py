@@ -8,12 +8,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: fio ioengines whose I/O goes to a Ceph cluster (objects, an image), not to files in the target directory.
-CLUSTER_IOENGINES = ("rados", "rbd")
-#: Engines whose I/O goes to an object store over the network, not to files in the target directory (the s3 engine
-#: and the checkpoint engines whose checkpoints are objects).
-OBJECT_ENGINES = ("s3", "s3torch_save", "s3torch_dcp")
-
 
 class Pattern(str, enum.Enum):
     """Access pattern: fio/gdsio IO patterns, checkpoint save/load, and train (a training loop that checkpoints)."""
@@ -95,11 +89,6 @@ class Case:
     def row(self) -> dict[str, Any]:
         """The case as flat result columns."""
         return {"engine": self.engine, **{name: plain(value) for name, value in self.params}}
-
-
-def uses_directory(case: Case) -> bool:
-    """Whether a case's I/O goes to files in the target directory (not to a cluster's objects or an image)."""
-    return case.engine not in OBJECT_ENGINES and case.get("ioengine") not in CLUSTER_IOENGINES
 
 
 def plain(value: Any) -> Any:

@@ -234,7 +234,7 @@ def _folder(name: str, short: str, default: str, text: str) -> Callable[[Any], A
 @click.option("--quick", is_flag=True, help="Tiny sizes: checks the run end to end in well under a minute or two.")
 def smoke(output: Path, directory: Path, gpu: bool, quick: bool) -> None:
     """The first run on a GPU server in one command: facts, doctor, GPU tests, sweeps, to one folder."""
-    from gdsbench import smoke as smoke_mod
+    from gdsbench.testbeds import smoke as smoke_mod
 
     sys.exit(smoke_mod.run(output, directory, gpu=gpu, quick=quick))
 
@@ -343,7 +343,7 @@ def fastdev() -> None:
 )
 def fastdev_up(size: str | None, mount: Path) -> None:
     """Make the stand-in and mount it (root); a failure or Ctrl-C undoes what was made."""
-    from gdsbench import fastdev as fastdev_mod
+    from gdsbench.testbeds import fastdev as fastdev_mod
     from gdsbench.units import parse_size, size_label
 
     try:
@@ -359,7 +359,7 @@ def fastdev_up(size: str | None, mount: Path) -> None:
 @fastdev.command("down")
 def fastdev_down() -> None:
     """Unmount and remove what `fastdev up` made (nothing else)."""
-    from gdsbench import fastdev as fastdev_mod
+    from gdsbench.testbeds import fastdev as fastdev_mod
 
     removed = fastdev_mod.down()
     click.echo("\n".join(removed) if removed else "nothing to remove: no stand-in is up")
@@ -382,7 +382,7 @@ _CEPH_DIR = click.option(
 @click.option("--no-cephfs", is_flag=True, help="Without CephFS (an MDS and a ceph-fuse mount).")
 def ceph_up(directory: Path, no_rgw: bool, no_cephfs: bool) -> None:
     """Bring the cluster up (root; installs Debian's Ceph packages if missing); a failure or Ctrl-C undoes it."""
-    from gdsbench import ceph_local
+    from gdsbench.testbeds import ceph as ceph_local
     from gdsbench.units import size_label
 
     with cli_sweep.terminate_as_interrupt():  # SIGTERM too: up undoes its steps, no daemon is left running
@@ -407,7 +407,7 @@ def ceph_up(directory: Path, no_rgw: bool, no_cephfs: bool) -> None:
 @_CEPH_DIR
 def ceph_down(directory: Path) -> None:
     """Stop and remove what `ceph up` made in --dir (nothing else)."""
-    from gdsbench import ceph_local
+    from gdsbench.testbeds import ceph as ceph_local
 
     removed = ceph_local.down(directory)
     click.echo("\n".join(removed) if removed else f"nothing to remove: no cluster in {directory}")

@@ -15,6 +15,7 @@ import yaml
 
 from gdsbench import runners
 from gdsbench.cases import CORE_AXES, Case, Pattern, Transfer, cross_product, matches, plain, unique
+from gdsbench.columns import Column
 from gdsbench.errors import ConfigError
 from gdsbench.hosts import HostError, parse_hosts
 from gdsbench.keys import (
@@ -268,6 +269,11 @@ def axis_keys() -> dict[str, Key]:
     """Every key a matrix may use: engine and the core axes, then the runners' options (not their settings)."""
     options = {name: key for name, key in runners.option_keys().items() if key.axis}
     return {"engine": engine_key(), **AXIS_KEYS, **options}
+
+
+def declared_columns() -> dict[str, Column]:
+    """Every result column the runners declare beside the core schema, by name (what qualify's limits may name)."""
+    return runners.declared_columns()
 
 
 def expand(source: str, matrix: Any, options: Mapping[str, Any], excludes: list[dict[str, Any]]) -> list[Case]:

@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gdsbench import filesets
-from gdsbench.cases import Case, uses_directory
+from gdsbench import filesets, runners
+from gdsbench.cases import Case
+from gdsbench.columns import FILES
 from gdsbench.config import SweepConfig
 from gdsbench.errors import ToolError
 from gdsbench.filesets import FileSet
@@ -30,6 +31,11 @@ PROGRESS_EVERY_S = 5.0
 #: The rate a default fill timeout assumes (slow disks included), plus a fixed margin.
 SLOWEST_FILL_RATE = 50 << 20
 FILL_MARGIN_S = 600.0
+
+
+def uses_directory(case: Case) -> bool:
+    """Whether a case's I/O goes to files in the target directory (its engine's traits: not objects, no cluster)."""
+    return runners.get(case.engine).traits.where(case.row()) == FILES
 
 
 def prepare(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gdsbench import results
-from gdsbench.cases import CLUSTER_IOENGINES, OBJECT_ENGINES
+from gdsbench.columns import FILES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -289,9 +289,7 @@ def remote_fs(frame: pd.DataFrame, sidecars: Mapping[str, Any]) -> list[Any]:
     for run in _runs(frame):
         meta = sidecars.get(str(run["source"].iloc[0]), {}) if "source" in run else {}
         if is_remote_fs(str((meta.get("target") or {}).get("fstype") or "")):
-            on_directory = ~run["engine"].isin(OBJECT_ENGINES)
-            if "ioengine" in run:
-                on_directory &= ~run["ioengine"].isin(CLUSTER_IOENGINES)
+            on_directory = run["stores_on"] == FILES  # the rows' traits (results.load reads old files' too)
             flagged += list(run.index[~run["transfer"].isin(BUFFERED) & on_directory])
     return flagged
 

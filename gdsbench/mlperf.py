@@ -250,6 +250,58 @@ def geometry(workload: str, world_size: int, scale: Fraction | float = 1) -> Geo
     return Geometry(MODELS[workload.removeprefix(PREFIX)], world_size, Fraction(scale))
 
 
+@dataclass(frozen=True)
+class GeometryKind:
+    """A geometry's name as a workload kind (workloads.Kind): every rank draws tensors of its own, and a load
+    reads what the rank one node further on wrote."""
+
+    source: str
+    own_tensors = True
+    from_file = False
+    warmup_saves = 0  # the rules time every checkpoint
+
+    def at(self, world_size: int, scale: float) -> Geometry:
+        """The geometry at `world_size` ranks and `scale`."""
+        return geometry(self.source, world_size, scale)
+
+    def label(self, size: int, dtype: str, scale: float) -> str:
+        """The geometry's name and scale."""
+        return f"{self.source}.x{scale:g}"
+
+    def words(self, size: int, dtype: str, scale: object, checkpoints: object) -> list[str]:
+        """Its scale and the checkpoints of a phase."""
+        return [f"scale={scale}", f"checkpoints={checkpoints}"]
+
+    def reason(self, world_size: int, scale: float, layout: str, train: bool) -> str | None:
+        """Save and load phases, sharded, at a rank count the rules allow."""
+        if train:
+            return "train cases checkpoint a preset; the MLPerf geometries run save and load cases"
+        if layout != "sharded":
+            return "an MLPerf geometry gives every rank tensors of its own: layout does not apply"
+        try:
+            self.at(world_size, scale)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def facts(self, world_size: int, scale: float) -> tuple[int, str]:
+        """Every rank's bytes together, and the geometry's line."""
+        shape = self.at(world_size, scale)
+        return shape.total_bytes(), shape.describe()
+
+    def rank_tensors(self, rank: int, world_size: int, scale: float) -> list[Tensor]:
+        """What `rank` writes."""
+        return self.at(world_size, scale).rank_tensors(rank)
+
+    def source_rank(self, rank: int, world_size: int, ranks_per_node: int) -> int:
+        """One node further on (the rules' recovery shift)."""
+        return source_rank(rank, world_size, ranks_per_node)
+
+    def load_note(self, nbytes: int, memory: int, cache: str) -> str:
+        """The rules' condition on the caches."""
+        return cache_rule(nbytes, memory, cache)
+
+
 def cache_rule(data_bytes: int, memory_bytes: int, cache: str) -> str:
     """The rules' condition on a read phase, for its row: below 3x the client's memory the caches must be
     cleared first (the case's `cache` says whether they were)."""

@@ -6,7 +6,8 @@ Each check selects rows with `where:` (parameter values, e.g. {pattern: read, io
   `max_lat_mean: 500us`, `max_lat_p99: 2ms`; for `pattern: train` rows `max_stall: 500ms` (median wall time
   a checkpoint stopped the loop) and `min_goodput: 0.95`; for checkpoints saved or loaded by ranks, the MLPerf
   Storage rules' metrics `min_rank_bw: 2GiB/s` (the slowest rank's throughput) and `max_rank_time: 30s` (the
-  longest rank's duration per checkpoint);
+  longest rank's duration per checkpoint); `min_<column>` and `max_<column>` of any numeric column an engine
+  declares (Runner.columns, e.g. the s3 engine's `max_requests: 100000`), parsed by the column's unit;
 - relative between rows of the same case parameters: `ratio: {of: {transfer: GDS}, to: {transfer: CPU_GPU},
   min: 1.5}` (and/or `max:`), pairing rows that agree on every parameter `of`/`to` do not name;
 - relative to a stored baseline of the same host: `baseline: path.csv, min_ratio: 0.9` (relative paths are
@@ -85,7 +86,29 @@ class Limit:
     expected: str
 
 
+#: How a limit on a declared column is parsed, printed and described, by the column's unit (others: a number).
+UNIT_LIMITS: dict[str, tuple[Callable[[Any], float], Callable[[float], str], str]] = {
+    "bytes/s": (parse_bandwidth, tables.bw_text, "a bandwidth such as 2GiB/s"),
+    "s": (parse_duration, lambda v: f"{v:.3f}s", "a duration such as 30s"),
+    "us": (parse_latency_us, latency_text, "a duration such as 2ms"),
+    "count": (parse_number, lambda v: f"{v:.0f}", "a positive number"),
+}
+
+
+def declared_limits() -> dict[str, Limit]:
+    """`min_<column>` and `max_<column>` for every numeric column an engine declares (config.declared_columns)."""
+    limits = {}
+    for column in config.declared_columns().values():
+        if column.kind != results.NUMBER:
+            continue
+        parse, text, expected = UNIT_LIMITS.get(column.unit, (parse_number, lambda v: f"{v:g}", "a positive number"))
+        limits[f"min_{column.name}"] = Limit(column.name, operator.ge, ">=", parse, text, expected)
+        limits[f"max_{column.name}"] = Limit(column.name, operator.le, "<=", parse, text, expected)
+    return limits
+
+
 LIMITS: dict[str, Limit] = {
+    **declared_limits(),
     "min_bw": Limit("bw_bytes", operator.ge, ">=", parse_bandwidth, tables.bw_text, "a bandwidth such as 20GiB/s"),
     "max_bw": Limit("bw_bytes", operator.le, "<=", parse_bandwidth, tables.bw_text, "a bandwidth such as 20GiB/s"),
     "min_iops": Limit("iops", operator.ge, ">=", parse_number, lambda v: f"{v:.0f} IOPS", "a positive number"),
@@ -362,7 +385,7 @@ def _limit(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
 def _ratio(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
     """of/to median bandwidth ratio, pairing rows that agree on the other parameters."""
     named = {name for name, _ in (*check.of, *check.to)}
-    keys = [*RUN_COLUMNS, *(c for c in results.parameters(ok.columns) if c not in named)]
+    keys = [*RUN_COLUMNS, *(c for c in results.parameters(ok.columns, results.figures_of(ok)) if c not in named)]
     top = select(ok, check.of).groupby(keys, dropna=False)["bw_bytes"].median()
     bottom = select(ok, check.to).groupby(keys, dropna=False)["bw_bytes"].median()
     ratios = (top / bottom).dropna()

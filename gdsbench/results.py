@@ -10,14 +10,14 @@ import csv
 import io
 import json
 import os
-import secrets
-import shutil
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
+from gdsbench import columns as declared_columns
 from gdsbench.errors import UsageError
+from gdsbench.files import replace_file
 
 if TYPE_CHECKING:
     import pandas
@@ -25,12 +25,14 @@ if TYPE_CHECKING:
 #: The results schema this version writes (in the sidecar's `schema_version`). 1: files written before it was
 #: recorded, read the same way (a column they lack is empty; a case parameter they lack matches its default).
 #: Measured columns added since (cpu_seconds, machine_cpu_seconds, busy_cpus_before, staging_bytes, the train pattern's stall_seconds ... goodput)
-#: leave it as it is: older files read them empty.
+#: leave it as it is: older files read them empty; the trait columns (stores_on, ceiling), read the legacy way.
 SCHEMA_VERSION = 2
 
-TEXT, NUMBER = "text", "number"
-#: Every column a results file has, in this order, and what it holds (a reader parses numbers as numbers);
-#: runner options follow them as extra columns.
+TEXT, NUMBER = declared_columns.TEXT, declared_columns.NUMBER
+#: The core columns a results file has, in this order, and what it holds (a reader parses numbers as numbers);
+#: the columns its engines declare (runners' `columns`, recorded in the sidecar) and runner options follow them.
+#: Its engine figures (lat_first_us, the ranks', train's and CPU columns) predate declarations: files carry them
+#: undeclared, so they stay here.
 SCHEMA: tuple[tuple[str, str], ...] = (
     ("run_id", TEXT),
     ("host", TEXT),
@@ -79,6 +81,8 @@ SCHEMA: tuple[tuple[str, str], ...] = (
     ("compression_ratio", NUMBER),
     ("cache", TEXT),
     ("path", TEXT),
+    ("stores_on", TEXT),
+    ("ceiling", TEXT),
     ("started_at", TEXT),
     ("error", TEXT),
     ("note", TEXT),
@@ -101,10 +105,11 @@ PARAMETERS = ("engine", "transfer", "pattern", "io_size", "threads", "iodepth")
 SERIES_COLUMNS = ("run_id", "case", "host", "repetition", "job", "time_s", "bw_bytes", "lat_us")
 
 
-def parameters(columns: Iterable[str]) -> list[str]:
-    """The parameter columns of a results table: the core ones, then runner options (extra columns)."""
-    columns = list(columns)
-    extra = [c for c in columns if c not in COLUMNS and c != "source"]
+def parameters(columns: Iterable[str], figures: Iterable[str] = ()) -> list[str]:
+    """The parameter columns of a results table: the core ones, then runner options (extra columns that are not
+    `figures`, the engines' declared columns: see `figures_of`)."""
+    columns, figures = list(columns), set(figures)
+    extra = [c for c in columns if c not in COLUMNS and c != "source" and c not in figures]
     return [c for c in PARAMETERS if c in columns] + extra
 
 
@@ -253,31 +258,6 @@ def rewrite(path: Path, rows: list[list[str]]) -> None:
     replace_file(path, lambda handle: csv.writer(handle).writerows(rows))
 
 
-def replace_file(path: Path, write: Callable[[TextIO], object]) -> None:
-    """Create or replace `path` whole or not at all: `write` fills a new file in the same folder, which is
-    fsynced, renamed over `path` (keeping its mode) and the folder fsynced; an interruption leaves the old
-    file or the new one, never half of one, and no temporary file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for any new file
-    try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if path.exists():
-            shutil.copymode(path, temp)
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)  # our own temp file, never the target
-        raise
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
-
-
 def load(paths: Iterable[str | Path]) -> pandas.DataFrame:
     """Load one or more results CSVs into one DataFrame (numeric columns typed, a `source` column added).
 
@@ -295,11 +275,20 @@ def load(paths: Iterable[str | Path]) -> pandas.DataFrame:
     if not frames:
         raise UsageError("no results files given")
     frame = pd.concat(frames, ignore_index=True)
-    for column in NUMERIC:
+    figures = {name: column for part in frames for name, column in part.attrs.get("figures", {}).items()}
+    numeric = [*NUMERIC, *(name for name, column in figures.items() if column.kind == NUMBER)]
+    for column in numeric:
         if column in frame:
             numbers = pd.to_numeric(frame[column], errors="coerce")
             frame[column] = numbers.where(numbers.abs() != float("inf"))  # no writer makes an infinity
-    return _with_every_column(frame)
+    frame = _with_every_column(frame)
+    frame.attrs["figures"] = figures
+    return frame
+
+
+def figures_of(frame: pandas.DataFrame) -> dict[str, declared_columns.Column]:
+    """The engine columns the files of a loaded frame declare, by name (their sidecars' `columns`)."""
+    return dict(frame.attrs.get("figures", {}))
 
 
 def _with_every_column(frame: pandas.DataFrame) -> pandas.DataFrame:
@@ -332,7 +321,30 @@ def _frame(path: Path) -> pandas.DataFrame:
     if len(frame) != count or list(frame.columns) != header:
         raise UsageError(f"{path}: pandas reads it as {len(frame)} rows of {len(frame.columns)} columns, not "
                          f"{count} of {len(header)}; not a results file gdsbench wrote")  # fmt: skip
-    return frame.assign(source=str(path))
+    frame = with_traits(frame).assign(source=str(path))
+    frame.attrs["figures"] = declared_columns.declared(read_sidecar(path))
+    return frame
+
+
+def with_traits(frame: pandas.DataFrame) -> pandas.DataFrame:
+    """Rows with their trait columns (`columns.TRAIT_COLUMNS`, written by the sweep from the runners' declared
+    traits); a row without them (a file written before rows carried them) gets the legacy reading
+    (`columns.legacy_traits`), the one place where traits are read from engine names."""
+    import pandas as pd
+
+    missing = frame["stores_on"].isna() if "stores_on" in frame else pd.Series(True, index=frame.index)
+    if not missing.any():
+        return frame
+    old = frame[missing]
+    ioengine = old["ioengine"] if "ioengine" in old else pd.Series(None, index=old.index)
+    pattern = old["pattern"] if "pattern" in old else pd.Series("", index=old.index)
+    traits = [declared_columns.legacy_traits(str(e), str(p), i) for e, p, i in zip(old["engine"], pattern, ioengine)]
+    frame = frame.copy()
+    for position, name in enumerate(declared_columns.TRAIT_COLUMNS):
+        column = frame[name].astype(object) if name in frame else pd.Series(None, index=frame.index, dtype=object)
+        column[missing] = [values[position] for values in traits]
+        frame[name] = column
+    return frame
 
 
 def read_text(path: Path) -> str:

@@ -20,10 +20,11 @@ from typing import Any
 
 from gdsbench import fill, flags, results, runners, sysinfo, trusted
 from gdsbench.cases import Case
+from gdsbench.columns import Column, records
 from gdsbench.config import SweepConfig
 from gdsbench.errors import GdsbenchError, TargetError
 from gdsbench.hosts import AGGREGATE, Host
-from gdsbench.runners.base import Measurement, Resources, RunContext
+from gdsbench.runners.base import Measurement, Resources, RunContext, check_figures
 from gdsbench.runners.fio import FioRunner
 from gdsbench.runners.resources import busy_cpus
 
@@ -265,7 +266,7 @@ def _measure(step: Step, ctx: RunContext, run_id: str) -> tuple[dict[str, Any], 
     command = " ".join([*overrides(getattr(runner, "environment", ())), shlex.join(runner.command(step.case, ctx))])
     busy_before = busy_cpus()  # the neighbours' load, for the busy_machine flag (flags.busy_machine)
     try:
-        measurement = runner.run(step.case, ctx)
+        measurement = check_figures(runner, runner.run(step.case, ctx))
     except GdsbenchError as exc:
         failed = _row(
             step.case, step.repetition, run_id, status="failed", error=str(exc), started_at=started, command=command
@@ -340,6 +341,7 @@ def _row(case: Case, repetition: int, run_id: str, **fields: Any) -> dict[str, A
         "case": case.key,
         "repetition": repetition,
         **params,
+        **runners.get(case.engine).traits.row(params),
         **fields,
     }
 
@@ -356,11 +358,19 @@ def results_path(config: SweepConfig, output: Path) -> Path:
 
 
 def columns(config: SweepConfig) -> tuple[str, ...]:
-    """The CSV columns of a sweep: the schema, then the option parameters its cases use."""
+    """The CSV columns of a sweep: the core schema, the columns its engines declare, then the option parameters
+    its cases use."""
     extra = []
     for case in config.cases:
         extra += [name for name, _ in case.params if name not in results.COLUMNS and name not in extra]
-    return (*results.COLUMNS, *extra)
+    return (*results.COLUMNS, *declared(config), *extra)
+
+
+def declared(config: SweepConfig) -> dict[str, Column]:
+    """The result columns the sweep's engines declare (Runner.columns), beyond the core schema, by name."""
+    engines = dict.fromkeys(case.engine for case in config.cases)
+    found = [column for engine in engines for column in runners.get(engine).columns]
+    return {column.name: column for column in found if column.name not in results.COLUMNS}
 
 
 def metadata(config: SweepConfig, run_id: str) -> dict[str, Any]:
@@ -374,6 +384,7 @@ def metadata(config: SweepConfig, run_id: str) -> dict[str, Any]:
         "config": dict(config.raw),
         "settings": {**config.settings, "hosts": [host.label for host in config.hosts]},
         "cases": len(config.cases),
+        "columns": records(declared(config).values()),
         "environment": environment(RECORDED_ENV),
         **{key: value for key, value in facts.items() if key != "topology"},
         "fingerprint": {"hosts": fingerprints(config.hosts, facts["topology"])},

@@ -20,9 +20,10 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from gdsbench import mlperf
+from gdsbench.units import size_label
 
 #: Widths tried, largest first, until one layer plus the embeddings fit the requested size.
 SCALES = tuple(1 / 2**k for k in range(12))
@@ -157,7 +158,7 @@ class WorkloadSpec:
     @property
     def is_file(self) -> bool:
         """True when the source is a state-dict file rather than a preset."""
-        return self.source not in PRESETS and not mlperf.is_geometry(self.source)
+        return not named(self.source)
 
 
 @dataclass(frozen=True)
@@ -180,12 +181,105 @@ class Workload:
     description: str
 
 
+class Kind(Protocol):
+    """What a `workload` value is, as the checkpoint runners and their ranks ask it (`kind(source)` gives it): one
+    state dict every rank takes a share of (`StateDict`), or every rank's own tensors (`mlperf.GeometryKind`)."""
+
+    @property
+    def own_tensors(self) -> bool:
+        """Whether every rank draws tensors of its own: no state dict to build, map or share (ranks only)."""
+
+    @property
+    def from_file(self) -> bool:
+        """Whether it is a state-dict file (reading it takes ckptio; safetensors for .safetensors)."""
+
+    @property
+    def warmup_saves(self) -> int:
+        """Unmeasured saves before a measured save phase on ranks."""
+
+    def label(self, size: int, dtype: str, scale: float) -> str:
+        """What a checkpoint's name says of it."""
+
+    def words(self, size: int, dtype: str, scale: object, checkpoints: object) -> list[str]:
+        """The `name=value` words of a command line that size it."""
+
+    def reason(self, world_size: int, scale: float, layout: str, train: bool) -> str | None:
+        """Why it cannot run on `world_size` ranks at `scale` in `layout` (or in a training loop); None if it can."""
+
+    def facts(self, world_size: int, scale: float) -> tuple[int, str] | None:
+        """Bytes every rank writes together and a description; None where only the built state dict says."""
+
+    def rank_tensors(self, rank: int, world_size: int, scale: float) -> list[mlperf.Tensor] | None:
+        """The tensors `rank` draws itself; None where it takes a share of the state dict."""
+
+    def source_rank(self, rank: int, world_size: int, ranks_per_node: int) -> int:
+        """The rank whose checkpoint `rank` loads."""
+
+    def load_note(self, nbytes: int, memory: int, cache: str) -> str:
+        """What a load phase's row says of reading `nbytes` on a host of `memory` bytes (empty: nothing)."""
+
+
+@dataclass(frozen=True)
+class StateDict:
+    """A preset at checkpoint_size or a state-dict file: one state dict the sweep builds (or each node generates)
+    and every rank takes its share of, as `layout` says."""
+
+    source: str
+    own_tensors = False
+    warmup_saves = 1  # staging buffers and DCP's plan cache then hold, as from a training run's second checkpoint on
+
+    @property
+    def from_file(self) -> bool:
+        """A path, not a preset's name."""
+        return self.source not in PRESETS
+
+    def label(self, size: int, dtype: str, scale: float) -> str:
+        """The preset's name or the file's stem, its size and dtype mix."""
+        return f"{Path(self.source).stem if self.from_file else self.source}.{size_label(size)}.{dtype}"
+
+    def words(self, size: int, dtype: str, scale: object, checkpoints: object) -> list[str]:
+        """Its size and dtype mix."""
+        return [f"checkpoint_size={size_label(size)}", f"dtype={dtype}"]
+
+    def reason(self, world_size: int, scale: float, layout: str, train: bool) -> str | None:
+        """Any rank count, layout or loop; sized by checkpoint_size, never by `scale`."""
+        if scale != 1.0:
+            return f"scale {scale:g} shrinks the MLPerf geometries only; size a preset by checkpoint_size"
+        return None
+
+    def facts(self, world_size: int, scale: float) -> None:
+        """Known once built."""
+        return None
+
+    def rank_tensors(self, rank: int, world_size: int, scale: float) -> None:
+        """Every rank takes a share."""
+        return None
+
+    def source_rank(self, rank: int, world_size: int, ranks_per_node: int) -> int:
+        """Its own."""
+        return rank
+
+    def load_note(self, nbytes: int, memory: int, cache: str) -> str:
+        """Nothing to say."""
+        return ""
+
+
+def named(value: object) -> bool:
+    """Whether a `workload` value names a preset or an MLPerf geometry (else it is a file's path)."""
+    return value in PRESETS or mlperf.is_geometry(value)
+
+
+def kind(source: str) -> Kind:
+    """The kind of a `workload` value: an MLPerf geometry's, or a state dict's."""
+    return mlperf.GeometryKind(source) if mlperf.is_geometry(source) else StateDict(source)
+
+
 def parse_source(value: Any) -> str:
     """A `workload` value: a preset name, an MLPerf geometry's name, or a path to an existing
     .pt/.pth/.bin/.safetensors file."""
     if not isinstance(value, str) or not value.strip():
         raise ValueError("not a workload")
-    if value in PRESETS or mlperf.is_geometry(value):
+    if named(value):
         return value
     path = Path(value).expanduser()
     if path.suffix not in FILE_SUFFIXES or not path.is_file():
@@ -333,7 +427,7 @@ def get(spec: WorkloadSpec) -> Workload:
     """The workload for `spec`, generated once and kept; only one is held, so memory stays bounded."""
     if spec in _CACHE:
         return _CACHE[spec]
-    if mlperf.is_geometry(spec.source):
+    if kind(spec.source).own_tensors:
         raise ValueError("an MLPerf geometry is every rank's own tensors, drawn by the ranks themselves")
     _CACHE.clear()
     gc.collect()  # let the previous workload's memory go before the next one is allocated

@@ -15,25 +15,26 @@ from pathlib import Path
 
 import pytest
 
-from gdsbench import ceph_local, trusted
+from gdsbench import trusted
+from gdsbench.testbeds import ceph
 from tests.conftest import CEPH_LOCK, ceph_test_dir
 
 
 def _alive(pid: int) -> bool:
     """The process exists and is not a zombie."""
-    return ceph_local._alive(pid)
+    return ceph._alive(pid)
 
 
 def _installed() -> None:
     """Install the Ceph packages if missing; skip, saying why, where they cannot be."""
     try:
-        ceph_local.install()
-    except ceph_local.CephError as exc:
+        ceph.install()
+    except ceph.CephError as exc:
         pytest.skip(f"the Ceph packages cannot be installed: {exc}")
 
 
 @pytest.fixture(scope="session")
-def ceph_cluster(request: pytest.FixtureRequest) -> Iterator[ceph_local.Cluster]:
+def ceph_cluster(request: pytest.FixtureRequest) -> Iterator[ceph.Cluster]:
     """This run's shared cluster (radosgw and CephFS): brought up by the first worker, reused by the others."""
     if os.geteuid() != 0:
         pytest.skip("needs root (Ceph daemons, /etc/ceph, ceph-fuse)")
@@ -46,16 +47,16 @@ def ceph_cluster(request: pytest.FixtureRequest) -> Iterator[ceph_local.Cluster]
         for stale in Path("/var/tmp").glob("gdsbench-ceph-test-*"):  # left by a run that was killed
             if stale != directory and not Path(f"/proc/{stale.name.rsplit('-', 1)[1]}").exists():
                 with contextlib.suppress(trusted.UntrustedError):  # one others made: left alone
-                    ceph_local.down(stale)
-        found = ceph_local.attach(directory)
+                    ceph.down(stale)
+        found = ceph.attach(directory)
         if found is None or len(found.pids()) != len(found.pidfiles) or not all(map(_alive, found.pids())):
-            ceph_local.down(directory)  # an unfinished `up` or a dead daemon: start again
-            found = ceph_local.up(directory)
+            ceph.down(directory)  # an unfinished `up` or a dead daemon: start again
+            found = ceph.up(directory)
     yield found
 
 
 @pytest.fixture
-def radosgw(ceph_cluster: ceph_local.Cluster, monkeypatch: pytest.MonkeyPatch) -> ceph_local.Cluster:
+def radosgw(ceph_cluster: ceph.Cluster, monkeypatch: pytest.MonkeyPatch) -> ceph.Cluster:
     """The shared cluster's S3 endpoint and credentials, in the environment as the S3 engines read them."""
     if not ceph_cluster.s3_endpoint:
         pytest.skip("the test cluster has no radosgw")

@@ -129,9 +129,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """The controller (or a run without xdist) takes this run's shared Ceph cluster down, once, at the very end."""
     directory = ceph_test_dir(session.config)
     if not hasattr(session.config, "workerinput") and directory.exists():
-        from gdsbench import ceph_local
+        from gdsbench.testbeds import ceph
 
-        ceph_local.down(directory)
+        ceph.down(directory)
         CEPH_LOCK.unlink(missing_ok=True)
 
 

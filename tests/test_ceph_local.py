@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gdsbench import ceph_local
+from gdsbench.testbeds import ceph
 from tests.ceph_cluster import _installed
 
 MiB = 1 << 20
@@ -29,10 +29,10 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (Ceph daem
 
 def _alive(pid: int) -> bool:
     """The process exists and is not a zombie."""
-    return ceph_local._alive(pid)
+    return ceph._alive(pid)
 
 
-def _rados(ceph_cluster: ceph_local.Cluster, *args: str) -> None:
+def _rados(ceph_cluster: ceph.Cluster, *args: str) -> None:
     """Run the rados CLI against the cluster (its conf), failing the test on an error."""
     subprocess.run(
         ["rados", "-c", str(ceph_cluster.conf), "-p", ceph_cluster.rados_pool, *args], check=True, timeout=60
@@ -107,7 +107,7 @@ def _listening(pids: list[int]) -> dict[int, list[str]]:
 
 @needs_root
 def test_every_daemon_listens_on_127_0_0_1_only(ceph_cluster):
-    pids = {Path(p).stem: ceph_local._read_pid(p) for p in ceph_cluster.pidfiles}
+    pids = {Path(p).stem: ceph._read_pid(p) for p in ceph_cluster.pidfiles}
     assert set(pids) >= {"ceph-mon.a", "ceph-mgr.x", "ceph-osd.0", "ceph-client.rgw.a", "ceph-mds.a"}
     listening = _listening([pid for pid in pids.values() if pid])
     loopback = "0100007F"  # 127.0.0.1, as /proc/net/tcp writes it
@@ -129,8 +129,8 @@ def _no_trace_of(directory: Path, pids: list[int]) -> None:
     assert pids and not any(map(_alive, pids))
     assert not directory.exists()
     conf = str(directory / "ceph.conf")
-    assert not (ceph_local.ETC_CONF.is_symlink() and os.readlink(ceph_local.ETC_CONF) == conf)
-    users = [p for p in os.listdir("/proc") if p.isdigit() and conf in ceph_local._argv(int(p))]
+    assert not (ceph.ETC_CONF.is_symlink() and os.readlink(ceph.ETC_CONF) == conf)
+    users = [p for p in os.listdir("/proc") if p.isdigit() and conf in ceph._argv(int(p))]
     assert users == []
 
 
@@ -142,12 +142,12 @@ def test_down_and_an_interrupted_up_leave_no_process_directory_or_link(monkeypat
     started: list[int] = []
     linked: list[bool] = []
     undone: list[list[str]] = []
-    link, down = ceph_local._link_etc_conf, ceph_local.down
+    link, down = ceph._link_etc_conf, ceph.down
 
-    def link_then_interrupt(made: ceph_local.Made) -> None:
+    def link_then_interrupt(made: ceph.Made) -> None:
         link(made)
-        started.extend(pid for f in made.pidfiles if (pid := ceph_local._read_pid(Path(f))))
-        linked.append(ceph_local.ETC_CONF.is_symlink() and os.readlink(ceph_local.ETC_CONF) == made.conf)
+        started.extend(pid for f in made.pidfiles if (pid := ceph._read_pid(Path(f))))
+        linked.append(ceph.ETC_CONF.is_symlink() and os.readlink(ceph.ETC_CONF) == made.conf)
         assert linked[0] == (made.fio_note == "")  # ours, or left alone and said so (the shared cluster's link)
         raise KeyboardInterrupt  # Ctrl-C with mon, mgr and OSD running
 
@@ -155,15 +155,15 @@ def test_down_and_an_interrupted_up_leave_no_process_directory_or_link(monkeypat
         undone.append(down(directory))
         return undone[-1]
 
-    monkeypatch.setattr(ceph_local, "_link_etc_conf", link_then_interrupt)
-    monkeypatch.setattr(ceph_local, "down", recorded_down)
+    monkeypatch.setattr(ceph, "_link_etc_conf", link_then_interrupt)
+    monkeypatch.setattr(ceph, "down", recorded_down)
     directory = _scratch_dir()
     try:
         with pytest.raises(KeyboardInterrupt):
-            ceph_local.up(directory, rgw=False, cephfs=False)
+            ceph.up(directory, rgw=False, cephfs=False)
         assert len(started) == 3 and len(undone) == 1
         assert undone[0][0] == f"stopped ceph-osd.0 (pid {started[2]})" and undone[0][-1] == f"removed {directory}"
-        assert (f"removed the link {ceph_local.ETC_CONF}" in undone[0]) == linked[0]
+        assert (f"removed the link {ceph.ETC_CONF}" in undone[0]) == linked[0]
         _no_trace_of(directory, started)
         assert down(directory) == []
     finally:
@@ -184,14 +184,14 @@ def test_a_foreign_directory_is_refused_and_down_without_a_cluster_removes_nothi
     run = CliRunner().invoke(cli, ["ceph", "up", "--dir", str(tmp_path)])
     assert_exits(run, 2)
     assert f"{tmp_path} exists and is not an empty directory" in run.output
-    assert (tmp_path / "theirs").read_text() == "not ours" and not (tmp_path / ceph_local.STATE).exists()
+    assert (tmp_path / "theirs").read_text() == "not ours" and not (tmp_path / ceph.STATE).exists()
 
     run = CliRunner().invoke(cli, ["ceph", "down", "--dir", str(tmp_path)])
     assert_exits(run, 0)
     assert run.output == f"nothing to remove: no cluster in {tmp_path}\n"
-    (tmp_path / ceph_local.STATE).write_text("{}")  # a state file without gdsbench's marker: left alone
-    with pytest.raises(ceph_local.CephError, match="no gdsbench marker"):
-        ceph_local.down(tmp_path)
+    (tmp_path / ceph.STATE).write_text("{}")  # a state file without gdsbench's marker: left alone
+    with pytest.raises(ceph.CephError, match="no gdsbench marker"):
+        ceph.down(tmp_path)
     assert (tmp_path / "theirs").exists()
 
 
@@ -201,7 +201,7 @@ def test_without_root_it_is_refused_in_one_line_and_nothing_is_made(tmp_path, mo
     from gdsbench.cli import cli
     from tests.helpers import assert_exits
 
-    monkeypatch.setattr(ceph_local.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(ceph.os, "geteuid", lambda: 1000)
     run = CliRunner().invoke(cli, ["ceph", "up", "--dir", str(tmp_path / "c")])
     assert_exits(run, 2, one_line_error=True)
     assert "root" in run.output and not (tmp_path / "c").exists()

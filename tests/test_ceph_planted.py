@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gdsbench import ceph_local, trusted
+from gdsbench import trusted
 from gdsbench.cli import cli
+from gdsbench.testbeds import ceph
 from tests.helpers import assert_exits
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("runuser"), reason="needs root and runuser")
@@ -93,7 +94,7 @@ def test_up_refuses_a_folder_or_link_nobody_made_where_its_directory_goes(plante
     as_nobody(make, str(planted_dir), str(tmp_path))
     why = "owned by nobody (uid " if planted == "empty folder" else "a symbolic link"
     with pytest.raises(trusted.UntrustedError, match=re.escape(f"{planted_dir}: {why}")):
-        ceph_local.check_can_make(planted_dir)
+        ceph.check_can_make(planted_dir)
     assert os.path.lexists(planted_dir) and os.listdir(tmp_path) == []
 
 
@@ -104,12 +105,12 @@ def test_up_refuses_a_folder_or_link_nobody_made_where_its_directory_goes(plante
 def test_a_malformed_state_is_a_named_error_not_a_traceback(state):
     directory = Path(tempfile.mkdtemp(prefix="gdsbench-ceph-bad-", dir="/var/tmp"))
     try:
-        (directory / ceph_local.MARKER).write_text("x")
-        (directory / ceph_local.STATE).write_text(json.dumps(state).replace("DIR", str(directory)))
+        (directory / ceph.MARKER).write_text("x")
+        (directory / ceph.STATE).write_text(json.dumps(state).replace("DIR", str(directory)))
         run = CliRunner().invoke(cli, ["ceph", "down", "--dir", str(directory)])
         assert_exits(run, 2, one_line_error=True)
-        assert f"{directory / ceph_local.STATE}: malformed state" in run.output
-        assert (directory / ceph_local.STATE).exists()
+        assert f"{directory / ceph.STATE}: malformed state" in run.output
+        assert (directory / ceph.STATE).exists()
     finally:
         shutil.rmtree(directory)
 
@@ -117,11 +118,11 @@ def test_a_malformed_state_is_a_named_error_not_a_traceback(state):
 def test_a_state_naming_paths_outside_its_directory_is_refused(victims):
     directory = Path(tempfile.mkdtemp(prefix="gdsbench-ceph-out-", dir="/var/tmp"))
     try:
-        (directory / ceph_local.MARKER).write_text("x")
-        made = ceph_local.Made(str(directory), "x", "127.0.0.1:1", 0, mount=str(victims["mount"]))
-        (directory / ceph_local.STATE).write_text(json.dumps(made.__dict__))
-        with pytest.raises(ceph_local.CephError, match=re.escape(f"names {victims['mount']}, not what `up` makes")):
-            ceph_local.down(directory)
+        (directory / ceph.MARKER).write_text("x")
+        made = ceph.Made(str(directory), "x", "127.0.0.1:1", 0, mount=str(victims["mount"]))
+        (directory / ceph.STATE).write_text(json.dumps(made.__dict__))
+        with pytest.raises(ceph.CephError, match=re.escape(f"names {victims['mount']}, not what `up` makes")):
+            ceph.down(directory)
         assert os.path.ismount(victims["mount"]) and directory.exists()
     finally:
         shutil.rmtree(directory)
@@ -130,10 +131,10 @@ def test_a_state_naming_paths_outside_its_directory_is_refused(victims):
 def test_down_stops_only_processes_up_starts_not_one_whose_arguments_name_the_conf():
     """A root process that merely names the cluster's conf is no daemon of `up`'s (`<ceph binary> -c <conf>`)."""
     directory = Path(tempfile.mkdtemp(prefix="gdsbench-ceph-kill-", dir="/var/tmp"))
-    (directory / ceph_local.MARKER).write_text("x")
+    (directory / ceph.MARKER).write_text("x")
     victim = root_process("-c", str(directory / "ceph.conf"))
     try:
-        assert ceph_local.down(directory) == [f"removed {directory}"]
+        assert ceph.down(directory) == [f"removed {directory}"]
         assert victim.poll() is None and not directory.exists()
     finally:
         victim.kill()

@@ -495,23 +495,24 @@ def test_cold_evicts_only_the_checkpoints_files_and_the_machine_drop_is_explicit
 def test_the_rank_program_takes_its_case_as_its_key_and_refuses_a_bad_one(capsys):
     """The config's keys parse the rank's case and fill its defaults (no second table of defaults); a case
     without ranks, a value its key refuses, or a preset without its size is an argparse error naming it."""
-    from gdsbench.runners.checkpoint import rank
+    import dataclasses
+
+    from gdsbench import cli_rank
 
     where = ["--checkpoint", "/ckpt", "--out", "/out"]
-    job = rank.parse(["--case", "engine=dcp_fast,pattern=train,world_size=2,checkpoint_size=16M,async=true", *where])
-    assert (job["engine"], job["pattern"], job["world_size"], job["checkpoint_size"]) == (
-        "dcp_fast",
-        "train",
-        2,
-        16 << 20,
-    )
-    assert (job["steps"], job["interval"], job["step_time"], job["async"]) == (60, 10, 0.2, True)
-    assert (job["compression"], job["layout"], job["executor"], job["warmup"]) == ("none", "sharded", "thread", 1)
+    case = "engine=dcp_fast,pattern=train,world_size=2,checkpoint_size=16M,async=true"
+    job = cli_rank.parse(["--case", case, *where])
+    assert (job.engine, job.pattern, job.world_size, job.checkpoint_size) == ("dcp_fast", "train", 2, 16 << 20)
+    assert (job.steps, job.interval, job.step_time, job.asynchronous) == (60, 10, 0.2, True)
+    assert (job.compression, job.layout, job.executor, job.warmup) == ("none", "sharded", "thread", 1)
+    assert (job.path, job.out, job.workload_file, job.broadcast) == ("/ckpt", "/out", None, False)
+    with pytest.raises(dataclasses.FrozenInstanceError):  # a typed, frozen job: no rank rewrites it
+        job.world_size = 4
     for case, said in [
         ("engine=fastpersist,pattern=save,checkpoint_size=16M", "has no ranks"),
         ("engine=dcp_fast,pattern=save,compression=lzma,checkpoint_size=16M", "matrix.compression[0]: expected one of"),
         ("engine=dcp_fast,pattern=save", "name checkpoint_size"),
     ]:
         with pytest.raises(SystemExit) as exited:
-            rank.parse(["--case", case, *where])
+            cli_rank.parse(["--case", case, *where])
         assert exited.value.code == 2 and said in capsys.readouterr().err

@@ -9,7 +9,7 @@ import pytest
 
 from gdsbench import report
 from gdsbench.report import cpu_cost, summary
-from tests.test_report import row
+from tests.test_report import row, rows_of
 
 GIB = 1 << 30
 
@@ -32,7 +32,7 @@ def costed_run() -> pd.DataFrame:
         engine("fastpersist", "load", GIB, 950, 0.3, 0.4),
         engine("torch_save", "save", GIB, 250, 0.5, 4.0),
     ]
-    return pd.DataFrame(rows).assign(source="r.csv")
+    return rows_of(rows).assign(source="r.csv")
 
 
 METAS = {"r.csv": {"machine": {"cpu_count": 16, "usable_cpus": 8}}}  # the run could use 8 of 16
@@ -82,7 +82,7 @@ def test_figures_below_the_clocks_resolution_are_left_out():
             cpu_seconds=0.1, machine_cpu_seconds=0.09)
         for rep in (1, 2)
     ]  # fmt: skip
-    frame = pd.DataFrame(quick).assign(source="q.csv")
+    frame = rows_of(quick).assign(source="q.csv")
     costs = cpu_cost.cpu_costs(frame, {"q.csv": {"machine": {"cpu_count": 16}}}).iloc[0]
     assert pd.isna(costs["machine_cpu_s_per_gib"]) and pd.isna(costs["cpu_bound_bw"])
     assert costs["process_cpu_s_per_gib"] == pytest.approx(3.2)

@@ -11,7 +11,8 @@ import subprocess
 
 import pytest
 
-from gdsbench import fastdev, sysinfo, trusted
+from gdsbench import sysinfo, trusted
+from gdsbench.testbeds import fastdev
 from gdsbench.units import parse_size
 
 MiB = 1 << 20

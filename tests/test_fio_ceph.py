@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
-from gdsbench.runners import fio, fio_ceph
+from gdsbench.runners import ceph, fio, fio_ceph
 from gdsbench.runners.base import RunContext
 
 MiB = 1 << 20
@@ -55,7 +55,7 @@ def test_argv_names_the_pool_not_a_directory(tmp_path: Path) -> None:
 
 
 def test_without_the_engines_config_file_a_case_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fio_ceph, "CONF", tmp_path / "missing.conf")
+    monkeypatch.setattr(ceph, "CONF", tmp_path / "missing.conf")
     reason = fio_ceph.unavailable(ceph_case(), RunContext(directory=tmp_path, file_size=MiB))
     assert reason is not None and "reads only that file" in reason
     cached = fio_ceph.unavailable(
@@ -71,7 +71,7 @@ def test_without_the_engines_config_file_a_case_is_skipped(tmp_path: Path, monke
 def fio_cluster(ceph_cluster: Any) -> Any:
     """The shared cluster, where fio's ceph engines see it: they read only /etc/ceph/ceph.conf, so the tests never
     write into a cluster that link names unless it is this run's own."""
-    conf = fio_ceph.CONF
+    conf = ceph.CONF
     if not (conf.is_symlink() and os.readlink(conf) == str(ceph_cluster.conf)):
         pytest.skip(f"{conf} is not this test run's cluster (another cluster's, or the host's): not written into")
     return ceph_cluster
@@ -147,7 +147,7 @@ def test_objects_a_sweep_did_not_create_are_never_removed(fio_cluster: Any, tmp_
     ctx = RunContext(directory=tmp_path, file_size=8 * MiB)
     case = ceph_case(threads=1)
     [first] = fio_ceph.objects(case, ctx, fio.job_name(case, ctx))
-    subprocess.run(["rados", "-c", str(fio_ceph.CONF), "-p", "gdsbench", "put", first, "/etc/hostname"], check=True)
+    subprocess.run(["rados", "-c", str(ceph.CONF), "-p", "gdsbench", "put", first, "/etc/hostname"], check=True)
     try:
         run(case, ctx)
         ctx.resources.cleanup()

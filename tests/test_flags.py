@@ -35,6 +35,7 @@ def rows(*specs: dict) -> pd.DataFrame:
         "lat_mean_us": 10.0,
         "lat_p99_us": 20.0,
         "flags": "",
+        "stores_on": "files",
         "source": "none.csv",
     }
     frame = pd.DataFrame([{**base, **spec} for spec in specs])
@@ -101,7 +102,7 @@ def test_direct_io_on_a_network_or_fuse_file_system_is_flagged(fstype, remote):
     marked = flags.annotate(frame, {"none.csv": {"target": {"fstype": fstype, "directory": "/mnt/x"}}})
     assert list(marked["flags"]) == (["remote_fs", "", "remote_fs"] if remote else ["", "", ""])
     assert flags.is_remote_fs(fstype) is remote
-    frame["ioengine"] = ["rados", "libaio", "rbd"]  # objects and images in a Ceph cluster use no directory
+    frame["stores_on"] = ["cluster", "files", "objects"]  # a Ceph cluster's objects and images, S3: no directory
     marked = flags.annotate(frame, {"none.csv": {"target": {"fstype": fstype, "directory": "/mnt/x"}}})
     assert list(marked["flags"]) == ["", "", ""]
 

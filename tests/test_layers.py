@@ -30,9 +30,20 @@ FORBIDDEN = {
         "gdsbench.workloads",
     ),
     "ckptio": ("gdsbench",),
-    "gdsbench.runners": ("gdsbench.sweep", "gdsbench.report", "gdsbench.cli"),
+    "gdsbench.runners": ("gdsbench.sweep", "gdsbench.report", "gdsbench.cli", "gdsbench.testbeds"),
     "gdsbench.results": ("gdsbench.runners", "gdsbench.sweep", "gdsbench.report", "gdsbench.cli"),
     "gdsbench.units": ("gdsbench.",),
+    "gdsbench.files": ("gdsbench.",),  # file utilities: the results files and the testbeds' journals use them
+    # testbeds stand up what the benchmark runs on (a Ceph, a RAM disk, the first GPU run's plan), never run,
+    # configure or record it themselves (the smoke run starts its sweeps as processes); runners never reach in
+    "gdsbench.testbeds": (
+        "gdsbench.runners",
+        "gdsbench.sweep",
+        "gdsbench.config",
+        "gdsbench.results",
+        "gdsbench.report",
+        "gdsbench.cli",
+    ),
     "gdsbench.errors": ("gdsbench.",),
     # machine facts: read by sweep, doctor and runners, never the other way round
     "gdsbench.sysinfo": (
@@ -77,20 +88,23 @@ def _root_of(path: Path) -> Path:
 
 def imports(path: Path) -> set[str]:
     """Every module a file imports, absolute names, relative imports resolved."""
-    tree = ast.parse(path.read_text())
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rsplit(".", 1)[0]
     names = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                base = ".".join(
-                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
-                )
+            base = imported_from(node, path)
             names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
     return names
+
+
+def imported_from(node: ast.ImportFrom, path: Path) -> str:
+    """The absolute module a `from ... import` names (relative levels resolved against `path`)."""
+    if not node.level:
+        return node.module or ""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rsplit(".", 1)[0]
+    kept = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(kept + ([node.module] if node.module else []))
 
 
 FILES = sorted(PACKAGE.rglob("*.py")) + sorted(LIBRARY.rglob("*.py"))
@@ -108,6 +122,102 @@ def test_imports_follow_the_layers(path):
                 if any(m.startswith(b) for b in banned) and not m.startswith(own) and m != prefix
             ]
             assert not bad, f"{name} imports {bad}"
+
+
+def import_graph() -> dict[str, set[str]]:
+    """gdsbench's and ckptio's modules, each with the modules of the two it imports when it runs: at the top
+    and inside functions alike, not under `if TYPE_CHECKING:` (`from pkg import mod` is an arrow to mod)."""
+    modules = {module_name(path): path for path in FILES}
+    return {name: _arrows(path, modules) - {name} for name, path in modules.items()}
+
+
+def _arrows(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The modules among `modules` that one file imports anywhere in it."""
+    found = set()
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for if_ in ast.walk(tree) if _type_checking(if_) for s in if_.body for n in ast.walk(s)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            found |= {_known(alias.name, modules) for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = imported_from(node, path)
+            found |= {_known(f"{base}.{alias.name}", modules) for alias in node.names}
+    return found - {""}
+
+
+def _type_checking(node: ast.AST) -> bool:
+    """An `if TYPE_CHECKING:` (the imports of its body never run)."""
+    return isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+
+
+def _known(name: str, modules: dict[str, Path]) -> str:
+    """The longest of `modules` that `name` is or lies in ("" if none: a third-party module)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in graph:
+        if root in order:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        order[root] = low[root] = len(order)
+        stack.append(root)
+        while work:
+            node, arrows = work[-1]
+            step = next((m for m in arrows if m not in order or m in stack), None)
+            if step is not None and step not in order:
+                order[step] = low[step] = len(order)
+                stack.append(step)
+                work.append((step, iter(sorted(graph[step]))))
+            elif step is not None:
+                low[node] = min(low[node], order[step])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == order[node]:
+                    component = stack[stack.index(node) :]
+                    del stack[stack.index(node) :]
+                    found += [sorted(component)] if len(component) > 1 else []
+    return found
+
+
+def test_no_import_circles_even_inside_functions():
+    """No module of gdsbench or ckptio reaches itself through imports, counting function-level ones."""
+    graph = import_graph()
+    tied = [{m: sorted(graph[m] & set(c)) for m in c} for c in circles(graph)]
+    assert not tied, f"import circles: {tied}"
+
+
+def test_the_circle_check_sees_function_level_imports(tmp_path):
+    """The check above is not vacuous: an import inside a function is an arrow, one under TYPE_CHECKING is not,
+    and a loop of arrows is a circle."""
+    source = tmp_path / "m.py"
+    source.write_text("if TYPE_CHECKING:\n    import gdsbench.sweep\ndef f():\n    from gdsbench import config\n")
+    assert _arrows(source, {"gdsbench.config": source, "gdsbench.sweep": source}) == {"gdsbench.config"}
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_rank_program_never_imports_config():
+    """The program torchrun starts (runners/checkpoint/rank.py) reads a job, never the config module,
+    neither itself nor through what it imports."""
+    graph = import_graph()
+    reached, todo = set(), ["gdsbench.runners.checkpoint.rank"]
+    while todo:
+        for name in graph[todo.pop()] - reached:
+            reached.add(name)
+            todo.append(name)
+    assert "gdsbench.config" not in reached
 
 
 def test_fio_only_sweep_does_not_import_torch():
@@ -144,7 +254,7 @@ def checkpoint_imports(path: Path) -> list[str]:
     return taken
 
 
-OUTSIDE = sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
+OUTSIDE = sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "benchmarks").rglob("*.py"))
 
 
 @pytest.mark.parametrize("path", OUTSIDE, ids=lambda p: str(p.relative_to(ROOT)))

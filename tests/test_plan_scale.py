@@ -26,10 +26,10 @@ def _unfrozen() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def ps() -> Any:
-    """The benchmark module (benchmarks/ is a directory of scripts, imported as a namespace package)."""
-    from benchmarks import plan_scale
+    """The benchmark's package (benchmarks/ is a directory of scripts, imported as a namespace package)."""
+    from benchmarks import planscale
 
-    return plan_scale
+    return planscale
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,6 @@ def test_the_timer_keeps_the_signatures_dcp_inspects(ps: Any, tmp_path: Path) ->
     assert timer.take()["seconds"] > 0
 
 
-@pytest.mark.slow
 def plans(blob: bytes) -> list[Any]:
     """Pickled plans, each load plan's commit (the seal of the checkpoint its rank read) as its length: the real
     and the modelled runs save different checkpoints."""
@@ -111,6 +110,7 @@ def plans(blob: bytes) -> list[Any]:
     ]
 
 
+@pytest.mark.slow
 def test_the_model_hands_rank_0_what_a_real_two_rank_gloo_run_does(ps: Any, tmp_path: Path) -> None:
     setup = ps.Setup(tmp_path / "real", ("dcp_fast",), reps=1, layers=2)
     real = ps.real_run(2, setup, capture=True)["dcp_fast"]["captured"]

@@ -7,10 +7,15 @@ import textwrap
 import pandas as pd
 import pytest
 
-from gdsbench import report
+from gdsbench import report, results
 from gdsbench.errors import UsageError
 from gdsbench.report import ceilings, summary
 from gdsbench.report.fio_style import status_line
+
+
+def rows_of(*args, **kwargs) -> pd.DataFrame:
+    """Hand-written result rows as results.load gives them: rows without trait columns get the legacy reading."""
+    return results.with_traits(pd.DataFrame(*args, **kwargs))
 
 
 def row(**fields):
@@ -88,7 +93,7 @@ def frame():
             error="skipped: fio has no GPU_BATCH transfer",
         ),
     ]
-    return pd.DataFrame(rows)
+    return rows_of(rows)
 
 
 def test_aggregate_medians_and_ranges():
@@ -151,7 +156,7 @@ def test_ceiling_ratios_against_fio_and_torch_save():
         row(engine="torch_save", pattern="save", bw_bytes=250, io_size=None),
         row(engine="fastpersist", pattern="load", bw_bytes=950, io_size=None),
     ]
-    ratios = ceilings.ceiling_ratios(pd.DataFrame(rows)).set_index(["engine", "pattern"])
+    ratios = ceilings.ceiling_ratios(rows_of(rows)).set_index(["engine", "pattern"])
     assert ratios.loc[("fastpersist", "save"), "x_fio"] == pytest.approx(0.95)
     assert ratios.loc[("fastpersist", "save"), "x_torch_save"] == pytest.approx(7.6)
     assert ratios.loc[("fastpersist", "load"), "x_fio"] == pytest.approx(0.95)
@@ -165,7 +170,7 @@ def test_variants_of_one_engine_are_kept_apart():
         row(engine="fastpersist", pattern="load", bw_bytes=2000, io_size=None, load_into=True),
         row(engine="torch_save", pattern="load", bw_bytes=400, io_size=None, load_into=None),
     ]
-    ratios = ceilings.ceiling_ratios(pd.DataFrame(rows)).set_index("engine")
+    ratios = ceilings.ceiling_ratios(rows_of(rows)).set_index("engine")
     assert ratios.loc["fastpersist (load_into=True)", "x_fio"] == pytest.approx(2.0)
     assert ratios.loc["fastpersist (load_into=False)", "x_torch_save"] == pytest.approx(1.75)
     assert ratios.loc["torch_save", "x_fio"] == pytest.approx(0.4)
@@ -181,7 +186,7 @@ def test_loads_are_compared_with_torch_save_in_the_same_memory_state():
         row(engine="torch_save", pattern="load", bw_bytes=1000, io_size=None, memory="recent", threads=None),
         row(engine="torch_save", pattern="load", bw_bytes=300, io_size=None, memory="idle", threads=None),
     ]
-    frame = pd.DataFrame(rows)
+    frame = rows_of(rows)
     frame["threads"] = frame["threads"].astype(float)  # as a CSV column with gaps reads back
     ratios = ceilings.ceiling_ratios(frame).set_index("engine")
     assert ratios.loc["fastpersist (memory=idle)", "x_torch_save"] == pytest.approx(3.0)
@@ -193,7 +198,7 @@ def test_loads_are_compared_with_torch_save_in_the_same_memory_state():
 
 def durable_run(*extra):
     """A run with fio's direct writes with and without end_fsync, a page-cache write, a read, and saves/loads."""
-    return pd.DataFrame(
+    return rows_of(
         [
             row(pattern="write", bw_bytes=2500, end_fsync=False),  # the host's write-back cache
             row(pattern="write", bw_bytes=800, end_fsync=True),  # durable: the save ceiling
@@ -326,7 +331,7 @@ def test_by_never_pools_reads_with_writes_and_names_what_it_pooled():
         for threads in (1, 4)
         for rep in (1, 2, 3)
     ]
-    built = summary.build(pd.DataFrame(rows), ["transfer", "io_size"])
+    built = summary.build(rows_of(rows), ["transfer", "io_size"])
     assert built.groups[0] == "pattern" and len(built.summary) == 2
     notes = "\n".join(built.notes.warnings)
     assert "also grouped by pattern (never pooled)" in notes and "pools rows over threads (1, 4)" in notes

@@ -9,9 +9,14 @@ import sys
 import pandas as pd
 import pytest
 
-from gdsbench import flags
+from gdsbench import flags, results
 from gdsbench.report import ceilings, cpu_cost, render, summary
 from gdsbench.runners import resources
+
+
+def rows_of(*args, **kwargs) -> pd.DataFrame:
+    """Hand-written result rows as results.load gives them: rows without trait columns get the legacy reading."""
+    return results.with_traits(pd.DataFrame(*args, **kwargs))
 
 
 def row(engine: str, pattern: str, bw: float, **params: object) -> dict[str, object]:
@@ -26,7 +31,7 @@ def row(engine: str, pattern: str, bw: float, **params: object) -> dict[str, obj
 def dcp_run() -> pd.DataFrame:
     """fio's durable write; DCP saves at 1, 2 and 4 threads (its best: 2), dcp_fast at 4 threads."""
     one_rank = {"world_size": 1, "layout": "sharded", "async": False, "executor": "thread", "compression": "none"}
-    return pd.DataFrame(
+    return rows_of(
         [
             row("fio", "write", 1000e6, end_fsync=True, threads=1),
             row("dcp", "save", 100e6, threads=1, **one_rank),
@@ -52,7 +57,7 @@ def test_every_ratio_column_says_its_denominator():
 
 
 def test_object_store_checkpoints_are_held_to_s3_in_their_own_column():
-    frame = pd.DataFrame(
+    frame = rows_of(
         [
             row("fio", "write", 1000e6, end_fsync=True),
             row("s3", "write", 300e6, io_size=64 << 20),
@@ -73,7 +78,7 @@ def cpu_rows(**fields: object) -> dict[str, object]:
 def test_busy_machine_flags_others_work_in_the_machine_cpu():
     """A neighbour busy before the run is flagged; a loop device's worker (busy only during the run) is not; an
     older file without the load before the run is flagged where every usable core was busy."""
-    frame = pd.DataFrame(
+    frame = rows_of(
         [
             cpu_rows(machine_cpu_seconds=5.7, busy_cpus_before=1.8),  # a neighbour
             cpu_rows(machine_cpu_seconds=3.3, busy_cpus_before=0.05, repetition=2),  # the device's own kernel work
@@ -87,7 +92,7 @@ def test_busy_machine_flags_others_work_in_the_machine_cpu():
 
 
 def test_the_cpu_table_marks_busy_machine_figures_and_says_what_its_columns_are():
-    frame = pd.DataFrame(
+    frame = rows_of(
         [
             cpu_rows(machine_cpu_seconds=5.7, busy_cpus_before=1.8, end_fsync=False),
             {**row("torch_save", "load", 5e8), "cpu_seconds": 1.0, "machine_cpu_seconds": 1.2, "busy_cpus_before": 0.0},
@@ -121,7 +126,7 @@ def test_the_write_heatmap_never_puts_durable_writes_beside_writes_without_fsync
     from gdsbench.report import plots
 
     cells = [(t, s, fsync) for t in (1, 4) for s in (1 << 20, 16 << 20) for fsync in (False, True)]
-    frame = pd.DataFrame(
+    frame = rows_of(
         [row("fio", "write", 1e8 * (3 if fsync else 1), threads=t, io_size=s, end_fsync=fsync) for t, s, fsync in cells]
     )
     maps = {plot.name: plot.figure for plot in plots.heatmaps(frame)}
@@ -150,7 +155,7 @@ def test_options_a_row_does_not_use_are_blank():
     written = sweep._row(read, 1, "r1")
     assert (written["end_fsync"], written["pool"], written["ioengine"]) == (None, None, "libaio")
     write = Case("fio", (("pattern", "write"), ("ioengine", "libaio"), ("end_fsync", True), ("pool", "gdsbench")))
-    frame = pd.DataFrame([written, sweep._row(write, 1, "r1")])
+    frame = rows_of([written, sweep._row(write, 1, "r1")])
     assert tables.unused(frame) == {read.key: {"end_fsync", "pool"}, write.key: {"pool"}}
     other = Case("fio", (("pattern", "write"), ("ioengine", "libaio"), ("end_fsync", False), ("pool", "gdsbench")))
     cases = [read.key, write.key, other.key]
@@ -176,7 +181,7 @@ def test_the_resume_command_is_printed_whole_on_one_line():
 def test_json_says_units_and_writes_integer_axes_as_integers():
     import json
 
-    frame = pd.DataFrame(
+    frame = rows_of(
         [
             row("fio", "read", 1e9, threads=4, io_size=1 << 20, iodepth=8),
             row("torch_save", "save", 5e8, threads=None, io_size=None, iodepth=None),

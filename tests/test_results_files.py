@@ -1,4 +1,4 @@
-"""results.replace_file: the one atomic replace behind the sidecar, --resume's rewrite and fastdev's state."""
+"""files.replace_file: the one atomic replace behind the sidecar, --resume's rewrite and the testbeds' journals."""
 
 from __future__ import annotations
 
@@ -6,17 +6,17 @@ import os
 
 import pytest
 
-from gdsbench import results
+from gdsbench import files, results
 
 
 def test_a_new_file_gets_the_umask_mode_and_a_replaced_one_keeps_its_mode(tmp_path):
     fresh = tmp_path / "sub" / "new.json"
-    results.replace_file(fresh, lambda out: out.write("one"))
+    files.replace_file(fresh, lambda out: out.write("one"))
     umask = os.umask(0)
     os.umask(umask)
     assert fresh.read_text() == "one" and fresh.stat().st_mode & 0o777 == 0o666 & ~umask
     fresh.chmod(0o600)
-    results.replace_file(fresh, lambda out: out.write("two"))
+    files.replace_file(fresh, lambda out: out.write("two"))
     assert fresh.read_text() == "two" and fresh.stat().st_mode & 0o777 == 0o600
 
 
@@ -29,7 +29,7 @@ def test_a_writer_that_fails_leaves_the_old_file_whole_and_no_temporary(tmp_path
         raise OSError("disk gone")
 
     with pytest.raises(OSError, match="disk gone"):
-        results.replace_file(target, half_then_fail)
+        files.replace_file(target, half_then_fail)
     assert target.read_text() == "kept\n" and os.listdir(tmp_path) == ["rows.csv"]
 
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from gdsbench import config as config_module
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ConfigError, ToolError
-from gdsbench.runners import fio_ceph, s3, s3_client, s3_requests
+from gdsbench.runners import ceph, s3, s3_client, s3_requests
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.s3_requests import Request
 from tests.ceph_cluster import bucket_marker, garbage_of
@@ -191,8 +191,10 @@ def test_a_write_then_a_read_move_real_bytes_and_leave_nothing(radosgw: Any, tmp
     assert write.bytes == 6 * MiB and write.lat_first_us and write.lat_p50_us and write.cache is None
     assert bucket("gdsbench-t1").sizes("gdsbench/") == dict.fromkeys(keys, MiB)
     assert write.raw is not None and len(write.raw.splitlines()) == 1 + 6
+    assert write.figures == {"requests": 6}  # a column the engine declares (S3Runner.columns)
     read = run(s3_case(bucket="gdsbench-t1", pattern=Pattern.READ, io_size=MiB, threads=1), ctx)
     assert read.bytes == 3 * MiB and "written first" not in (read.note or "") and read.cache is None
+    assert read.row()["requests"] == 3
     ctx.resources.cleanup()
     assert not bucket("gdsbench-t1").exists()  # its objects, then the bucket it made
 
@@ -284,7 +286,7 @@ def test_objects_the_store_did_not_keep_whole_fail_the_write(radosgw: Any, tmp_p
 def test_garbage_is_collected_and_caches_dropped_on_the_tests_own_cluster(radosgw: Any, tmp_path: Path) -> None:
     """rgw_gc leaves no garbage behind (radosgw keeps deleted data 2 h otherwise: pitfall 5); osd_cache drop
     makes a cold read. Both act on the cluster of /etc/ceph/ceph.conf: only where that is this run's."""
-    conf = fio_ceph.CONF
+    conf = ceph.CONF
     if not (conf.is_symlink() and os.readlink(conf) == str(radosgw.conf)):
         pytest.skip(f"{conf} is not this test run's cluster: its garbage and caches are not ours")
     ctx = RunContext(directory=tmp_path, file_size=8 * MiB)
@@ -306,7 +308,7 @@ def test_gc_and_cache_drops_refuse_a_conf_of_another_clusters_radosgw(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
     other = tmp_path / "ceph.conf"
     other.write_text("[client.rgw.a]\nrgw frontends = beast endpoint=127.0.0.1:7480\nrgw data = /x\n")
-    monkeypatch.setattr(fio_ceph, "CONF", other)
+    monkeypatch.setattr(ceph, "CONF", other)
     ctx, runner = RunContext(directory=tmp_path, file_size=MiB), s3.S3Runner()
     elsewhere = s3_case(endpoint="http://127.0.0.1:9", rgw_gc=True)
     if runner.unavailable(s3_case(endpoint="http://127.0.0.1:7480", rgw_gc=True), ctx) is not None:

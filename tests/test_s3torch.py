@@ -20,7 +20,7 @@ from s3torchconnectorclient import S3Exception
 from gdsbench import config
 from gdsbench.cases import Case, Pattern
 from gdsbench.errors import ToolError
-from gdsbench.runners import fio_ceph, get, s3
+from gdsbench.runners import ceph, get, s3
 from gdsbench.runners.base import Measurement, RunContext
 from gdsbench.runners.checkpoint import s3torch, s3torch_etag
 from gdsbench.runners.s3_client import Bucket
@@ -93,11 +93,11 @@ def test_cache_states_s3_lacks_are_skipped_saying_why(
     runner, ctx = get("s3torch_save"), context(tmp_path)
     assert "never passes through" in str(runner.unavailable(case_of("s3torch_save", "load", cache="cold-machine"), ctx))
     assert runner.unavailable(case_of("s3torch_save", "save", cache="cold-machine"), ctx) is None  # saves: no cache
-    monkeypatch.setattr(fio_ceph, "CONF", tmp_path / "absent.conf")
+    monkeypatch.setattr(ceph, "CONF", tmp_path / "absent.conf")
     assert runner.unavailable(case_of("s3torch_save", "load", cache="cold"), ctx) == s3torch.COLD_NEEDS
     other = tmp_path / "other.conf"  # a cluster's conf whose radosgw is not the case's endpoint
     other.write_text("[client.rgw.a]\nrgw frontends = beast endpoint=127.0.0.1:7480\n")
-    monkeypatch.setattr(fio_ceph, "CONF", other)
+    monkeypatch.setattr(ceph, "CONF", other)
     reason = str(runner.unavailable(case_of("s3torch_save", "load", cache="cold"), ctx))
     assert "radosgw is 127.0.0.1:7480, not this case's endpoint 127.0.0.1:9" in reason
 
@@ -237,7 +237,7 @@ def test_a_corrupted_checkpoint_fails_its_load(engine: str, same_size: bool, rad
 @pytest.mark.slow
 def test_a_cold_load_drops_the_osds_caches_and_gc_leaves_no_garbage(radosgw: Any, tmp_path: Path) -> None:
     """Both act on the cluster of /etc/ceph/ceph.conf: only where that is this run's."""
-    conf = fio_ceph.CONF
+    conf = ceph.CONF
     if not (conf.is_symlink() and os.readlink(conf) == str(radosgw.conf)):
         pytest.skip(f"{conf} is not this test run's cluster: its caches and garbage are not ours")
     ctx = context(tmp_path)

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from gdsbench.cli import cli
-from gdsbench.smoke import Smoke, plan
+from gdsbench.testbeds.smoke import Smoke, plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.needs_fio, pytest.mark.needs_torch]
 STEPS = ["01", "03", "04", "05", "06", "07", "08", "09"]
@@ -70,7 +70,7 @@ def test_the_gpu_install_step_is_a_tool_that_installs_nothing_without_a_gpu(tmp_
     import subprocess
     import sys
 
-    from gdsbench.smoke import gpu_host
+    from gdsbench.testbeds.smoke import gpu_host
 
     if gpu_host():
         pytest.skip("a GPU host: the tool would install CUDA torch into this venv")

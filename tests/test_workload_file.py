@@ -47,14 +47,17 @@ def test_a_nodes_generated_workload_is_private_and_follows_no_planted_link(tmp_p
     import torch.distributed as dist
 
     from gdsbench.runners.checkpoint import rank
+    from gdsbench.runners.checkpoint.rank_job import RankJob
 
     target = victim(tmp_path)
     planted = SHM / "gdsbench-workload.local.n0.llama3-8b.0.pt"
     plant_link(planted, target)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        job = {"workload": "llama3-8b", "checkpoint_size": 1 << 20, "dtype": "mixed", "seed": 0}
-        path = rank.node_workload(job)
+        where = {"engine": "dcp_fast", "pattern": "save", "path": "/ckpt", "out": "/out", "world_size": 1}
+        options = {"layout": "sharded", "compression": "none", "asynchronous": False, "executor": "thread"}
+        workload = {"workload": "llama3-8b", "checkpoint_size": 1 << 20, "dtype": "mixed", "seed": 0, "cache": "cold"}
+        path = rank.node_workload(RankJob(**where, **options, **workload))
         assert target.read_bytes() == b"root's own bytes\n" and private(path) and planted.is_symlink()
         path.unlink()
         path.parent.rmdir()

@@ -123,3 +123,36 @@ def test_importing_workloads_and_the_runners_does_not_import_torch():
     code = "import sys, gdsbench.workloads, gdsbench.runners.checkpoint; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_workload_kind_answers_what_the_runners_ask_so_none_asks_which_it_is():
+    """A preset, a state-dict file and an MLPerf geometry answer the same questions (workloads.Kind): whose tensors,
+    how it is named and sized, why it cannot run, its bytes, which rank's checkpoint a rank loads."""
+    from fractions import Fraction
+
+    from gdsbench import mlperf
+
+    preset, file, geometry = (workloads.kind(s) for s in ("gpt2-xl", "/data/model.safetensors", "mlperf-llama3-8b"))
+    assert [(k.own_tensors, k.from_file, k.warmup_saves) for k in (preset, file, geometry)] == [
+        (False, False, 1),
+        (False, True, 1),
+        (True, False, 0),
+    ]
+    assert [k.label(16 << 20, "bf16", 1 / 64) for k in (preset, file, geometry)] == [
+        "gpt2-xl.16M.bf16",
+        "model.16M.bf16",
+        "mlperf-llama3-8b.x0.015625",
+    ]
+    assert geometry.words(1, "bf16", 0.5, 3) == ["scale=0.5", "checkpoints=3"]
+    shape = mlperf.geometry("mlperf-llama3-8b", 8, Fraction(1, 64))
+    assert geometry.facts(8, 1 / 64) == (shape.total_bytes(), shape.describe()) and preset.facts(8, 1.0) is None
+    assert geometry.rank_tensors(3, 8, 1 / 64) == shape.rank_tensors(3) and preset.rank_tensors(3, 8, 1.0) is None
+    assert (geometry.source_rank(1, 8, 4), preset.source_rank(1, 8, 4)) == (5, 1)
+    assert preset.reason(8, 0.5, "replicated", True) == (
+        "scale 0.5 shrinks the MLPerf geometries only; size a preset by checkpoint_size"
+    )
+    assert preset.reason(8, 1.0, "replicated", True) is None
+    assert geometry.reason(8, 1.0, "sharded", True).startswith("train cases checkpoint a preset")
+    assert geometry.reason(8, 1.0, "replicated", False).endswith("layout does not apply")
+    assert "not 66" in workloads.kind("mlperf-llama3-70b").reason(66, 1.0, "sharded", False)
+    assert geometry.reason(16, 1 / 64, "sharded", False) is None and preset.load_note(1, 1, "cold") == ""

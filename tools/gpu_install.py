@@ -29,7 +29,7 @@ def run(argv: list[str], log: Path, timeout: float) -> tuple[int, str]:
 
 def gpu_host() -> bool:
     """Whether this host has an NVIDIA GPU at all, whatever torch says (the smoke run's own test)."""
-    from gdsbench.smoke import gpu_host as smoke_gpu_host
+    from gdsbench.testbeds.smoke import gpu_host as smoke_gpu_host
 
     return smoke_gpu_host()
 

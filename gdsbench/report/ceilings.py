@@ -7,7 +7,7 @@ cache instead of the disk (fio wrote 2.5 GB/s without end_fsync and 0.6-0.8 GB/s
 disk, minutes apart). Non-durable fio writes stay beside it as a labelled reference ("x fio (no fsync)");
 a run without a durable fio write falls back to the non-durable one, labelled as such, with a warning.
 A load's ceiling is fio's best direct read. Page-cache (CPU_CACHED) fio cases measure memory, never a
-ceiling. Checkpoint engines whose checkpoints are S3 objects (s3torch_save, s3torch_dcp) are held to the s3
+ceiling. Checkpoint engines whose rows declare the s3 ceiling (checkpoints that are S3 objects) are held to the s3
 engine's best PUT or GET of the run.
 """
 
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gdsbench.cases import CLUSTER_IOENGINES, OBJECT_ENGINES
+from gdsbench.columns import FILES
 from gdsbench.report import tables
-from gdsbench.results import parameters
+from gdsbench.results import figures_of, parameters
 
 #: Patterns of checkpoint engines and the fio pattern whose bandwidth is their ceiling.
 CEILINGS = {"save": "write", "load": "read"}
@@ -46,7 +46,7 @@ def engine_labels(rows: pd.DataFrame) -> pd.Series:
     """Each checkpoint row's engine, with the parameters that tell apart its cases of the same pattern
     (e.g. 'fastpersist (load_into=True)'), so variants of one engine are never merged."""
     labels = rows["engine"].astype(str)
-    params = [c for c in parameters(rows.columns) if c not in ("engine", "pattern")]
+    params = [c for c in parameters(rows.columns, figures_of(rows)) if c not in ("engine", "pattern")]
     for _, group in rows.groupby(["engine", "pattern"], sort=False):
         varying = [c for c in params if group[c].nunique(dropna=False) > 1]
         if varying:
@@ -71,7 +71,7 @@ def _fio_of(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
     """The fio rows a checkpoint pattern's ceiling is chosen from: its fio pattern on the run's directory (not
     objects in a Ceph cluster), never the page cache."""
     fio = run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern]) & (run["transfer"] != "CPU_CACHED")]
-    return fio[~fio["ioengine"].isin(CLUSTER_IOENGINES)] if "ioengine" in fio else fio
+    return fio[fio["stores_on"] == FILES]
 
 
 def _s3_of(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
@@ -79,11 +79,17 @@ def _s3_of(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
     return run[(run["engine"] == "s3") & (run["pattern"] == CEILINGS[pattern])]
 
 
+def in_objects(run: pd.DataFrame, engine: str | None) -> bool:
+    """Whether an engine's rows declare the s3 engine as their ceiling (checkpoints that are objects)."""
+    return engine is not None and bool((run.loc[run["engine"] == engine, "ceiling"] == "s3").any())
+
+
 def ceiling_rows(run: pd.DataFrame, pattern: str, engine: str | None = None) -> pd.DataFrame:
     """The rows of the fio case that is a checkpoint pattern's ceiling (durable where the run has it); for an
     engine whose checkpoints are objects, the s3 engine's best case."""
-    fio = _s3_of(run, pattern) if engine in OBJECT_ENGINES else _fio_of(run, pattern)
-    if pattern == "save" and engine not in OBJECT_ENGINES and durable(fio).any():
+    objects = in_objects(run, engine)
+    fio = _s3_of(run, pattern) if objects else _fio_of(run, pattern)
+    if pattern == "save" and not objects and durable(fio).any():
         fio = fio[durable(fio)]
     if fio.empty:
         return fio
@@ -94,7 +100,7 @@ def ceiling(run: pd.DataFrame, pattern: str, engine: str | None = None) -> Ceili
     """fio's ceiling for a checkpoint pattern in one run's ok rows: the durable write for saves (else the
     non-durable one, labelled), the best direct read for loads; page-cache cases never count. An engine whose
     checkpoints are objects is held to the s3 engine's best PUT or GET of the run instead (a PUT is durable)."""
-    if engine in OBJECT_ENGINES:
+    if in_objects(run, engine):
         return Ceiling(_best(_s3_of(run, pattern)), f"s3 {S3_CALLS[pattern]}", durable=True)
     fio = _fio_of(run, pattern)
     if pattern != "save":
@@ -151,7 +157,7 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
             base = _same_conditions(run[(run["engine"] == "torch_save") & (run["pattern"] == pattern)], group)
             dcp = _same_distributed(run[(run["engine"] == "dcp") & (run["pattern"] == pattern)], group)
             median = group["bw_bytes"].median()
-            in_objects = engine in OBJECT_ENGINES
+            objects = in_objects(run, engine)
             rows.append(
                 {
                     "host": host,
@@ -160,8 +166,8 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
                     "pattern": pattern,
                     "n": len(group),
                     "bw_median": median,
-                    "x_fio": float("nan") if in_objects else median / limit.bw,
-                    "x_s3": median / limit.bw if in_objects else float("nan"),
+                    "x_fio": float("nan") if objects else median / limit.bw,
+                    "x_s3": median / limit.bw if objects else float("nan"),
                     "x_fio_no_fsync": median / limit.no_fsync_bw,
                     "x_torch_save": median / _best(base),
                     "x_dcp": median / _best(dcp) if "world_size" in group else float("nan"),

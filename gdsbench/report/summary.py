@@ -11,7 +11,7 @@ from gdsbench import flags
 from gdsbench.errors import UsageError
 from gdsbench.report import ceilings, cpu_cost, fio_style, goodput, mlperf, tables, trust
 from gdsbench.report.sections import Legend, Lines, Notes, Report, Table
-from gdsbench.results import parameters
+from gdsbench.results import NUMBER, figures_of, parameters
 
 STATUS_TITLE = "Run status, fio style (median repetition; the lower of two middle ones)"
 RUNS_TITLE = "Runs"
@@ -24,7 +24,7 @@ def default_groups(frame: pd.DataFrame) -> list[str]:
     """Group by host and run (when several are merged, or a multi-host sweep's) and by every parameter
     that varies."""
     runs = [c for c in ("host", "run_id") if c in frame and frame[c].nunique() > 1]
-    varying = [c for c in parameters(frame.columns) if frame[c].nunique(dropna=True) > 1]
+    varying = [c for c in parameters(frame.columns, figures_of(frame)) if frame[c].nunique(dropna=True) > 1]
     return runs + (varying or ["engine", "pattern"])
 
 
@@ -35,7 +35,7 @@ def asked_groups(frame: pd.DataFrame, groups: list[str]) -> tuple[list[str], lis
     """--by's columns plus engine and pattern where they vary (never pooled), and the varying parameters
     pooled into each group (named in a note)."""
     ok = frame[frame["status"] == "ok"]
-    varying = [c for c in parameters(ok.columns) if ok[c].nunique(dropna=True) > 1]
+    varying = [c for c in parameters(ok.columns, figures_of(ok)) if ok[c].nunique(dropna=True) > 1]
     added = [c for c in NEVER_POOLED if c in varying and c not in groups]
     pooled = [c for c in varying if c not in groups and c not in added]
     return [*added, *groups], pooled
@@ -67,6 +67,7 @@ def aggregate(frame: pd.DataFrame, groups: list[str]) -> pd.DataFrame:
     if ok.empty:
         return pd.DataFrame(columns=[*groups, "n"])
     grouped = ok.groupby(groups, dropna=False, sort=False)
+    figures = {name: c for name, c in figures_of(frame).items() if c.kind == NUMBER and name in ok}
     table = grouped.agg(
         n=("bw_bytes", "size"),
         bw_median=("bw_bytes", "median"),
@@ -77,7 +78,9 @@ def aggregate(frame: pd.DataFrame, groups: list[str]) -> pd.DataFrame:
         lat_p99_us=("lat_p99_us", "median"),
         **({"lat_first_us": ("lat_first_us", "median")} if "lat_first_us" in ok else {}),
         bytes=("bytes", "median"),
+        **{name: (name, "median") for name in figures},
     ).reset_index()
+    table.attrs["figures"] = figures  # the engines' declared columns, shown after the core figures
     table["spread"] = (table["bw_max"] - table["bw_min"]) / table["bw_median"]
     if "flags" in ok:
         table["flags"] = list(grouped["flags"].agg(trust.union_flags))

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gdsbench.report.fio_style import iops_text
+from gdsbench.results import figures_of
 from gdsbench.units import format_bandwidth, latency_text, num2str, size_label
 
 if TYPE_CHECKING:
@@ -178,6 +179,7 @@ def table_rows(
         "lat mean",
         "lat p99",
         "lat first",
+        *(f"{name} ({c.unit})" for name, c in figures_of(table).items()),
         "flags",
     ]
     rows = [
@@ -190,6 +192,7 @@ def table_rows(
             latency_text(row["lat_mean_us"]),
             latency_text(row["lat_p99_us"]),
             latency_text(row.get("lat_first_us")),
+            *(f"{row[name]:.4g}" if not missing(row[name]) else "-" for name in figures_of(table)),
             flags_cell(row.get("flags")),
         ]
         for _, row in table.iterrows()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gdsbench.columns import Column
 from gdsbench.errors import UsageError
 from gdsbench.keys import Key
 from gdsbench.runners.base import Measurement, RunContext, Runner
@@ -34,6 +35,15 @@ def option_keys() -> dict[str, Key]:
     return keys
 
 
+def declared_columns() -> dict[str, Column]:
+    """Every runner's declared result column by name (a name shared by runners must mean the same thing)."""
+    columns: dict[str, Column] = {}
+    for runner in RUNNERS.values():
+        for column in runner.columns:
+            columns.setdefault(column.name, column)
+    return columns
+
+
 def unused_options(engine: str, params: Mapping[str, Any]) -> list[str]:
     """The options a case (or row: its values by name) carries that its engine does not use there, as the runner
     declares (Key.used_with): a read's end_fsync, the pool of fio on a local disk. Rows leave them blank."""
@@ -41,4 +51,4 @@ def unused_options(engine: str, params: Mapping[str, Any]) -> list[str]:
     return [key.name for key in (runner.options if runner else ()) if key.used_with and not key.used(params)]
 
 
-__all__ = ["RUNNERS", "Measurement", "RunContext", "Runner", "get", "option_keys", "unused_options"]
+__all__ = ["RUNNERS", "Measurement", "RunContext", "Runner", "declared_columns", "get", "option_keys", "unused_options"]

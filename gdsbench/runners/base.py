@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.columns import Column, Traits
 from gdsbench.errors import ToolError
 from gdsbench.hosts import Host
 from gdsbench.keys import Key
@@ -83,10 +84,20 @@ class Measurement:
     straggler: str | None = None  # the job that finished last, when jobs finished apart
     raw: str | None = field(default=None, repr=False, compare=False)  # the tool's output, kept beside the CSV
     series: tuple[Sample, ...] = field(default=(), repr=False, compare=False)  # time series, stored apart
+    figures: Mapping[str, Any] = field(default_factory=dict)  # the engine's declared columns (Runner.columns)
 
     def row(self) -> dict[str, Any]:
         """The measurement as flat result columns (the raw output and the series are stored apart)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("raw", "series")}
+        apart = ("raw", "series", "figures")
+        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name not in apart}, **self.figures}
+
+
+def check_figures(runner: Runner, measurement: Measurement) -> Measurement:
+    """The measurement, once its figures are all columns its runner declares; ToolError naming one that is not."""
+    undeclared = sorted(set(measurement.figures) - {column.name for column in runner.columns})
+    if undeclared:
+        raise ToolError(f"{runner.name} measured {', '.join(undeclared)}, which it does not declare (Runner.columns)")
+    return measurement
 
 
 @dataclass
@@ -189,6 +200,14 @@ class Runner(Protocol):
     @property
     def options(self) -> tuple[Key, ...]:
         """Its own YAML keys (matrix axes or top-level values)."""
+
+    @property
+    def traits(self) -> Traits:
+        """What it stores on and which engine's best case bounds it (gdsbench.columns)."""
+
+    @property
+    def columns(self) -> tuple[Column, ...]:
+        """The result columns it adds to its rows, beside the core ones (Measurement.figures)."""
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why this case cannot run on this machine, or None when it can."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.columns import FILES, Column, Traits
 from gdsbench.keys import Key, boolean, gpu_ids, one_of, text
 from gdsbench.runners import fio_ceph, fio_live, fio_series, gds_path
 from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool
@@ -87,6 +88,8 @@ class FioRunner:
         *fio_ceph.KEYS,
     )
     axes = axes_of(("pattern", "transfer", "io_size", "threads", "iodepth"), options)
+    traits = Traits(FILES, cluster_when=(("ioengine", fio_ceph.ENGINES),))
+    columns: tuple[Column, ...] = ()
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why fio cannot run this case here: no fio, or no libcufile engine for GPU transfers."""

@@ -1,7 +1,7 @@
 """fio on Ceph: the `rados` engine (librados, one object per fio file) and the `rbd` engine (librbd, one image),
 as `engine: fio` cases with `ioengine: rados` or `ioengine: rbd`.
 
-What this module guards against (../docs/ceph.md has the setup):
+What this module guards against (../docs/ceph.md has the setup; runners/ceph.py the cluster's admin actions):
 - fio's ceph engines read only /etc/ceph/ceph.conf (they ignore CEPH_CONF): a case without it is skipped.
 - The rados engine stores at most `osd_max_object_size` (128 MiB by default) of an object and reports the full
   size written: each job's `file_size` is cut into objects (`nrfiles`) no larger than the cluster's limit, and
@@ -22,32 +22,23 @@ import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gdsbench.cases import CLUSTER_IOENGINES, Case, Transfer
+from gdsbench.cases import Case, Transfer
 from gdsbench.errors import ToolError
-from gdsbench.keys import Key, one_of, text
+from gdsbench.keys import Key, text
+from gdsbench.runners import ceph
 
 if TYPE_CHECKING:
     from gdsbench.runners.base import RunContext
     from gdsbench.runners.fio_jobfile import Option
 
-ENGINES = CLUSTER_IOENGINES
-CONF = Path("/etc/ceph/ceph.conf")  # the only configuration fio's ceph engines read
-CLI_TIMEOUT_S = 60.0
+#: fio's ioengines whose I/O goes to a Ceph cluster (objects, an image), not to files in the target directory.
+ENGINES = ("rados", "rbd")
 DEFAULT_MAX_OBJECT = 128 << 20  # Ceph's osd_max_object_size default: a dry run's layout without a cluster
 STAT_WORKERS = 8
 
 CEPH_ONLY = (("ioengine", ENGINES),)  # fio uses these keys only on its ceph engines
-OSD_CACHE = Key(
-    "osd_cache",
-    one_of("keep", "drop"),
-    "keep or drop",
-    "keep",
-    "ioengine rados/rbd and s3 reads: drop the OSDs' caches first (ceph tell osd.* cache drop; disturbs the cluster)",
-    patterns=("read", "randread"),
-)
 KEYS = (
     Key("pool", text, "a Ceph pool name", "gdsbench", "ioengine rados/rbd: the pool fio's objects or image live in",
         used_with=CEPH_ONLY),
@@ -55,7 +46,7 @@ KEYS = (
         used_with=CEPH_ONLY),
     Key("rbdname", text, "an RBD image name", "gdsbench", "ioengine rbd: the image fio's jobs write and read",
         used_with=(("ioengine", ("rbd",)),)),
-    replace(OSD_CACHE, used_with=CEPH_ONLY),  # the s3 engine uses OSD_CACHE on every read
+    replace(ceph.OSD_CACHE, used_with=CEPH_ONLY),  # the s3 engine uses OSD_CACHE on every read
 )  # fmt: skip
 
 
@@ -70,13 +61,13 @@ def unavailable(case: Case, ctx: RunContext) -> str | None:
         return f"ioengine {case['ioengine']} runs on this host only (not through fio servers)"
     if case.transfer is not Transfer.CPU_ONLY:
         return f"ioengine {case['ioengine']} moves host memory to RADOS, no page cache between: use CPU_ONLY"
-    if not CONF.exists():
-        return f"no {CONF}: fio's {case['ioengine']} engine reads only that file (gdsbench ceph up makes it)"
+    if not ceph.CONF.exists():
+        return f"no {ceph.CONF}: fio's {case['ioengine']} engine reads only that file (gdsbench ceph up makes it)"
     try:
         limit = max_object_bytes()
         pools = pool_names()
     except ToolError as e:
-        return f"the Ceph cluster of {CONF} does not answer: {e}"
+        return f"the Ceph cluster of {ceph.CONF} does not answer: {e}"
     if case["pool"] not in pools:
         return f"no pool {case['pool']!r} in the cluster (pools: {', '.join(sorted(pools)) or 'none'})"
     if case["ioengine"] == "rados" and case["io_size"] > limit:
@@ -141,15 +132,8 @@ def before(case: Case, ctx: RunContext, name: str, lay_out: Callable[[], object]
             notes.append("objects written first (unmeasured): a read of objects never written reads nothing")
     if case.pattern.is_write:
         return None, "; ".join(notes)
-    cache, note = osd_cache(case)
+    cache, note = ceph.osd_cache(case)
     return cache, "; ".join([*notes, note])
-
-
-def osd_cache(case: Case) -> tuple[str, str]:
-    """A read's OSD caches dropped when the case says `osd_cache: drop`: the row's (cache state, note)."""
-    if case["osd_cache"] == "drop":
-        return cold()
-    return "warm", "OSD caches kept (osd_cache: keep): a read may come from the OSDs' memory"
 
 
 def after_write(case: Case, ctx: RunContext, name: str, reported: int) -> None:
@@ -178,63 +162,33 @@ def object_sizes(case: Case, ctx: RunContext, name: str) -> dict[str, int]:
 def remove_objects(pool: str, names: tuple[str, ...]) -> None:
     """Remove objects this sweep created (one missing already is fine)."""
     for name in names:
-        subprocess.run(_argv("rados", "-p", pool, "rm", name), capture_output=True, timeout=CLI_TIMEOUT_S, check=False)
+        argv = ceph.argv("rados", "-p", pool, "rm", name)
+        subprocess.run(argv, capture_output=True, timeout=ceph.CLI_TIMEOUT_S, check=False)
 
 
-# -- the cluster, through its command-line tools (argument lists, bounded in time) ---------------------
-
-
-def _argv(tool: str, *args: str) -> list[str]:
-    return [tool, "-c", str(CONF), *args]
-
-
-def _run(tool: str, *args: str) -> str:
-    """stdout of a ceph tool, ToolError on failure or timeout."""
-    try:
-        proc = subprocess.run(_argv(tool, *args), capture_output=True, text=True, timeout=CLI_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise ToolError(f"{tool} {' '.join(args)}: {e}") from None
-    if proc.returncode != 0:
-        raise ToolError(f"{tool} {' '.join(args)}: {proc.stderr.strip().splitlines()[-1:] or proc.returncode}")
-    return proc.stdout
+# -- what fio's engines ask of the cluster (runners/ceph.py: its tools) --------------------------------
 
 
 @functools.lru_cache(maxsize=1)
 def max_object_bytes() -> int:
     """The cluster's osd_max_object_size: the most bytes one RADOS object holds."""
-    return int(_run("ceph", "config", "get", "osd", "osd_max_object_size").strip())
+    return int(ceph.run("ceph", "config", "get", "osd", "osd_max_object_size").strip())
 
 
 def pool_names() -> set[str]:
     """The cluster's pools."""
-    return set(_run("ceph", "osd", "pool", "ls").split())
+    return set(ceph.run("ceph", "osd", "pool", "ls").split())
 
 
 def image_bytes(pool: str, image: str) -> int:
     """The size of an RBD image."""
-    return int(json.loads(_run("rbd", "info", "--format", "json", f"{pool}/{image}"))["size"])
+    return int(json.loads(ceph.run("rbd", "info", "--format", "json", f"{pool}/{image}"))["size"])
 
 
 def object_bytes(pool: str, name: str) -> int:
     """The stored size of a RADOS object, -1 if there is none."""
-    proc = subprocess.run(_argv("rados", "-p", pool, "stat", name), capture_output=True, text=True,
-                          timeout=CLI_TIMEOUT_S, check=False)  # fmt: skip
+    proc = subprocess.run(ceph.argv("rados", "-p", pool, "stat", name), capture_output=True, text=True,
+                          timeout=ceph.CLI_TIMEOUT_S, check=False)  # fmt: skip
     if proc.returncode != 0:
         return -1
     return int(proc.stdout.rsplit("size", 1)[-1].strip())
-
-
-def cold() -> tuple[str, str]:
-    """Every OSD's caches dropped: the row's (cache state, note)."""
-    drop_osd_caches()
-    return "cold", "the OSDs' caches dropped first (ceph tell osd.* cache drop)"
-
-
-def drop_osd_caches() -> None:
-    """Drop every OSD's caches (BlueStore's onode and data caches)."""
-    _run("ceph", "tell", "osd.*", "cache", "drop")
-
-
-def collect_rgw_garbage() -> None:
-    """radosgw's garbage collection now: deleted and overwritten objects' space back at once, not hours later."""
-    _run("radosgw-admin", "gc", "process", "--include-all")

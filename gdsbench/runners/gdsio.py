@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.columns import FILES, Column, Traits
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, non_negative_int, positive_int, size, text
 from gdsbench.runners import cache, gds_path
@@ -88,6 +89,8 @@ class GdsioRunner:
         Key("alignment", size, "a size such as 4K", None, "gdsio -a (gdsio 1.12+): alignment of random IO offsets"),
     )
     axes = axes_of(("pattern", "transfer", "io_size", "threads"), options)
+    traits = Traits(FILES)
+    columns: tuple[Column, ...] = ()
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why gdsio cannot run this case here: no gdsio, a GPU list, verify on a read, -a on an old gdsio."""

@@ -19,16 +19,16 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
 from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.columns import OBJECTS, Column, Traits
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, size, text
-from gdsbench.runners import fio_ceph
+from gdsbench.runners import ceph
 from gdsbench.runners.base import Measurement, RunContext, axes_of
 from gdsbench.runners.resources import Usage
 from gdsbench.runners.s3_client import Bucket, bucket_name, endpoint_url
@@ -77,9 +77,11 @@ class S3Runner:
             "multipart upload and ranged GET part size (objects above it go in parts, in parallel)"),
         Key("rgw_gc", boolean, "true or false", False,
             "radosgw: collect garbage after each write and at the end (radosgw-admin, /etc/ceph/ceph.conf)"),
-        fio_ceph.OSD_CACHE,
+        ceph.OSD_CACHE,
     )  # fmt: skip
     axes = axes_of(("pattern", "transfer", "io_size", "threads"), options)
+    traits = Traits(OBJECTS)
+    columns = (Column("requests", "count", "the S3 requests measured (PUTs or GETs, after any ramp)"),)
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why this case cannot run here: no awscrt, no endpoint or credentials, the wrong transfer or hosts."""
@@ -136,10 +138,13 @@ class S3Runner:
             _check_stored(bucket, case, ctx, {r.key for r in requests})
             notes += collect_garbage(case)
         first = min(requests, key=lambda r: r.start)
-        measured = measure(*after_ramp(requests, wall, ctx.ramp_time or 0.0), first=first)
+        kept, window = after_ramp(requests, wall, ctx.ramp_time or 0.0)
+        measured = measure(kept, window, first=first)
         samples = series(requests, ctx.series_ms / 1000) if ctx.series_ms else ()
         note = "; ".join(n for n in notes if n) or None
-        return replace(measured, raw=table(requests), series=samples, cache=cache, note=note, **usage.columns())
+        figures = {"requests": len(kept)}
+        measured = replace(measured, raw=table(requests), series=samples, cache=cache, note=note, figures=figures)
+        return replace(measured, **usage.columns())
 
 
 @dataclass(frozen=True)
@@ -188,7 +193,7 @@ class CollectGarbage:
     """At the sweep's end, after the removals: radosgw's garbage collection."""
 
     def __call__(self) -> None:
-        _quietly(fio_ceph.collect_rgw_garbage)
+        _quietly(ceph.collect_rgw_garbage)
 
 
 def _quietly(call: Any, *args: Any) -> None:
@@ -268,7 +273,7 @@ def _prepare_objects(bucket: Bucket, place: Place, keys: list[list[str]], case: 
 def _cache(case: Case) -> tuple[str | None, str]:
     """A read's cache state: cold where the OSDs' caches were dropped, else unknown (the service's own)."""
     if case["osd_cache"] == "drop":
-        return fio_ceph.osd_cache(case)
+        return ceph.osd_cache(case)
     return None, "the service's caches left as they were (osd_cache: keep): a read may come from its memory"
 
 
@@ -285,7 +290,7 @@ def collect_garbage(case: Case) -> list[str]:
     """radosgw's garbage collected after a write (the space of the objects it overwrote), when asked."""
     if not case["rgw_gc"]:
         return []
-    fio_ceph.collect_rgw_garbage()
+    ceph.collect_rgw_garbage()
     return ["radosgw garbage collected after the write (unmeasured)"]
 
 
@@ -296,24 +301,21 @@ def ceph_tools_missing(case: Case) -> str | None:
     if not wanted:
         return None
     tools = [tool for tool, on in (("radosgw-admin", case["rgw_gc"]), ("ceph", case.get("osd_cache") == "drop")) if on]
-    if any(shutil.which(tool) is None for tool in tools) or not fio_ceph.CONF.exists():
-        return (f"{' and '.join(wanted)} need {' and '.join(tools)} and {fio_ceph.CONF} (a Ceph cluster's admin access, "
+    if not ceph.has_admin(*tools):
+        return (f"{' and '.join(wanted)} need {' and '.join(tools)} and {ceph.CONF} (a Ceph cluster's admin access, "
                 "as gdsbench ceph up gives)")  # fmt: skip
     return other_cluster(case, True)
-
-
-_RGW_ENDPOINT = re.compile(r"^\s*rgw[ _]frontends\s*=.*?\bendpoint=(\S+)", re.MULTILINE)
 
 
 def other_cluster(case: Case, acts: bool) -> str | None:
     """Why acting on the cluster of /etc/ceph/ceph.conf (rgw_gc, dropping OSD caches) would act on another than the
     case's endpoint's: that conf names radosgw endpoints (as `gdsbench ceph up` writes them), none of them the case's.
     A conf that names none (an existing cluster's) is taken as it is."""
-    if not acts or not fio_ceph.CONF.exists():
+    if not acts or not ceph.CONF.exists():
         return None
-    served = _RGW_ENDPOINT.findall(fio_ceph.CONF.read_text(errors="replace"))
+    served = ceph.rgw_endpoints()
     host = urlsplit(str(endpoint(case))).netloc
     if not served or host in served:
         return None
-    return (f"{fio_ceph.CONF} is the conf of a cluster whose radosgw is {', '.join(served)}, not this case's "
+    return (f"{ceph.CONF} is the conf of a cluster whose radosgw is {', '.join(served)}, not this case's "
             f"endpoint {host}: rgw_gc and dropping OSD caches would act on that cluster")  # fmt: skip

@@ -12,7 +12,7 @@ pytest.importorskip("blosc2", reason="ckptio's codecs are not installed: pip ins
 pytest.importorskip("zstandard", reason="ckptio's codecs are not installed: pip install 'ckptio[codecs]'")
 import blosc2
 import torch
-from ckptio import codec
+from ckptio import CheckpointError, codec
 from ckptio.codec import CodecError, CodecUnavailable
 from ckptio.codec.blosc import BloscCodec
 from hypothesis import HealthCheck, given, settings
@@ -153,6 +153,17 @@ def test_unknown_name_and_bad_arguments_raise() -> None:
         codec.get("blosc").encode(b"abcd", 256)
     with pytest.raises(CodecError, match="contiguous"):
         codec.get("zstd").encode(memoryview(bytearray(64))[::2], 1)
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [("none", {"level": 3}), ("zstd", {"threads": 0}), ("zstd", {"level": 99}), ("blosc", {"level": 10})],
+)
+def test_bad_codec_arguments_are_checkpoint_errors(name: str, arguments: dict[str, int]) -> None:
+    """A level or thread count a codec cannot take is a CheckpointError (OptionError), still a ValueError."""
+    with pytest.raises(CheckpointError, match=r"level|threads") as caught:
+        codec.get(name, **arguments)
+    assert isinstance(caught.value, ValueError)
 
 
 def test_missing_library_is_reported_as_unavailable() -> None:

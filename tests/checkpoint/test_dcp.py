@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from ckptio import IOOptions, Reader, Writer
-from ckptio.dcp.records import read_metadata
+from ckptio.dcp.metadata import read_metadata
 from ckptio.errors import CorruptCheckpoint, InvalidCheckpoint, TruncatedCheckpoint
 from torch.distributed.checkpoint.api import CheckpointException
 

@@ -17,7 +17,8 @@ import torch
 import torch.distributed.checkpoint as dcp
 from ckptio import CheckpointError, Reader, integrity
 from ckptio.dcp import validate
-from ckptio.dcp.records import METADATA, SEAL_MAGIC, data_file, read_metadata, seal
+from ckptio.dcp.metadata import read_metadata, seal
+from ckptio.dcp.records import METADATA, SEAL_MAGIC, data_file
 from ckptio.errors import InvalidCheckpoint
 from torch.distributed.checkpoint import DefaultLoadPlanner
 from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex

@@ -17,7 +17,8 @@ import pytest
 import torch
 from ckptio import CheckpointError
 from ckptio.dcp import table, table_encode
-from ckptio.dcp.records import METADATA, SEAL_MAGIC, SEAL_MAGIC_V3, ItemRecord, data_file, read_metadata, seal
+from ckptio.dcp.metadata import read_metadata, seal
+from ckptio.dcp.records import METADATA, SEAL_MAGIC, SEAL_MAGIC_V3, ItemRecord, data_file
 from ckptio.errors import InvalidCheckpoint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -17,7 +17,8 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from ckptio import CheckpointError, IOOptions, Reader, Writer, codec, errors, save
-from ckptio.dcp.records import METADATA, SEAL_MAGIC, data_file, read_metadata, seal
+from ckptio.dcp.metadata import read_metadata, seal
+from ckptio.dcp.records import METADATA, SEAL_MAGIC, data_file
 from ckptio.errors import (
     CorruptCheckpoint,
     InvalidCheckpoint,

@@ -99,7 +99,7 @@ def test_mmap_survives_the_file_being_replaced(saved: tuple[pathlib.Path, dict])
 
 
 def test_mmap_views_share_the_file_with_in_place_writers(tmp_path: pathlib.Path) -> None:
-    """The documented contract (docs/api.md): ckptio's own saves replace the name and leave mapped views
+    """The documented contract (lib/ckptio/docs/api.md): ckptio's own saves replace the name and leave mapped views
     alone; a writer that changes the file in place changes what the views show, after they were verified:
     an overwrite every page the caller has not written to, a `cp` over it (truncate, then write) every page."""
     path, other = tmp_path / "c.pt", tmp_path / "other.pt"
@@ -123,7 +123,7 @@ def test_mmap_views_share_the_file_with_in_place_writers(tmp_path: pathlib.Path)
 
 def test_mmap_views_of_a_file_truncated_under_them_die_with_sigbus(tmp_path: pathlib.Path) -> None:
     """Truncating the file under its views is not survivable: the next access to a page past the new end
-    kills the process with SIGBUS (docs/api.md says so; ckptio itself never truncates a checkpoint)."""
+    kills the process with SIGBUS (lib/ckptio/docs/api.md says so; ckptio itself never truncates a checkpoint)."""
     path = tmp_path / "c.pt"
     save({"w": torch.ones(1 << 20)}, path)
     out = load_mmap(path)

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gdsbench import mlperf, workloads
+from gdsbench import workloads
 from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.columns import FILES, Column, Traits
 from gdsbench.errors import GdsbenchError, ToolError, UsageError
 from gdsbench.keys import Key, non_negative_int, one_of, size
 from gdsbench.runners.base import Measurement, RunContext, axes_of
@@ -49,7 +50,6 @@ from gdsbench.runners.checkpoint.conditions import (
     verify,
 )
 from gdsbench.runners.resources import Usage
-from gdsbench.units import size_label
 
 #: Option keys of every checkpoint engine (matrix axes or top-level values), shared by all of them.
 OPTIONS: tuple[Key, ...] = (
@@ -132,6 +132,8 @@ class CheckpointRunner(abc.ABC):
     threaded = False  # whether the `threads` axis is the engine's I/O thread count
     suffix = ".pt"
     marker: str | None = None  # a checkpoint is a directory, complete once this file exists (None: one file)
+    traits = Traits(FILES, ceiling="fio")  # held to fio's best write (saves) or read (loads) of the run
+    columns: tuple[Column, ...] = ()
 
     @property
     def options(self) -> tuple[Key, ...]:
@@ -173,7 +175,7 @@ class CheckpointRunner(abc.ABC):
         """The engine's packages, and those reading the case's workload file takes (ckptio flattens it; a
         .safetensors file is read by safetensors)."""
         source = str(case.get("workload"))
-        if source in workloads.PRESETS or mlperf.is_geometry(source):
+        if not workloads.kind(source).from_file:
             return self.packages
         reader = (SAFETENSORS,) if source.endswith(".safetensors") else ()
         return tuple(dict.fromkeys((*self.packages, CKPTIO, *reader)))
@@ -193,7 +195,7 @@ class CheckpointRunner(abc.ABC):
     def workload_reason(self, case: Case) -> str | None:
         """Why the case's workload cannot run on this engine: an MLPerf geometry is every rank's own tensors, for
         engines with ranks."""
-        if mlperf.is_geometry(case.get("workload")):
+        if workloads.kind(case.get("workload")).own_tensors:
             return f"{case.get('workload')} is written by ranks: run it with dcp, dcp_fast or torch_save_ranks"
         return None
 
@@ -202,9 +204,7 @@ class CheckpointRunner(abc.ABC):
         spec = workload_spec(case, ctx)
         argv = ["python-api", self.call(case), str(self.path(case, ctx))]
         argv += [f"threads={case.get('threads')}"] if self.threaded else []
-        sized = [f"checkpoint_size={size_label(spec.size)}", f"dtype={spec.dtype}"]
-        if mlperf.is_geometry(spec.source):
-            sized = [f"scale={case.get('scale')}", f"checkpoints={case.get('checkpoints')}"]
+        sized = workloads.kind(spec.source).words(spec.size, spec.dtype, case.get("scale"), case.get("checkpoints"))
         argv += [f"workload={spec.source}", *sized, f"seed={spec.seed}"]
         argv += ["fsync=files+directory"] if case.pattern is Pattern.SAVE else [f"cache={case.get('cache')}"]
         argv += [f"{k}={case.get(k)}" for k in ("steps", "step_time", "interval", "mtbf") if k in dict(case.params)]
@@ -217,10 +217,11 @@ class CheckpointRunner(abc.ABC):
     # -- where a checkpoint lives ----------------------------------------------------------------
 
     def path(self, case: Case, ctx: RunContext) -> Path:
-        """Where this engine keeps the case's checkpoint: named by engine, workload, size, dtype, seed."""
+        """Where this engine keeps the case's checkpoint: named by engine, workload (its size and dtype, or its
+        scale), seed."""
         spec = workload_spec(case, ctx)
-        source = Path(spec.source).stem if spec.is_file else spec.source
-        stem = f"gdsbench-ckpt.{self.name}.{source}.{size_label(spec.size)}.{spec.dtype}.s{spec.seed}"
+        label = workloads.kind(spec.source).label(spec.size, spec.dtype, case.get("scale", 1.0))
+        stem = f"gdsbench-ckpt.{self.name}.{label}.s{spec.seed}"
         return ctx.directory / f"{stem}{self.suffix}"
 
     def files(self, path: Path) -> list[Path]:

@@ -1,12 +1,12 @@
 """The template of distributed checkpoint engines (dcp, dcp_fast): ranks launched by torch's own launcher.
 
 Every run of a case starts `world_size` ranks with torchrun (rendezvous on 127.0.0.1, a free port) running
-`gdsbench.runners.checkpoint.rank`, which saves or loads its share of the sweep's workload between two
-barriers and reports its figures. The workload is written once per sweep to /dev/shm (a torch.save file
+the rank program (`gdsbench.cli_rank`; its work is `rank`'s), which saves or loads its share of the sweep's
+workload between two barriers and reports its figures. The workload is written once per sweep to /dev/shm (a torch.save file
 the ranks map: no copy per rank, no generation per rank) and removed with the sweep's other files.
 The conditions are the same as for single-process engines: this sweep's previous checkpoint removed
 before a save, the page cache made cold or warm before a load, free memory levelled before both.
-A save runs `warmup` unmeasured saves first in the same processes (staging buffers and DCP's plan cache
+A save of a preset runs `warmup` unmeasured saves first in the same processes (staging buffers and DCP's plan cache
 then hold, as from a training run's second checkpoint on). Rows add blocking_seconds (what the training
 loop waited: the async_save call, or the whole save) beside seconds (until durable on every rank),
 bytes_on_disk and compression_ratio (workload bytes / bytes on disk).
@@ -36,9 +36,9 @@ from gdsbench.runners.checkpoint.conditions import level_memory
 from gdsbench.units import num2str, size_label
 
 SHM = Path("/dev/shm")
+RANK_PROGRAM = "gdsbench.cli_rank"  # the module torchrun starts on every rank (above the config: it parses the case)
 LAYOUTS = ("sharded", "replicated")
 EXECUTORS = ("thread", "process")
-WARMUP_SAVES = 1
 ROOT_CAUSE = "Root Cause (first observed failure):"  # torchrun's failure summary
 CODECS = ("none", "zstd", "blosc", "blosc-fast")
 SAVE_LOAD = ("save", "load")
@@ -118,7 +118,7 @@ def launcher(ranks: int, port: int, nodes: int = 1, endpoint: str = "127.0.0.1")
     meeting at a c10d rendezvous on `endpoint:port` (loopback for one host), then the rank program."""
     return ["-m", "torch.distributed.run", f"--nnodes={nodes}", f"--nproc-per-node={ranks}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={endpoint}:{port}", f"--rdzv-id=gdsbench-{uuid.uuid4().hex[:12]}",
-            "-m", "gdsbench.runners.checkpoint.rank"]  # fmt: skip
+            "-m", RANK_PROGRAM]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -153,9 +153,6 @@ class DistributedRunner(CheckpointRunner):
         """One checkpoint directory per engine, workload, world size, layout, compression (and count of
         checkpoints in a row, where more than one); an MLPerf geometry's named by its scale."""
         base = super().path(case, ctx)
-        if mlperf.is_geometry(case.get("workload")):
-            base = base.with_name(f"gdsbench-ckpt.{self.name}.{case.get('workload')}.x{case.get('scale'):g}"
-                                  f".s{case.get('seed')}{base.suffix}")  # fmt: skip
         count = case.get("checkpoints", 1)
         tail = f".ws{case.get('world_size')}.{case.get('layout')}.{case.get('compression')}"
         return base.with_name(base.stem + tail + (f".n{count}" if count > 1 else "") + base.suffix)
@@ -177,25 +174,14 @@ class DistributedRunner(CheckpointRunner):
         return all(self.complete(d) for d in cycle.checkpoint_dirs(path, case.get("checkpoints", 1)))
 
     def workload_reason(self, case: Case) -> str | None:
-        """Why the case's workload cannot run on ranks: an MLPerf geometry at a rank count its rules exclude,
-        in a training loop or a replicated layout, or `scale` given to a preset."""
-        if not mlperf.is_geometry(case.get("workload")):
-            scale = case.get("scale", 1.0)
-            return f"scale {scale:g} shrinks the MLPerf geometries only; size a preset by checkpoint_size" if (
-                scale != 1.0) else None  # fmt: skip
-        if case.pattern is Pattern.TRAIN:
-            return "train cases checkpoint a preset; the MLPerf geometries run save and load cases"
-        if case.get("layout") != "sharded":
-            return "an MLPerf geometry gives every rank tensors of its own: layout does not apply"
-        try:
-            mlperf.geometry(case.get("workload"), case.get("world_size"), case.get("scale"))
-        except ValueError as exc:
-            return str(exc)
-        return None
+        """Why the case's workload cannot run on ranks, as its kind says: an MLPerf geometry at a rank count its
+        rules exclude, in a training loop or a replicated layout, or `scale` given to a preset."""
+        kind, train = workloads.kind(case.get("workload")), case.pattern is Pattern.TRAIN
+        return kind.reason(case.get("world_size"), case.get("scale", 1.0), case.get("layout"), train)
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
         """The launcher's command with the rank program's arguments, then the case's conditions."""
-        shared = None if mlperf.is_geometry(case.get("workload")) else SHM / "<workload>.pt"
+        shared = None if workloads.kind(case.get("workload")).own_tensors else SHM / "<workload>.pt"
         job = self._job(case, self.path(case, ctx), shared, "<out>", self.warmup(case))
         return [sys.executable, *launcher(case.get("world_size"), 0), *job, "#", *super().command(case, ctx)[3:]]
 
@@ -222,23 +208,22 @@ class DistributedRunner(CheckpointRunner):
             notes = [level_memory(case.get("memory"), workload.nbytes)]
             figures = self._launch(case, ctx, path, shared, warmup=0)
             notes = [figures[0].get("cache_note") or "", *notes, "verified on every rank", self._sources(figures)]
-            if mlperf.is_geometry(case.get("workload")):
-                memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-                notes.append(mlperf.cache_rule(workload.nbytes * case.get("checkpoints"), memory, case.get("cache")))
+            memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+            kind = workloads.kind(case.get("workload"))
+            notes.append(kind.load_note(workload.nbytes * case.get("checkpoints"), memory, case.get("cache")))
         return self._measurement(case, workload, path, figures, notes)
 
     def warmup(self, case: Case) -> int:
-        """Unmeasured saves before a measured phase: one for a preset (staging buffers and DCP's plan cache then
-        hold, as from a training run's second checkpoint on), none for an MLPerf geometry (its rules time
-        every checkpoint)."""
-        return WARMUP_SAVES if case.pattern is Pattern.SAVE and not mlperf.is_geometry(case.get("workload")) else 0
+        """Unmeasured saves before a measured save phase, as the workload's kind says (one for a preset, none for
+        an MLPerf geometry: its rules time every checkpoint)."""
+        return workloads.kind(case.get("workload")).warmup_saves if case.pattern is Pattern.SAVE else 0
 
     def _workload(self, case: Case, ctx: RunContext) -> tuple[Path | None, WorkloadFacts]:
-        """The shared workload file the ranks map (none for an MLPerf geometry: its ranks draw their own tensors)
+        """The shared workload file the ranks map (none where every rank draws its own tensors: an MLPerf geometry)
         and what a row says of the workload."""
-        if mlperf.is_geometry(case.get("workload")):
-            geometry = mlperf.geometry(case.get("workload"), case.get("world_size"), case.get("scale"))
-            return None, WorkloadFacts(geometry.total_bytes(), geometry.describe())
+        facts = workloads.kind(case.get("workload")).facts(case.get("world_size"), case.get("scale", 1.0))
+        if facts is not None:
+            return None, WorkloadFacts(*facts)
         return self._workload_file(workload_spec(case, ctx), ctx)
 
     @staticmethod

@@ -1,17 +1,13 @@
-"""One rank of a distributed checkpoint case: what torchrun starts on every rank of every node.
+"""One rank of a distributed checkpoint case: what the rank program (gdsbench.cli_rank, which torchrun starts on
+every rank of every node) runs with its job (rank_job.RankJob).
 
-    torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 --rdzv-id=ck1 \
-        -m gdsbench.runners.checkpoint.rank --checkpoint /shared/ckpt --out /tmp/ck1 \
-        --case engine=dcp_fast,pattern=save,world_size=8,workload=llama3-8b,checkpoint_size=4G
-
-The case is its key, as a results row's `case` cell holds it (a sweep passes its cases so): the config's own
-keys parse it and fill in every value it leaves out. The engine is `dcp` (DCP's FileSystemWriter/Reader),
+The engine is `dcp` (DCP's FileSystemWriter/Reader),
 `dcp_fast` (ckptio.Writer/Reader) or `torch_save_ranks` (torch.save of every rank's own file, fsynced).
 The workload is a torch.save file every rank maps (--workload-file: the sweep writes it to /dev/shm once), or
 the case's preset, which each node's first rank generates into /dev/shm for the node's ranks; each rank takes
 its share (`layout`: sharded = every tensor Shard(0) as FSDP keeps it; replicated = the whole model on every
-rank as DDP keeps it). An MLPerf geometry (workload mlperf-llama3-8b, ...) has every rank draw its own
-tensors, and a load reads what the rank one node further on wrote.
+rank as DDP keeps it). Where the workload's kind says so (an MLPerf geometry: workload mlperf-llama3-8b, ...),
+every rank draws its own tensors, and a load reads what the rank its kind names wrote (one node further on).
 A phase saves or loads `checkpoints` checkpoints in a row (cycle.py), every rank timing its own part; a load
 is checked against what was saved before it counts; before a load phase each node's first rank sets its page
 cache as the case says. Rank 0 gathers every rank's figures into `<out>/ranks.json`.
@@ -19,15 +15,14 @@ cache as the case says. Rank 0 gathers every rank's figures into `<out>/ranks.js
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
 import statistics
-import sys
 import tempfile
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +31,9 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultSavePlanner
 
-from gdsbench import mlperf
 from gdsbench.runners.checkpoint import cycle
 from gdsbench.runners.checkpoint.conditions import fsync_path, set_cache
+from gdsbench.runners.checkpoint.rank_job import RankJob
 from gdsbench.runners.checkpoint.rank_state import destination, local_tensors, preset_state, rank_state, same
 from gdsbench.runners.checkpoint.torch_save_ranks import TorchSaveRanks
 from gdsbench.runners.resources import Usage
@@ -47,23 +42,23 @@ FILE_ENGINE = TorchSaveRanks.name  # every rank torch.saves its own file; the ot
 COMPLETE = TorchSaveRanks.marker  # written by rank 0 once every rank's file is durable
 
 
-def writer(job: dict[str, Any]) -> Any:
+def writer(job: RankJob) -> Any:
     """The engine's storage writer for the job."""
-    if job["engine"] == "dcp":
-        extensions = [_zstd()] if job["compression"] == "zstd" else None
-        return dcp.FileSystemWriter(job["path"], thread_count=job["threads"], sync_files=True, _extensions=extensions)
+    if job.engine == "dcp":
+        extensions = [_zstd()] if job.compression == "zstd" else None
+        return dcp.FileSystemWriter(job.path, thread_count=job.threads, sync_files=True, _extensions=extensions)
     from ckptio import IOOptions, Writer
 
-    return Writer(job["path"], options=IOOptions(threads=job["threads"]), compression=job["compression"])
+    return Writer(job.path, options=IOOptions(threads=job.threads), compression=job.compression)
 
 
-def reader(job: dict[str, Any]) -> Any:
+def reader(job: RankJob) -> Any:
     """The engine's storage reader for the job."""
-    if job["engine"] == "dcp":
-        return dcp.FileSystemReader(job["path"])
+    if job.engine == "dcp":
+        return dcp.FileSystemReader(job.path)
     from ckptio import IOOptions, Reader
 
-    return Reader(job["path"], options=IOOptions(threads=job["threads"]), broadcast=job.get("broadcast", False))
+    return Reader(job.path, options=IOOptions(threads=job.threads), broadcast=job.broadcast)
 
 
 def _zstd() -> Any:
@@ -73,22 +68,22 @@ def _zstd() -> Any:
     return ZStandard()
 
 
-def start_save(job: dict[str, Any], state: dict[str, Any], storage: Any, planner: Any, group: Any = None,
+def start_save(job: RankJob, state: dict[str, Any], storage: Any, planner: Any, group: Any = None,
                checkpoint: Path | None = None) -> Any:  # fmt: skip
     """Save as the case says (into `checkpoint`, else the writer's directory): dcp.save (None once durable), or
     dcp.async_save with the case's executor and, where given, its own process group (the future of the
     background save: a plain Future, both writers stage synchronously)."""
-    if not job["async"]:
+    if not job.asynchronous:
         dcp.save(state, checkpoint_id=checkpoint, storage_writer=storage, planner=planner)
         return None
     from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
-    kind = AsyncCheckpointerType.PROCESS if job["executor"] == "process" else AsyncCheckpointerType.THREAD
+    kind = AsyncCheckpointerType.PROCESS if job.executor == "process" else AsyncCheckpointerType.THREAD
     return dcp.async_save(state, checkpoint_id=checkpoint, storage_writer=storage, planner=planner,
                           process_group=group, async_checkpointer_type=kind)  # fmt: skip
 
 
-def dcp_saver(job: dict[str, Any], state: dict[str, Any], storage: Any) -> cycle.One:
+def dcp_saver(job: RankJob, state: dict[str, Any], storage: Any) -> cycle.One:
     """One durable DCP save of `state` into a directory: (its seconds, the seconds the caller was blocked).
     The writer and the planner (so DCP's plan cache and the writer's staging buffers) live across saves."""
     planner = DefaultSavePlanner(enable_plan_caching=True)
@@ -149,29 +144,27 @@ def host_copy_seconds(state: dict[str, Any]) -> float:
     return time.perf_counter() - started
 
 
-def train_loop(job: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+def train_loop(job: RankJob, state: dict[str, Any]) -> dict[str, Any]:
     """The training loop of a train case on this rank: steps in lockstep (a gradient all-reduce per step),
     a checkpoint every `interval` steps (async_save on a gloo group of its own, so its collectives never
     meet the step's), then a restore from the page-cache state `cache` plus one step, verified."""
     from gdsbench.runners.checkpoint import train
 
-    compute, gradient = train.Step(job["step_time"]), torch.zeros(1)
+    compute, gradient = train.Step(job.step_time), torch.zeros(1)
 
     def step() -> None:
         compute()
         dist.all_reduce(gradient)
 
     storage, planner = writer(job), DefaultSavePlanner(enable_plan_caching=True)
-    group = dist.new_group(backend="gloo") if job["async"] else None
+    group = dist.new_group(backend="gloo") if job.asynchronous else None
 
     dist.barrier()
     with Usage() as usage:
-        times = train.run_loop(
-            step, job["steps"], job["interval"], lambda: start_save(job, state, storage, planner, group)
-        )
+        times = train.run_loop(step, job.steps, job.interval, lambda: start_save(job, state, storage, planner, group))
     dist.barrier()
     if dist.get_rank() == 0:
-        set_cache([p for p in Path(job["path"]).iterdir() if p.is_file()], job["cache"])
+        set_cache([p for p in Path(job.path).iterdir() if p.is_file()], job.cache)
     dest = destination(state)
     dist.barrier()
     started = time.perf_counter()
@@ -185,21 +178,21 @@ def train_loop(job: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     return {**loop, "restore_seconds": restore, "step_reps": compute.reps, **usage.columns()}
 
 
-def run(job: dict[str, Any]) -> dict[str, Any]:
+def run(job: RankJob) -> dict[str, Any]:
     """Train, or save (after `warmup` unmeasured saves) or load this rank's state `checkpoints` times in a row;
     return its figures."""
     rank = dist.get_rank()
-    if job["pattern"] == "train":
+    if job.pattern == "train":
         return train_loop(job, preset_state(job)[0])
-    directories = cycle.checkpoint_dirs(Path(job["path"]), job["checkpoints"])
-    if job["pattern"] == "load":
+    directories = cycle.checkpoint_dirs(Path(job.path), job.checkpoints)
+    if job.pattern == "load":
         return load_phase(job, directories)
     state, own = rank_state(job, rank)
-    figures: dict[str, Any] = {"host_copy_seconds": host_copy_seconds(state)} if job["async"] else {}
-    storage = None if job["engine"] == FILE_ENGINE else writer(job)
+    figures: dict[str, Any] = {"host_copy_seconds": host_copy_seconds(state)} if job.asynchronous else {}
+    storage = None if job.engine == FILE_ENGINE else writer(job)
     one = file_saver(state, rank) if storage is None else dcp_saver(job, state, storage)
     after = mark_complete if storage is None else (lambda _: None)
-    for _ in range(job["warmup"]):
+    for _ in range(job.warmup):
         one(directories[0])
         after(directories[0])
     with Usage() as usage:
@@ -213,16 +206,14 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     return figures
 
 
-def load_phase(job: dict[str, Any], directories: list[Path]) -> dict[str, Any]:
-    """Load every checkpoint of the phase, each checked against what was saved; an MLPerf geometry's rank reads
-    what the rank one node further on wrote (on one node: its own)."""
+def load_phase(job: RankJob, directories: list[Path]) -> dict[str, Any]:
+    """Load every checkpoint of the phase, each checked against what was saved; a rank reads what the rank its
+    workload's kind names wrote (an MLPerf geometry's: one node further on; on one node, and for a preset: its own)."""
     rank = dist.get_rank()
-    source = rank
-    if mlperf.is_geometry(job["workload"]):
-        source = mlperf.source_rank(rank, dist.get_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    source = job.kind.source_rank(rank, dist.get_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     expected, own = rank_state(job, source)
     note = set_node_cache(job)
-    storage = None if job["engine"] == FILE_ENGINE else reader(job)
+    storage = None if job.engine == FILE_ENGINE else reader(job)
     dest = destination(expected) if storage is not None else {}
     loaded: dict[str, Any] = {}
 
@@ -244,12 +235,12 @@ def load_phase(job: dict[str, Any], directories: list[Path]) -> dict[str, Any]:
             "read_bytes": getattr(storage, "read_bytes", None), **usage.columns()}  # fmt: skip
 
 
-def set_node_cache(job: dict[str, Any]) -> str | None:
+def set_node_cache(job: RankJob) -> str | None:
     """Before a load phase, each node's first rank makes the checkpoint's files cold or warm in its page cache
     (the case's `cache`); every rank waits for it. Rank 0 says how."""
     note = None
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        note = set_cache(sorted(p for p in Path(job["path"]).rglob("*") if p.is_file()), job["cache"])
+        note = set_cache(sorted(p for p in Path(job.path).rglob("*") if p.is_file()), job.cache)
     dist.barrier()
     return note
 
@@ -263,40 +254,7 @@ def failure(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}"
 
 
-def parse(argv: list[str]) -> dict[str, Any]:
-    """The job: the case, from its key (parsed by the config's own keys, every value it leaves out at its
-    default), and where to work."""
-    p = argparse.ArgumentParser(prog="python -m gdsbench.runners.checkpoint.rank", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--case", required=True,
-                   help="the case's key, as a results row's `case` cell or gdsbench sweep --dry-run prints it, e.g. "
-                        "engine=dcp_fast,pattern=save,world_size=8,checkpoint_size=16G,threads=4")  # fmt: skip
-    p.add_argument("--checkpoint", dest="path", required=True, help="checkpoint directory (shared by all nodes)")
-    p.add_argument("--out", required=True, help="where rank 0 writes ranks.json")
-    p.add_argument("--workload-file", help="a torch.save state dict every rank maps (else each node generates the "
-                   "case's workload preset at its checkpoint_size)")  # fmt: skip
-    p.add_argument("--warmup", type=int, default=1, help="unmeasured saves before the measured one")
-    args = p.parse_args(argv)
-    from gdsbench import config
-    from gdsbench.cases import plain
-    from gdsbench.errors import ConfigError
-
-    try:
-        case = config.case_from_key(args.case)
-    except ConfigError as exc:
-        p.error(str(exc))
-    if case.engine not in ("dcp", "dcp_fast", FILE_ENGINE):
-        p.error(f"--case: engine {case.engine!r} has no ranks (dcp, dcp_fast or {FILE_ENGINE})")
-    geometry = mlperf.is_geometry(case.get("workload"))
-    if args.workload_file is None and case.get("checkpoint_size") is None and not geometry:
-        p.error("--case: name checkpoint_size (each node generates the workload preset at that size), "
-                "or give --workload-file")  # fmt: skip
-    params = {name: plain(value) for name, value in case.params}
-    return {**params, "engine": case.engine, "path": args.path, "out": args.out,
-            "workload_file": args.workload_file, "warmup": args.warmup}  # fmt: skip
-
-
-def node_workload(job: dict[str, Any]) -> Path:
+def node_workload(job: RankJob) -> Path:
     """A preset's state dict in this node's /dev/shm, generated by the node's first rank for all of them, in a
     private folder it makes there (an unguessable name, mode 0700: /dev/shm is everyone's); every rank learns
     its node's path."""
@@ -306,8 +264,8 @@ def node_workload(job: dict[str, Any]) -> Path:
     node, path = os.environ.get("GROUP_RANK", "0"), None
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         folder = tempfile.mkdtemp(prefix="gdsbench-workload.", dir=SHM)
-        path = Path(folder) / f"{job['workload']}.{job['seed']}.pt"
-        spec = workloads.WorkloadSpec(job["workload"], job["checkpoint_size"], job["dtype"], job["seed"])
+        path = Path(folder) / f"{job.workload}.{job.seed}.pt"
+        spec = workloads.WorkloadSpec(job.workload, job.checkpoint_size or 0, job.dtype, job.seed)
         with create_private(path) as handle:
             torch.save(dict(workloads.get(spec).tensors), handle)
         workloads.release()
@@ -327,41 +285,35 @@ def quiet_but_direct() -> None:
     warnings.simplefilter("error", DirectIOFallbackWarning)
 
 
-def main(argv: list[str]) -> int:
+def execute(job: RankJob) -> int:
     """Join the process group torchrun set up (gloo on CPU, NCCL beside it on CUDA), run the job, gather
     every rank's figures (or errors) on rank 0, which writes them for the launcher."""
     from torch.distributed.checkpoint.api import CheckpointException
 
-    job = parse(argv)
     quiet_but_direct()
     dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
-    if dist.get_world_size() != job["world_size"]:
-        raise SystemExit(f"--case says world_size={job['world_size']}, torchrun started {dist.get_world_size()} ranks")
+    if dist.get_world_size() != job.world_size:
+        raise SystemExit(f"--case says world_size={job.world_size}, torchrun started {dist.get_world_size()} ranks")
     rank, generated = dist.get_rank(), None
-    if job["workload_file"] is None and not mlperf.is_geometry(job["workload"]):  # a geometry's ranks draw their own
+    if job.workload_file is None and not job.kind.own_tensors:  # ranks that draw their own tensors map none
         generated = node_workload(job)
-    job["workload_path"] = str(job["workload_file"] or generated)
+        job = replace(job, workload_file=str(generated))
     try:
         figures = {"rank": rank, "host": socket.gethostname(), **run(job)}
     except (Exception, CheckpointException) as exc:
         figures = {"rank": rank, "host": socket.gethostname(), "error": failure(exc)}
         # at once, before the gather: if a peer never reaches it (stuck in a collective this rank left), the
         # launcher's timeout still finds why this rank left
-        Path(job["out"]).mkdir(parents=True, exist_ok=True)
-        (Path(job["out"]) / f"rank-{rank}.error").write_text(figures["error"])
+        Path(job.out).mkdir(parents=True, exist_ok=True)
+        (Path(job.out) / f"rank-{rank}.error").write_text(figures["error"])
     gathered: list[Any] | None = [None] * dist.get_world_size() if rank == 0 else None
     dist.gather_object(figures, gathered)
     if gathered is not None:
-        Path(job["out"]).mkdir(parents=True, exist_ok=True)
-        (Path(job["out"]) / "ranks.json").write_text(json.dumps(gathered))
+        Path(job.out).mkdir(parents=True, exist_ok=True)
+        (Path(job.out) / "ranks.json").write_text(json.dumps(gathered))
     dist.barrier()
     if generated is not None and int(os.environ.get("LOCAL_RANK", "0")) == 0:
         generated.unlink(missing_ok=True)
         generated.parent.rmdir()
     dist.destroy_process_group()
     return 1 if "error" in figures else 0
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    sys.exit(main(sys.argv[1:]))

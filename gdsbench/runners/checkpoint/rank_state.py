@@ -11,6 +11,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 from gdsbench import mlperf
+from gdsbench.runners.checkpoint.rank_job import RankJob
 
 
 def shares(full: dict[str, torch.Tensor], layout: str, mesh: DeviceMesh) -> dict[str, Any]:
@@ -51,31 +52,33 @@ def local_tensors(state: dict[str, Any]) -> dict[str, Any]:
     return {name: t.to_local() if isinstance(t, DTensor) else t for name, t in state.items()}
 
 
-def rank_state(job: dict[str, Any], rank: int) -> tuple[dict[str, Any], int | None]:
-    """What `rank` saves, and its bytes when they are its own alone: an MLPerf geometry's tensors for that
-    rank, or this rank's share of the mapped workload (a replicated model's bytes are every rank's)."""
-    if mlperf.is_geometry(job["workload"]):
-        geometry = mlperf.geometry(job["workload"], dist.get_world_size(), job["scale"])
-        return geometry_state(geometry, rank, job["seed"]), geometry.rank_bytes(rank)
+def rank_state(job: RankJob, rank: int) -> tuple[dict[str, Any], int | None]:
+    """What `rank` saves, and its bytes when they are its own alone: the tensors its workload's kind has it draw
+    (an MLPerf geometry's), or this rank's share of the mapped workload (a replicated model's bytes are every
+    rank's)."""
+    drawn = job.kind.rank_tensors(rank, dist.get_world_size(), job.scale)
+    if drawn is not None:
+        return drawn_state(drawn, rank, job.seed), sum(t.nbytes for t in drawn)
     state, sharded = preset_state(job)
     own = sum(t.nbytes for t in local_tensors(state).values()) if sharded else None
     return state, own
 
 
-def preset_state(job: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-    """This rank's share of the mapped workload, and whether it is a share of its own (not a replica)."""
+def preset_state(job: RankJob) -> tuple[dict[str, Any], bool]:
+    """This rank's share of the mapped workload (the job's workload file), and whether it is a share of its own
+    (not a replica)."""
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
-    full = torch.load(job["workload_path"], map_location="cpu", weights_only=True, mmap=True)
-    return shares(full, job["layout"], mesh), job["layout"] == "sharded"
+    full = torch.load(str(job.workload_file), map_location="cpu", weights_only=True, mmap=True)
+    return shares(full, job.layout, mesh), job.layout == "sharded"
 
 
-def geometry_state(geometry: mlperf.Geometry, rank: int, seed: int) -> dict[str, torch.Tensor]:
-    """A rank's tensors of an MLPerf geometry, uniform random values as DLIO draws them (torch.rand), seeded
+def drawn_state(tensors: list[mlperf.Tensor], rank: int, seed: int) -> dict[str, torch.Tensor]:
+    """A rank's own tensors (an MLPerf geometry's), uniform random values as DLIO draws them (torch.rand), seeded
     by rank and name, so any rank can rebuild another's to check a load. Names carry the rank: DCP would
     otherwise take equal names on several ranks for one replicated tensor."""
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
     state = {}
-    for index, tensor in enumerate(geometry.rank_tensors(rank)):
+    for index, tensor in enumerate(tensors):
         generator = torch.Generator().manual_seed(seed * 1_000_003 + rank * 10_007 + index)
         state[f"rank{rank}.{tensor.name}"] = torch.rand(tensor.numel, dtype=dtypes[tensor.dtype], generator=generator)
     return state

@@ -17,7 +17,6 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
-import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +24,10 @@ from typing import Any
 
 from gdsbench import workloads
 from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.columns import OBJECTS, Traits
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key
-from gdsbench.runners import fio_ceph, s3
+from gdsbench.runners import ceph, s3
 from gdsbench.runners.base import Measurement, RunContext
 from gdsbench.runners.checkpoint import s3torch_etag, train
 from gdsbench.runners.checkpoint.base import (
@@ -48,7 +48,7 @@ from gdsbench.units import size_label
 #: The s3 engine's keys these engines share, as the same Key objects: a name means the same for every engine.
 SHARED_KEYS = ("endpoint", "bucket", "prefix", "region", "part_size", "rgw_gc")
 _S3_KEYS = {key.name: key for key in s3.S3Runner.options}
-COLD_NEEDS = (f"cache: cold needs the Ceph cluster's admin access ({fio_ceph.CONF}) to drop its OSDs' caches; "
+COLD_NEEDS = (f"cache: cold needs the Ceph cluster's admin access ({ceph.CONF}) to drop its OSDs' caches; "
               "cache: warm reads from whatever the service caches")  # fmt: skip
 
 
@@ -74,6 +74,7 @@ class S3TorchRunner(CheckpointRunner):
     extra_options = tuple(_S3_KEYS[name] for name in SHARED_KEYS)
     packages: tuple[Package, ...] = (TORCH, S3TORCH, Package("awscrt", "pip install 'gdsbench[s3]'"))
     modules: tuple[str, ...] = ("torch", "s3torchconnector")
+    traits = Traits(OBJECTS, ceiling="s3")  # held to the s3 engine's best PUT (saves) or GET (loads) of the run
 
     def __init__(self) -> None:
         self._made: dict[s3.Place, set[str]] = {}  # objects this sweep's saves created, by place
@@ -257,7 +258,7 @@ def _set_cache(case: Case, bucket: Bucket, stored: Mapping[str, int]) -> tuple[s
         for name, size in stored.items():
             bucket.get(name, memoryview(bytearray(size)))
         return "warm", "warm: the checkpoint's objects read once before the load (unmeasured)"
-    return fio_ceph.cold()
+    return ceph.cold()
 
 
 def _cache_reason(case: Case) -> str | None:
@@ -267,7 +268,7 @@ def _cache_reason(case: Case) -> str | None:
     if case["cache"] == "cold-machine":
         return ("cache: cold-machine drops this machine's page cache, which an S3 load never passes through: use "
                 "cold (the OSDs' caches dropped) or warm")  # fmt: skip
-    if shutil.which("ceph") is None or not fio_ceph.CONF.exists():
+    if not ceph.has_admin("ceph"):
         return COLD_NEEDS
     return None
 

@@ -16,12 +16,15 @@ and `ckptio.inspect` for tools that look inside checkpoints. docs/api.md describ
 the file. Nothing else is public.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .api import load, load_into, load_mmap, save
 from .errors import CheckpointError
 from .manager import Checkpointer
 from .options import IOOptions
+
+if TYPE_CHECKING:  # imported on first use at run time (__getattr__); seen whole by type checkers
+    from .dcp import Reader, Writer
 
 _DCP = ("Reader", "Writer")
 

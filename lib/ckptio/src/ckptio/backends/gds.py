@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import BackendUnavailable
 from ..memory import Staging, StagingBuffers, view
 from ..options import IOOptions
-from . import ReadPiece
+from .base import ReadPiece
 
 
 def unavailable() -> str | None:

@@ -30,7 +30,7 @@ from functools import partial
 from ..memory import StagingBuffers, round_up, view
 from ..options import IOOptions
 from ..parallel import run_parallel
-from . import ReadPiece, WritePiece, read_full, write_all
+from .base import ReadPiece, WritePiece, read_full, write_all
 
 _libc = ctypes.CDLL(None, use_errno=True)
 SYNC_FILE_RANGE_WRITE = 2

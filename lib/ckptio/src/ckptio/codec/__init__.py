@@ -8,7 +8,8 @@
 
 Every chunk decodes on its own (loads stay parallel across chunks and threads), codecs keep no state between
 calls and may be shared by threads, and their C libraries release the GIL while they work. Anything that cannot
-be decoded to exactly what the caller expects raises `CodecError` (a `ValueError`): never wrong bytes.
+be decoded to exactly what the caller expects raises `CodecError` (a `ValueError`): never wrong bytes; a level
+or thread count a codec cannot take, `OptionError`. Both are CheckpointErrors.
 Libraries load lazily: `zstd` needs zstandard, `blosc`/`blosc-fast` python-blosc2, `zipnn` (opt-in) zipnn.
 """
 

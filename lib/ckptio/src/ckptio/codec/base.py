@@ -7,7 +7,7 @@ from typing import Protocol
 
 import xxhash
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, OptionError
 
 # Anything a codec reads from: bytes, bytearray, memoryview (of a tensor, a numpy array, an mmap).
 Buffer = bytes | bytearray | memoryview
@@ -85,14 +85,14 @@ def threads_of(threads: int | None) -> int:
     if threads is None:
         return 1
     if threads < 1:
-        raise ValueError(f"threads must be >= 1, got {threads}")
+        raise OptionError(f"threads must be >= 1, got {threads}")
     return threads
 
 
 def no_level(codec: str, level: int | None) -> None:
     """Refuse a level for a codec that has none, rather than ignoring it silently."""
     if level is not None:
-        raise ValueError(f"codec {codec!r} has no level")
+        raise OptionError(f"codec {codec!r} has no level")
 
 
 def seal(parts: list[Buffer]) -> bytes:

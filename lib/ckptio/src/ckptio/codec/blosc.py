@@ -22,6 +22,7 @@ from typing import Any
 
 import blosc2
 
+from ..errors import OptionError
 from .base import (
     Buffer,
     CodecError,
@@ -72,11 +73,11 @@ class BloscCodec:
         piece_bytes: int = PIECE_BYTES,
     ) -> None:
         if codec not in CODECS or filter not in FILTERS:
-            raise ValueError(f"blosc2 codec must be one of {sorted(CODECS)} and filter one of {sorted(FILTERS)}")
+            raise OptionError(f"blosc2 codec must be one of {sorted(CODECS)} and filter one of {sorted(FILTERS)}")
         if not 0 <= clevel <= 9:
-            raise ValueError(f"blosc2 clevel must be 0..9, got {clevel}")
+            raise OptionError(f"blosc2 clevel must be 0..9, got {clevel}")
         if not 0 < piece_bytes <= PIECE_BYTES:
-            raise ValueError(f"piece_bytes must be 1..{PIECE_BYTES}")
+            raise OptionError(f"piece_bytes must be 1..{PIECE_BYTES}")
         self.codec, self.clevel, self.filter = codec, clevel, filter
         self.threads = threads_of(threads)
         self.blocksize, self.piece_bytes = blocksize, piece_bytes

@@ -11,6 +11,7 @@ import threading
 
 import zstandard
 
+from ..errors import OptionError
 from .base import Buffer, CodecError, as_bytes, check_itemsize, check_size, copy_into, threads_of, writable_out
 
 DEFAULT_LEVEL = 3  # zstandard's default, which DCP's ZStandard extension uses
@@ -25,7 +26,7 @@ class ZstdCodec:
     def __init__(self, level: int | None = None, threads: int | None = None) -> None:
         self.level = DEFAULT_LEVEL if level is None else level
         if not 1 <= self.level <= zstandard.MAX_COMPRESSION_LEVEL:
-            raise ValueError(f"zstd level must be 1..{zstandard.MAX_COMPRESSION_LEVEL}, got {self.level}")
+            raise OptionError(f"zstd level must be 1..{zstandard.MAX_COMPRESSION_LEVEL}, got {self.level}")
         self.threads = threads_of(threads)
         self.descriptor = f"{FORMAT}/{self.level}"
         self._local = threading.local()  # zstandard's (de)compressor objects are not thread-safe

@@ -1,8 +1,9 @@
 """The coordinator's commit of a DCP save: data checked present, sealed metadata renamed into place,
-garbage removed, all under the directory's commit lock (lock.py; records.py has the protocol)."""
+garbage removed, all under the directory's commit lock (lock.py; metadata.py has the protocol)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -10,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, StorageFull
-from .lock import acquire, release
-from .records import committed_files, referenced_files, remove_garbage, write_metadata
+from .lock import acquire, release, remove_if_unheld
+from .metadata import read_metadata, referenced_files, write_metadata
+from .records import DATA_NAME, METADATA, TEMP_NAME
 
 FULL = (errno.ENOSPC, errno.EDQUOT)
 
@@ -58,3 +60,36 @@ def full_error(error: OSError, directory: Path, detail: str) -> OSError:
     except OSError:
         space = ""
     return StorageFull(directory, error.errno, detail + space)
+
+
+def committed_files(directory: Path) -> set[str] | None:
+    """The data files the checkpoint committed in `directory` names: empty if there is none, None if its
+    metadata cannot be read (then nothing is known to be garbage)."""
+    if not os.path.lexists(directory / METADATA):
+        return set()
+    try:
+        return referenced_files(read_metadata(directory))
+    except (CheckpointError, OSError):
+        return None
+
+
+def remove_garbage(directory: Path, keep: set[str], replaced: set[str], locked: bool) -> list[str]:
+    """After a commit: remove the data files the replaced metadata named (a committed save's, now superseded),
+    and, under the commit lock (`locked`), orphans of saves that died (data files no live writer holds,
+    metadata temp files of commits that died). ckptio's names only; `keep` (the new metadata's files) and
+    anything else in the directory stay. Returns the names removed."""
+    removed = []
+    for entry in os.scandir(directory):
+        if entry.name in keep or not entry.is_file(follow_symlinks=False):
+            continue
+        if DATA_NAME.fullmatch(entry.name) and entry.name in replaced:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+            removed.append(entry.name)
+        elif locked and DATA_NAME.fullmatch(entry.name) and remove_if_unheld(entry.path):
+            removed.append(entry.name)
+        elif locked and TEMP_NAME.fullmatch(entry.name):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+            removed.append(entry.name)
+    return sorted(removed)

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from .. import backends, integrity
+from ..codec import CodecError
 from ..errors import CorruptCheckpoint, TruncatedCheckpoint
 from ..memory import address_of, copy, round_up, view
 from .records import ItemRecord
@@ -112,8 +113,6 @@ def _placer(
 
 def _decode(codec: Any, data: memoryview, out: memoryview, record: ItemRecord, path: str, fqn: str) -> None:
     """Decode a stored chunk into `out`; a chunk that does not decode to its recorded size is corrupt."""
-    from ..codec import CodecError
-
     try:
         codec.decode_into(data, out, torch.empty(0, dtype=dtype_of(record)).element_size())
     except CodecError as e:

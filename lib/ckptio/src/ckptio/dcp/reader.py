@@ -11,7 +11,7 @@ times. A load thus gets the old checkpoint or the new one, whole; ranks that rea
 refused (the coordinator compares them). After planning a rank keeps open only the files its plan reads.
 
 The directory is untrusted: `.metadata` must carry its seal and pass the structural checks
-(records.py, validate.py); data files are only the names a Writer makes, opened inside the directory
+(metadata.py, validate.py); data files are only the names a Writer makes, opened inside the directory
 without following links, regular files only, long enough for every chunk recorded in them; DCP's byte
 items (non-tensor values) are rebuilt by torch's weights-only unpickler before any planner sees them. Each
 record's chunks lie at distinct places inside its file before anything is allocated for it: no item declares
@@ -47,8 +47,9 @@ from ..location import refuse_url
 from ..memory import StagingCache, host_bytes, round_up
 from ..options import IOOptions, resolve_host
 from .decode import ALIGN, Want, box_of, dtype_of, pieces, row_range
+from .metadata import current_commit, open_regular, read_commit, referenced_files
 from .objects import loadable_bytes
-from .records import ItemRecord, current_commit, open_regular, read_commit, referenced_files
+from .records import ItemRecord
 from .validate import checksum_of
 
 UNVERIFIED = "written without checksums: Reader(verify=False) loads it unverified"
@@ -99,7 +100,7 @@ class Reader(StorageReader):
         self._files: dict[str, int] = {}
         self._sizes: dict[str, int] = {}
         self._unopened: dict[str, CheckpointError] = {}  # data files that could not be opened, and why
-        self._commit = b""  # the identity of the commit read (records.commit_id)
+        self._commit = b""  # the identity of the commit read (metadata.commit_id)
         self._refused: CheckpointError | None = None
         self._slot_bytes = self.options.chunk_bytes
 

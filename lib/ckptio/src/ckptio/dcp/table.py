@@ -1,6 +1,6 @@
 """`.metadata` format ckptio-dcp/3: DCP's Metadata as a JSON header and int64 columns, with no pickle in it.
 
-The payload (records.py seals it):
+The payload (metadata.py seals it):
     PREFIX          b"ckptio-dcp/3\\n"
     8 bytes         the header's length, little-endian
     header          JSON: DCP's version, storage_meta, planner_data (tagged: tuples stay tuples), the checksum,

@@ -1,6 +1,6 @@
 """Structural checks of a checkpoint's metadata before anything in it is used.
 
-The seal (records.py) finds corruption; these checks refuse metadata that is well sealed but not what a
+The seal (metadata.py) finds corruption; these checks refuse metadata that is well sealed but not what a
 Writer writes (a hand-edited or forged file): every record names a data file the Writer makes, a known
 format, codec, checksum and dtype; sizes agree with shapes and dtypes, chunk counts with chunk sizes;
 every chunk of every tensor DCP will plan a read for has its record, of that chunk's shape and dtype.
@@ -18,8 +18,10 @@ from typing import Any
 
 import torch
 
+from .. import codec as codecs
 from .. import integrity
 from ..errors import InvalidCheckpoint
+from .encode import staging_bytes
 from .records import DATA_NAME, FORMAT_V1, FORMATS, ItemRecord
 
 MAX_CHUNK = 1 << 30  # the largest chunk a reader stages; a Writer's chunk_bytes is far below it
@@ -119,8 +121,6 @@ def _names_problem(r: ItemRecord) -> str:
 @functools.lru_cache(maxsize=256)
 def codec_problem(descriptor: str) -> str:
     """A codec descriptor this reader can rebuild, or why not."""
-    from .. import codec as codecs
-
     if descriptor == "none":
         return ""
     try:
@@ -166,8 +166,6 @@ def _chunks_problem(r: ItemRecord) -> str:
 
 def _staging_bound(chunk_bytes: int) -> int:
     """The most bytes an encoded chunk may take (a reader's staging buffer)."""
-    from .encode import staging_bytes
-
     return staging_bytes(chunk_bytes)
 
 

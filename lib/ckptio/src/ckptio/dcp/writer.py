@@ -7,7 +7,7 @@
 
 Each rank writes its share into one new file (parallel O_DIRECT, aligned, every chunk checksummed,
 optionally compressed per chunk) and makes it durable before its results reach the coordinator; the
-coordinator commits `.metadata` last (records.py has the protocol). DCP's dedup spreads replicated
+coordinator commits `.metadata` last (metadata.py has the protocol). DCP's dedup spreads replicated
 tensors over the ranks; `stats` reports what this rank wrote and how many plans came from DCP's plan
 cache. As an AsyncStager it copies the state dict into host buffers it keeps between saves (pinned
 where CUDA exists) and allows one save in flight: staging the next one waits for the previous one's

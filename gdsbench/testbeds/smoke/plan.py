@@ -18,9 +18,9 @@ import yaml
 from gdsbench.sysinfo import gpu
 
 if TYPE_CHECKING:
-    from gdsbench.smoke import Smoke
+    from gdsbench.testbeds.smoke import Smoke
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests/ and configs/ live here
+ROOT = Path(__file__).resolve().parents[3]  # the checkout: tests/ and configs/ live here
 NO_NVIDIA_FS = (f"no nvidia-fs ({gpu.NVFS_STATS} missing): install NVIDIA's GDS driver (nvidia-fs, pulled in by "
                 "nvidia-gds) and load it (modprobe nvidia-fs)")  # fmt: skip
 MACHINE = [
@@ -58,7 +58,7 @@ def machine(smoke: Smoke) -> None:
 
 def kvikio_probe(smoke: Smoke) -> None:
     """03: kvikio's own view and a 512 MiB write/read at 1 and 8 threads."""
-    argv = smoke.python("-m", "gdsbench.smoke.gpu_checks", "kvikio", str(smoke.directory))
+    argv = smoke.python("-m", "gdsbench.testbeds.smoke.gpu_checks", "kvikio", str(smoke.directory))
     proves = "kvikio writes and reads 512 MiB through CuFile at 1 and 8 threads, bytes checked"
     smoke.step("03 kvikio probe", _gpu_skip(smoke), lambda: smoke.run("kvikio", argv, "03-kvikio.txt", 300), proves)
 
@@ -139,7 +139,7 @@ def checkpoints(smoke: Smoke) -> None:
 
 def gds_load(smoke: Smoke) -> None:
     """07: load(map_location='cuda', backend='gds') round trip; a flipped byte must be refused."""
-    argv = smoke.python("-m", "gdsbench.smoke.gpu_checks", "gds-load", str(smoke.directory))
+    argv = smoke.python("-m", "gdsbench.testbeds.smoke.gpu_checks", "gds-load", str(smoke.directory))
     proves = "ckptio's gds backend loads bit-exact onto the GPU and refuses a flipped byte"
     smoke.step("07 gds load + flipped byte", _gpu_skip(smoke), lambda: smoke.run("gds", argv, "07-gds-load.txt", 300),
                proves)  # fmt: skip

@@ -3,8 +3,8 @@ when the disk is no longer the limit (a GPU server's NVMe array runs 25-50 GB/s;
 
 `up` makes a private folder in /dev/shm (mode 0700, a random name) holding the backing file, attaches it to a
 loop device with direct I/O (`losetup --direct-io=on`), puts ext4 on it and mounts it; `down` undoes exactly that.
-Root only. What was made is recorded in a state file only root can write (/run/gdsbench/fastdev.json) as it is
-made, so `down` removes only what `up` created (a mount only where the recorded loop device is mounted at the
+Root only. What was made is recorded in a journal only root can write (/run/gdsbench/fastdev.json) as it is
+made (testbeds/journal.py), so `down` removes only what `up` created (a mount only where the recorded loop device is mounted at the
 recorded mount point, a folder only if still ours), and a failed or interrupted `up` undoes its own steps before
 it returns. Every tool runs as an argument list.
 """
@@ -12,23 +12,22 @@ it returns. Every tool runs as an argument list.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import secrets
 import subprocess
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
-from gdsbench.results import replace_file
+from gdsbench.testbeds.journal import Journal, undone_on_failure
 from gdsbench.units import size_label
 
 SHM = Path("/dev/shm")
 STATE_DIR = Path("/run/gdsbench")
 STATE = STATE_DIR / "fastdev.json"
+JOURNAL = Journal(STATE)
 #: The backing file's private folder in /dev/shm: this prefix and 12 random hex digits.
 FOLDER_PREFIX, BACKING_NAME = "gdsbench-fastdev-", "fastdev.img"
 MOUNT = Path("/mnt/gdsbench-fast")
@@ -77,7 +76,7 @@ def check_can_make(size: int) -> None:
     """Refuse, in one line, what cannot work: not root, one already up, too little memory or /dev/shm."""
     if os.geteuid() != 0:
         raise FastDevError("needs root (losetup, mkfs.ext4, mount): run it as root, or with sudo")
-    if os.path.lexists(STATE):
+    if JOURNAL.exists():
         raise FastDevError(f"a stand-in is already up ({STATE}); `gdsbench fastdev down` removes it")
     free, available = os.statvfs(SHM).f_bavail * os.statvfs(SHM).f_frsize, _meminfo("MemAvailable")
     if size > min(free, available) * ROOM:
@@ -94,21 +93,19 @@ def up(size: int | None = None, mount: Path = MOUNT) -> Made:
     trusted.private_folder(STATE_DIR)
     mount = _check_mount(mount)
     made = Made(str(SHM / f"{FOLDER_PREFIX}{secrets.token_hex(6)}" / BACKING_NAME), str(mount), size)
-    try:
-        _step(made, "backing", lambda: _backing(Path(made.backing), size))
+    with undone_on_failure(down):
+        JOURNAL.record(made, "backing")  # before it is made: an interrupt mid-step is undone too
+        _backing(Path(made.backing), size)
         made.loop = _run(["losetup", "--find", "--show", "--direct-io=on", made.backing]).strip()
-        _record(made, "loop")
+        JOURNAL.record(made, "loop")
         _run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", made.loop])
         if not os.path.lexists(mount):
             mount.mkdir(parents=True)
             made.made_mount = True
-            _record(made, "mountpoint")
+            JOURNAL.record(made, "mountpoint")
         _run(["mount", made.loop, str(mount)])
         made.mounted = True
-        _record(made, "mounted")
-    except BaseException:
-        down()
-        raise
+        JOURNAL.record(made, "mounted")
     return made
 
 
@@ -128,18 +125,6 @@ def _backing(backing: Path, size: int) -> None:
         raise FastDevError(f"{backing.parent} exists already: not made by gdsbench here, so left alone") from None
     with open(os.open(backing, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as out:
         os.posix_fallocate(out.fileno(), 0, size)
-
-
-def _step(made: Made, name: str, action: Callable[[], object]) -> None:
-    """Record the step before taking it (so an interrupt mid-step is undone too), then take it."""
-    _record(made, name)
-    action()
-
-
-def _record(made: Made, name: str) -> None:
-    """Write what exists so far, atomically, where only root writes."""
-    made.steps.append(name)
-    replace_file(STATE, lambda out: out.write(json.dumps(asdict(made))))
 
 
 def down() -> list[str]:
@@ -163,16 +148,15 @@ def down() -> list[str]:
         Path(made.backing).unlink(missing_ok=True)
         Path(made.backing).parent.rmdir()
         removed.append(f"removed {made.backing}")
-    STATE.unlink()
+    JOURNAL.erase()
     return removed
 
 
 def status() -> Made | None:
     """What is up now (from a state file only root can have written, of the expected form), or None."""
-    if not os.path.lexists(STATE):
+    if not JOURNAL.exists():
         return None
-    trusted.check_folder(STATE_DIR)
-    made = trusted.load_record(Made, STATE)
+    made = JOURNAL.read(Made)  # from a folder and file only root can have written
     backing = Path(made.backing)
     if backing.name != BACKING_NAME or backing.parent.parent != SHM or not _made_name(backing.parent.name):
         raise FastDevError(f"{STATE}: the backing file {made.backing} is not one `up` makes: left alone")

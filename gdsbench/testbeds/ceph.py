@@ -2,8 +2,8 @@
 radosgw (S3) and CephFS (ceph-fuse), on 127.0.0.1 only, auth off, pool size 1 (docs/ceph.md: why, limits, pitfalls).
 
 Everything lives in one data directory, ours alone (made by `up`, or an empty one of ours: never one others made
-or can write), marked as gdsbench's before anything is made in it. What `up` makes is recorded in a state file as
-it is made: `down` removes only that, and a failed or interrupted `up` undoes its own steps before it re-raises;
+or can write), marked as gdsbench's before anything is made in it. What `up` makes is recorded in a journal (a state file,
+testbeds/journal.py) as it is made: `down` removes only that, and a failed or interrupted `up` undoes its own steps before it re-raises;
 `down` refuses a directory, marker, state or conf others could have planted (gdsbench/trusted.py) and stops only
 processes `up` starts (`<ceph binary> -c <its conf>`, ours). Root only; every tool runs as an argument list.
 """
@@ -20,13 +20,13 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
-from gdsbench.results import replace_file
+from gdsbench.testbeds.journal import Journal, undone_on_failure
 
 DEFAULT_DIR = Path("/var/tmp/gdsbench-ceph")
 STATE, MARKER, S3_ENV = "gdsbench-ceph.json", ".gdsbench-ceph", "s3.env"
@@ -128,9 +128,9 @@ def up(directory: Path = DEFAULT_DIR, *, rgw: bool = True, cephfs: bool = True) 
     mon = f"[v2:127.0.0.1:{_free_port()},v1:127.0.0.1:{_free_port()}]"  # free now, not 3300 and 6789
     made = Made(str(directory), str(uuid.uuid4()), mon, check_can_make(directory))
     made.rgw_port = _free_port() if rgw else None
-    try:
+    with undone_on_failure(lambda: down(directory)):
         _make_directory(directory)
-        _record(made, "directory")
+        _journal(made.directory).record(made, "directory")
         _start_mon(made)
         _start(made, "mgr.x", ["ceph-mgr", "-i", "x"])
         _start_osd(made)
@@ -149,10 +149,7 @@ def up(directory: Path = DEFAULT_DIR, *, rgw: bool = True, cephfs: bool = True) 
             _mount(made)
         config = ["ceph-conf", "-c", made.conf, "--name", "osd.0", "--show-config-value", "osd_max_object_size"]
         made.max_object_size, made.complete = int(_run(config)), True  # left at its default (pitfall 4)
-        _record(made, "complete")
-    except BaseException:
-        down(directory)
-        raise
+        _journal(made.directory).record(made, "complete")
     return _cluster(made)
 
 
@@ -245,7 +242,7 @@ def _start_mon(made: Made) -> None:
 def _start(made: Made, name: str, argv: list[str]) -> None:
     """Start a daemon (it forks, then writes its pid file); its pid file is recorded before it starts."""
     made.pidfiles.append(f"{made.directory}/run/ceph-{name}.pid")
-    _record(made, name)
+    _journal(made.directory).record(made, name)
     with (out := Path(made.directory) / "log" / f"{name}.out").open("ab") as log:
         argv = [argv[0], "-c", made.conf, *argv[1:]]
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=120, check=False)
@@ -270,13 +267,13 @@ def _link_etc_conf(made: Made) -> None:
     made.linked = ETC_CONF.is_symlink() and os.readlink(ETC_CONF) == made.conf
     if not made.linked:
         made.fio_note = f"{ETC_CONF} is not this cluster's: fio's rados and rbd engines (they read it) won't see it"
-    _record(made, "etc link")
+    _journal(made.directory).record(made, "etc link")
 
 
 def _pool(made: Made, name: str, application: str | None) -> None:
     """A pool of PGS placement groups, its application enabled (an unlabelled pool warns)."""
     made.pools.append(name)
-    _record(made, f"pool {name}")
+    _journal(made.directory).record(made, f"pool {name}")
     ceph(made.conf, "osd", "pool", "create", name, str(PGS), str(PGS))
     if application:
         ceph(made.conf, "osd", "pool", "application", "enable", name, application)
@@ -288,7 +285,7 @@ def _start_mds(made: Made) -> None:
     for pool in FS_POOLS:
         _pool(made, pool, None)  # `fs new` labels them
     made.fs = True
-    _record(made, "file system")
+    _journal(made.directory).record(made, "file system")
     ceph(made.conf, "fs", "new", FS_NAME, *FS_POOLS)
     ceph(made.conf, "fs", "set", FS_NAME, "standby_count_wanted", "0")
 
@@ -326,15 +323,14 @@ def _s3_user(made: Made) -> None:
     with os.fdopen(os.open(env, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
         out.write(f"AWS_ACCESS_KEY_ID={access}\nAWS_SECRET_ACCESS_KEY={secret}\n")
         out.write(f"AWS_ENDPOINT_URL=http://127.0.0.1:{made.rgw_port}\n")
-    _record(made, "s3 user")
+    _journal(made.directory).record(made, "s3 user")
     _run(["radosgw-admin", "-c", made.conf, "user", "create", "--uid=gdsbench", "--display-name=gdsbench",
           f"--access-key={access}", f"--secret-key={secret}"])  # fmt: skip
 
 
-def _record(made: Made, name: str) -> None:
-    """Write what exists so far, atomically."""
-    made.steps.append(name)
-    replace_file(Path(made.directory) / STATE, lambda out: out.write(json.dumps(asdict(made), indent=1)))
+def _journal(directory: Path | str) -> Journal:
+    """The journal of what `up` made in `directory`: its state file."""
+    return Journal(Path(directory) / STATE)
 
 
 def _cluster(made: Made) -> Cluster:
@@ -349,19 +345,19 @@ def _cluster(made: Made) -> Cluster:
 def attach(directory: Path = DEFAULT_DIR) -> Cluster | None:
     """The cluster `up` finished in `directory`, or None (none there, or one whose `up` did not finish)."""
     directory = Path(directory).absolute()
-    made = _load_state(trusted.check_folder(directory)) if os.path.lexists(directory / STATE) else None
+    made = _load_state(trusted.check_folder(directory)) if _journal(directory).exists() else None
     return _cluster(made) if made and made.complete else None
 
 
 def _load_state(directory: Path) -> Made:
     """The state `up` wrote in a trusted `directory`: ours, of the expected form, naming nothing outside it."""
-    state = directory / STATE
-    made = trusted.load_record(Made, state)
+    state = _journal(directory)
+    made = state.read(Made)
     wrong = [made.directory] if made.directory != str(directory) else []
     wrong += [made.mount] if made.mount not in (None, str(directory / "cephfs")) else []
     wrong += [p for p in made.pidfiles if Path(p).parent != directory / "run"]
     if wrong:
-        raise CephError(f"{state}: names {', '.join(wrong)}, not what `up` makes in {directory}: left alone")
+        raise CephError(f"{state.path}: names {', '.join(wrong)}, not what `up` makes in {directory}: left alone")
     return made
 
 
@@ -369,12 +365,12 @@ def down(directory: Path = DEFAULT_DIR) -> list[str]:
     """Undo what the state file says `up` made: unmount, stop the daemons, the /etc/ceph link, the directory."""
     directory = Path(directory).absolute()
     if not os.path.lexists(directory / MARKER):
-        if os.path.lexists(directory / STATE):
+        if _journal(directory).exists():
             raise CephError(f"{directory} has a state file but no gdsbench marker: not ours, left alone")
         return []
     directory = trusted.check_folder(directory)  # others could have made it, or planted what it holds
     trusted.check_owned(directory / MARKER)
-    made = _load_state(directory) if os.path.lexists(directory / STATE) else Made(str(directory), "", "", 0)
+    made = _load_state(directory) if _journal(directory).exists() else Made(str(directory), "", "", 0)
     removed = []
     if made.mount and made.mount in _mounts():  # ceph-fuse exits once unmounted (pitfall 10)
         _run(["fusermount", "-u", made.mount] if shutil.which("fusermount") else ["umount", made.mount])

@@ -1,4 +1,4 @@
-"""The smoke run's GPU checks, each run in its own process: `python -m gdsbench.smoke.gpu_checks WHAT DIR`.
+"""The smoke run's GPU checks, each run in its own process: `python -m gdsbench.testbeds.smoke.gpu_checks WHAT DIR`.
 
 - `kvikio DIR`: kvikio's own view (compat mode, GDS availability) and a 512 MiB CuFile write and cold read
   at 1 and 8 kvikio threads, byte counts and contents checked (GPU-NOTES S3).

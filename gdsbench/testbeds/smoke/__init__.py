@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gdsbench.smoke import plan
+from gdsbench.testbeds.smoke import plan
 
 
 @dataclass

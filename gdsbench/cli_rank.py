@@ -1,0 +1,78 @@
+"""The rank program: what torchrun starts on every rank of every node for a distributed checkpoint case.
+
+    torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 --rdzv-id=ck1 \\
+        -m gdsbench.cli_rank --checkpoint /shared/ckpt --out /tmp/ck1 \\
+        --case engine=dcp_fast,pattern=save,world_size=8,workload=llama3-8b,checkpoint_size=4G
+
+The case is its key, as a results row's `case` cell holds it (a sweep passes its cases so): the config's own
+keys parse it and fill in every value it leaves out, into the rank's typed job (RankJob); the rank's work is
+gdsbench.runners.checkpoint.rank's. The engine is `dcp`, `dcp_fast` or `torch_save_ranks`. The workload is a
+torch.save file every rank maps (--workload-file: the sweep writes it to /dev/shm once), or the case's preset,
+which each node's first rank generates into /dev/shm for the node's ranks; an MLPerf geometry's ranks draw
+their own tensors. Rank 0 gathers every rank's figures into `<out>/ranks.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from gdsbench import config
+from gdsbench.errors import ConfigError
+from gdsbench.runners.checkpoint import rank
+from gdsbench.runners.checkpoint.rank_job import RankJob
+
+ENGINES = ("dcp", "dcp_fast", rank.FILE_ENGINE)  # the engines with ranks
+
+
+def parser() -> argparse.ArgumentParser:
+    """The rank program's arguments."""
+    p = argparse.ArgumentParser(
+        prog="python -m gdsbench.cli_rank", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--case",
+        required=True,
+        help="the case's key, as a results row's `case` cell or gdsbench sweep --dry-run prints it, e.g. "
+        "engine=dcp_fast,pattern=save,world_size=8,checkpoint_size=16G,threads=4",
+    )
+    p.add_argument("--checkpoint", dest="path", required=True, help="checkpoint directory (shared by all nodes)")
+    p.add_argument("--out", required=True, help="where rank 0 writes ranks.json")
+    p.add_argument(
+        "--workload-file",
+        help="a torch.save state dict every rank maps (else each node generates the case's workload preset at its "
+        "checkpoint_size)",
+    )
+    p.add_argument("--warmup", type=int, default=1, help="unmeasured saves before the measured one")
+    return p
+
+
+def parse(argv: list[str]) -> RankJob:
+    """The job: the case, from its key (parsed by the config's own keys, every value it leaves out at its
+    default), and where to work."""
+    p = parser()
+    args = p.parse_args(argv)
+    try:
+        case = config.case_from_key(args.case)
+    except ConfigError as exc:
+        p.error(str(exc))
+    if case.engine not in ENGINES:
+        p.error(f"--case: engine {case.engine!r} has no ranks (dcp, dcp_fast or {rank.FILE_ENGINE})")
+    job = RankJob.from_case(case, args.path, args.out, args.workload_file, args.warmup)
+    if args.workload_file is None and job.checkpoint_size is None and not job.kind.own_tensors:
+        p.error(
+            "--case: name checkpoint_size (each node generates the workload preset at that size), or give "
+            "--workload-file"
+        )
+    return job
+
+
+def main(argv: list[str]) -> int:
+    """Parse the job, then run it on this rank."""
+    return rank.execute(parse(argv))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,63 @@
+"""ckptio as a package: typed (py.typed shipped, every public name seen by a type checker), and its source
+distribution carries its documentation."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import ckptio
+import ckptio.inspect
+import pytest
+
+LIBRARY = Path(__file__).parent.parent.parent / "lib" / "ckptio"
+
+
+def statically_bound(module_file: str) -> set[str]:
+    """The names a type checker sees in a module: its imports, definitions and assignments at the top level,
+    and the imports under `if TYPE_CHECKING:` (a lazy __getattr__ hides its names from it)."""
+    bound = set()
+    for node in ast.parse(Path(module_file).read_text()).body:
+        body = node.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING" else [node]
+        for stmt in body:
+            if isinstance(stmt, ast.Import | ast.ImportFrom):
+                bound |= {(a.asname or a.name).split(".")[0] for a in stmt.names}
+            elif isinstance(stmt, ast.FunctionDef | ast.ClassDef):
+                bound.add(stmt.name)
+            elif isinstance(stmt, ast.Assign):
+                bound |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    return bound
+
+
+def build(source: Path, kind: str, out: Path) -> Path:
+    """Build an sdist or a wheel of `source` into `out` with setuptools (this venv's; no download)."""
+    out.mkdir()
+    code = f"import setuptools.build_meta as b; print(b.build_{kind}({str(out)!r}))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=source, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out / done.stdout.splitlines()[-1]
+
+
+def test_every_public_name_is_visible_to_type_checkers():
+    """Writer and Reader (imported on first use) are bound under TYPE_CHECKING, as every other public name."""
+    for module in (ckptio, ckptio.inspect):
+        assert module.__file__ is not None
+        assert set(module.__all__) <= statically_bound(module.__file__), module.__name__
+
+
+@pytest.mark.slow
+def test_the_sdist_carries_py_typed_and_the_docs(tmp_path):
+    """The source distribution holds py.typed, the API and the format; the wheel's package data py.typed."""
+    source = tmp_path / "ckptio"
+    shutil.copytree(LIBRARY, source, ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__"))
+    sdist, wheel = build(source, "sdist", tmp_path / "sdist"), build(source, "wheel", tmp_path / "wheel")
+    with tarfile.open(sdist) as tar:
+        names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    assert {"src/ckptio/py.typed", "docs/api.md", "docs/format.md", "README.md"} <= names
+    with zipfile.ZipFile(wheel) as whl:
+        assert "ckptio/py.typed" in whl.namelist()

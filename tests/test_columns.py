@@ -1,0 +1,96 @@
+"""Engines declare their traits and result columns; the sweep writes them, reports, flags and qualify read them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gdsbench import config, qualify, results, runners, sweep
+from gdsbench.columns import CLUSTER, FILES, OBJECTS, records
+from gdsbench.errors import ToolError
+from gdsbench.report import render
+from gdsbench.runners.base import Measurement, check_figures
+
+ROOT = Path(__file__).parent.parent
+MiB = 1 << 20
+
+
+def s3_config(tmp_path: Path) -> config.SweepConfig:
+    """A sweep of the s3 engine's writes at two object sizes."""
+    path = tmp_path / "s3.yaml"
+    matrix = {"engine": ["s3"], "pattern": ["write"], "transfer": ["CPU_ONLY"], "io_size": ["1M", "4M"]}
+    document = {"name": "s3", "directory": str(tmp_path), "endpoint": "http://127.0.0.1:9", "matrix": matrix}
+    path.write_text(yaml.safe_dump(document))
+    return config.load(path)
+
+
+def test_a_figure_the_engine_does_not_declare_is_refused() -> None:
+    s3 = runners.get("s3")
+    measured = Measurement(bytes=MiB, seconds=1.0, bw_bytes=MiB, figures={"requests": 4})
+    assert check_figures(s3, measured).row()["requests"] == 4
+    with pytest.raises(ToolError, match="s3 measured bogus, which it does not declare"):
+        check_figures(s3, Measurement(bytes=MiB, seconds=1.0, bw_bytes=MiB, figures={"bogus": 1}))
+    with pytest.raises(ToolError, match="fio measured requests"):
+        check_figures(runners.get("fio"), measured)
+
+
+def test_rows_carry_the_traits_their_engine_declares() -> None:
+    loaded = config.load(ROOT / "configs" / "s3.yaml")
+    traits = {case.engine: sweep._row(case, 1, "r")["stores_on"] for case in loaded.cases}
+    assert traits["s3"] == OBJECTS and traits["s3torch_save"] == OBJECTS
+    ceilings = {case.engine: sweep._row(case, 1, "r")["ceiling"] for case in loaded.cases}
+    assert ceilings["s3torch_save"] == "s3" and ceilings["s3"] == ""
+    fio = runners.get("fio").traits
+    assert fio.where({"ioengine": "rbd"}) == CLUSTER and fio.where({"ioengine": "libaio"}) == FILES
+    assert runners.get("torch_save").traits.row({}) == {"stores_on": FILES, "ceiling": "fio"}
+
+
+def traits_of(sample: str, by: str) -> dict[str, dict[str, str]]:
+    """The traits a sample result set's rows are read with, by engine (or ioengine)."""
+    frame = results.load(sorted((ROOT / "results/sample" / sample).glob("*.csv")))
+    return frame.groupby(by)[["stores_on", "ceiling"]].first().fillna("").to_dict("index")
+
+
+def test_old_files_read_their_traits_the_legacy_way() -> None:
+    """Files written before rows carried traits (every sample) read them as gdsbench read such files before."""
+    objects = traits_of("s3-checkpoints", "engine")
+    assert objects["s3"] == {"stores_on": OBJECTS, "ceiling": ""}
+    assert objects["s3torch_save"] == objects["s3torch_dcp"] == {"stores_on": OBJECTS, "ceiling": "s3"}
+    assert traits_of("checkpoint", "engine")["dcp"] == {"stores_on": FILES, "ceiling": "fio"}
+    cluster = traits_of("ceph-local", "ioengine")
+    assert cluster["rbd"]["stores_on"] == cluster["rados"]["stores_on"] == CLUSTER
+    assert cluster["libaio"]["stores_on"] == FILES
+
+
+def written(tmp_path: Path) -> Path:
+    """A results file the sweep's own pieces write: two s3 cases x 2 repetitions, 4 and 16 requests each."""
+    loaded = s3_config(tmp_path)
+    path = tmp_path / "s3.csv"
+    writer = results.ResultWriter(path, sweep.columns(loaded))
+    for case in loaded.cases:
+        for repetition in (1, 2):
+            requests = case["io_size"] // MiB * 4
+            measured = Measurement(
+                bytes=requests * MiB, seconds=1.0, bw_bytes=requests * MiB, figures={"requests": requests}
+            )
+            writer.write(sweep._row(case, repetition, "r1", status="ok", **measured.row()))
+    writer.close()
+    declared = records(sweep.declared(loaded).values())
+    results.write_sidecar(path, {"schema_version": results.SCHEMA_VERSION, "columns": declared})
+    return path
+
+
+def test_a_declared_column_goes_from_the_row_to_the_csv_the_report_and_qualify(tmp_path: Path) -> None:
+    path = written(tmp_path)
+    header = results.read_header(path)
+    assert header.index("requests") == len(results.COLUMNS)  # after the core, before the options
+    frame = results.load([path])
+    assert list(frame["requests"]) == [4, 4, 16, 16] and frame["requests"].dtype.kind in "if"
+    assert "requests" not in results.parameters(frame.columns, results.figures_of(frame))
+    table = render(frame, None, "markdown")
+    assert "| requests (count) |" in table and "| 16 |" in table.replace("  ", "")
+    checks = [{"where": {"engine": "s3"}, "max_requests": 10}, {"where": {"io_size": "1M"}, "max_requests": 10}]
+    outcomes = qualify.evaluate_all(qualify.parse_checks(str(tmp_path / "q.yaml"), checks), frame)
+    assert [o.status for o in outcomes] == ["fail", "pass"] and "worst 16" in outcomes[0].message
