@@ -109,8 +109,21 @@ def run(args: argparse.Namespace) -> None:
     path = Path(args.dir) / f"cpu-profile.{args.engine}{'' if args.engine in ('fastpersist', 'torch_save') else '.d'}"
     remove(path)
     if args.pattern == "load":  # written by a child process: a profiler of this one sees the loads only
-        child = [sys.executable, __file__, "run", "save", "--engine", args.engine, "--dir", args.dir, "--size",
-                 args.size, "--reps", "1", "--keep"]  # fmt: skip
+        child = [
+            sys.executable,
+            __file__,
+            "run",
+            "save",
+            "--engine",
+            args.engine,
+            "--dir",
+            args.dir,
+            "--size",
+            args.size,
+            "--reps",
+            "1",
+            "--keep",
+        ]
         subprocess.run(child, check=True, stdout=subprocess.DEVNULL)
     try:
         for rep in range(1, args.reps + 1):
@@ -168,9 +181,12 @@ def main() -> None:
     ranking = commands.add_parser("top", help="rank a py-spy raw profile")
     ranking.add_argument("profile")
     ranking.add_argument("--most", type=int, default=15)
-    ranking.add_argument("--within", default=r"save_with|load_with|_bootstrap_inner",
-                         help="count only stacks with a frame matching this (default: the measured calls and the "
-                         "threads they start, not the workload's generation)")  # fmt: skip
+    ranking.add_argument(
+        "--within",
+        default=r"save_with|load_with|_bootstrap_inner",
+        help="count only stacks with a frame matching this (default: the measured calls and the "
+        "threads they start, not the workload's generation)",
+    )
     args = parser.parse_args()
     (run if args.command == "run" else top)(args)
 

@@ -51,8 +51,9 @@ def one(checkout: Path, directory: Path, size: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(checkout.resolve()), "PYTHONWARNINGS": "ignore"}
     cold = "1" if os.geteuid() == 0 else "0"
     try:
-        done = subprocess.run([sys.executable, "-c", ONE, str(path), str(size), cold], env=env,
-                              capture_output=True, text=True, check=True)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", ONE, str(path), str(size), cold], env=env, capture_output=True, text=True, check=True
+        )
     finally:
         shutil.rmtree(path, ignore_errors=True)
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -78,8 +79,10 @@ def main() -> None:
     for what in ("save", "load"):
         old, new = ([r[what] / 1e9 for r in runs[s]] for s in ("old", "new"))
         ratio = statistics.median(new) / statistics.median(old)
-        print(f"  {what}  old {statistics.median(old):.3f} ({min(old):.2f}-{max(old):.2f})  "
-              f"new {statistics.median(new):.3f} ({min(new):.2f}-{max(new):.2f})  new/old x{ratio:.2f}")  # fmt: skip
+        print(
+            f"  {what}  old {statistics.median(old):.3f} ({min(old):.2f}-{max(old):.2f})  "
+            f"new {statistics.median(new):.3f} ({min(new):.2f}-{max(new):.2f})  new/old x{ratio:.2f}"
+        )
 
 
 if __name__ == "__main__":

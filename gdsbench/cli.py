@@ -117,6 +117,12 @@ def sweep(
     type=click.Path(file_okay=False, path_type=Path),
     help="Also draw each case's bandwidth and latency over time (the .series.tsv beside each CSV) into this folder.",
 )
+@click.option(
+    "--mtbf",
+    default=None,
+    help="Evaluate the goodput model of train rows (Daly's interval, the goodput) at these mean times between "
+    "failures, e.g. 1h,24h [default: the mtbf a row recorded, else 24h].",
+)
 def report(
     files: tuple[Path, ...],
     by: str | None,
@@ -124,21 +130,26 @@ def report(
     plots_dir: Path | None,
     html_dir: Path | None,
     series_dir: Path | None,
+    mtbf: str | None,
 ) -> None:
     """Summarise results CSVs: fio-style run-status lines and a table of medians with min-max."""
     from gdsbench import report as report_mod
     from gdsbench import results
+    from gdsbench.report.goodput import parse_mtbf
 
+    at = parse_mtbf(mtbf) if mtbf is not None else ()
     frame = results.load(files)
     groups = [c.strip() for c in by.split(",") if c.strip()] if by else None
-    click.echo(report_mod.render(frame, groups, fmt), nl=False)
+    click.echo(report_mod.render(frame, groups, fmt, at), nl=False)
     if plots_dir or html_dir:
-        _write_figures(frame, groups, plots_dir, html_dir)
+        _write_figures(frame, groups, plots_dir, html_dir, at)
     if series_dir:
         _write_series(files, frame, series_dir)
 
 
-def _write_figures(frame: Any, groups: list[str] | None, plots_dir: Path | None, html_dir: Path | None) -> None:
+def _write_figures(
+    frame: Any, groups: list[str] | None, plots_dir: Path | None, html_dir: Path | None, mtbf: tuple[float, ...]
+) -> None:
     """report --plots / --html: draw the figures once, write files, say where they went."""
     from gdsbench.report import html, plots
 
@@ -149,7 +160,7 @@ def _write_figures(frame: Any, groups: list[str] | None, plots_dir: Path | None,
         err.print(f"figures: {len(written)} files in {plots_dir}")
     if html_dir:
         with _figure_progress("html") as tick:
-            err.print(f"html: {html.write(frame, html_dir, groups, figures, progress=tick)}")
+            err.print(f"html: {html.write(frame, html_dir, groups, figures, progress=tick, mtbf=mtbf)}")
 
 
 def _write_series(files: tuple[Path, ...], frame: Any, folder: Path) -> None:
@@ -371,9 +382,13 @@ def ceph() -> None:
 
 
 _CEPH_DIR = click.option(
-    "--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("/var/tmp/gdsbench-ceph"),
-    show_default=True, help="The cluster's data directory (all it makes lives there).",
-)  # fmt: skip
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("/var/tmp/gdsbench-ceph"),
+    show_default=True,
+    help="The cluster's data directory (all it makes lives there).",
+)
 
 
 @ceph.command("up")

@@ -120,8 +120,11 @@ def target_line(config: Any, directory: Path) -> str:
     from gdsbench import filesets
 
     configured = Path(os.path.realpath(config.directory))
-    private = f" (a private folder in {configured}: others can write there)" if (
-        directory.parent == configured and directory.name.startswith("gdsbench-")) else ""  # fmt: skip
+    private = (
+        f" (a private folder in {configured}: others can write there)"
+        if (directory.parent == configured and directory.name.startswith("gdsbench-"))
+        else ""
+    )
     return f"target: {directory}{private}: {filesets.mount_text(directory)}"
 
 

@@ -179,8 +179,18 @@ def _check_expanded_size(root: yaml.Node) -> None:
             stack.extend(v for pair in node.value for v in pair)
 
 
+#: Keys a config once had that live elsewhere now, and where (said instead of "did you mean").
+MOVED = {
+    "mtbf": "no mtbf here: the mean time between failures is a report setting now, not a case axis (it changed no "
+    "measurement): `gdsbench report --mtbf 1h,24h`, or `mtbf: 24h` beside a check's min_goodput",
+}
+
+
 def unknown(name: Any, known: Iterable[str], what: str) -> str:
-    """What an unknown key should have been: `what` and the nearest known key, not the whole list of them."""
+    """What an unknown key should have been: `what` and the nearest known key, not the whole list of them (or where
+    a key that moved went: MOVED)."""
+    if name in MOVED:
+        return MOVED[str(name)]
     close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
     if close:
         return f"{what} (did you mean {close[0]}?)"

@@ -98,8 +98,10 @@ def _kvikio(f: Facts) -> Verdict:
     gds = {True: "nvidia-fs available (GDS)", False: "no nvidia-fs (cuFile compat or P2PDMA)"}.get(
         cufile["is_gds_available"], f"unknown ({cufile.get('cufile_reason')})"
     )
-    why = (f"kvikio {view['version']}: compat_mode={view['compat_mode_setting']} -> {mode}, "
-           f"{view['num_threads']} thread(s) by default; cuFile: {gds}")  # fmt: skip
+    why = (
+        f"kvikio {view['version']}: compat_mode={view['compat_mode_setting']} -> {mode}, "
+        f"{view['num_threads']} thread(s) by default; cuFile: {gds}"
+    )
     return not view["compat_preferred"], why
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from gdsbench import runners
 from gdsbench.cases import Case, Pattern
 from gdsbench.errors import TargetError
-from gdsbench.runners import fio, gdsio
+from gdsbench.runners import fio_job, gdsio
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.checkpoint.base import CheckpointRunner, workload_spec
 from gdsbench.sysinfo import storage
@@ -82,7 +82,7 @@ def fio_files(cases: list[Case], ctx: RunContext) -> list[FileSet]:
         ours = [c for c in cases if c.engine == "fio" and bool(c["unlink"]) == unlink]
         if ours:
             widest = max(ours, key=lambda c: c["threads"])
-            sets.append(FileSet("fio", tuple(fio.job_files(widest, ctx)), ctx.file_size, transient=unlink))
+            sets.append(FileSet("fio", tuple(fio_job.job_files(widest, ctx)), ctx.file_size, transient=unlink))
     return sets
 
 
@@ -145,8 +145,10 @@ def check_files(sets: list[FileSet]) -> None:
             continue
         if stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid():
             found = "a symbolic link" if stat.S_ISLNK(info.st_mode) else f"owned by uid {info.st_uid}"
-            raise TargetError(f"{path} is {found}, not a test file of this user's (the tools would write through "
-                              "it): remove it, or choose another `directory`")  # fmt: skip
+            raise TargetError(
+                f"{path} is {found}, not a test file of this user's (the tools would write through "
+                "it): remove it, or choose another `directory`"
+            )
 
 
 def check_mount(directory: Path, allow_root: bool) -> None:

@@ -22,7 +22,7 @@ from gdsbench.columns import FILES
 from gdsbench.config import SweepConfig
 from gdsbench.errors import ToolError
 from gdsbench.filesets import FileSet
-from gdsbench.runners import fio, gdsio
+from gdsbench.runners import fio_job, gdsio
 from gdsbench.runners.base import RunContext, run_polled, tool_message
 from gdsbench.units import size_label
 
@@ -62,7 +62,7 @@ def prepare(
 
 def _paths(engine: str, case: Case, ctx: RunContext) -> list[Any]:
     """The files an engine's widest read case reads."""
-    return gdsio.data_files(case, ctx) if engine == "gdsio" else fio.job_files(case, ctx)
+    return gdsio.data_files(case, ctx) if engine == "gdsio" else fio_job.job_files(case, ctx)
 
 
 def _gdsio_argv(case: Case, ctx: RunContext) -> list[str]:
@@ -73,9 +73,9 @@ def _gdsio_argv(case: Case, ctx: RunContext) -> list[str]:
 def _fio_argv(case: Case, ctx: RunContext) -> list[str]:
     """fio's own layout of the case's job files, as a read job does it, and nothing else (--create_only=1)."""
     return [
-        fio.fio_binary(ctx),
-        f"--name={fio.job_name(case, ctx)}",
-        f"--directory={fio.fio_path(ctx.directory)}",
+        fio_job.fio_binary(ctx),
+        f"--name={fio_job.job_name(case, ctx)}",
+        f"--directory={fio_job.fio_path(ctx.directory)}",
         f"--size={ctx.file_size}",
         f"--numjobs={case['threads']}",
         "--rw=read",  # as a read job lays them out: data written (a write job's layout only fallocates)
@@ -94,8 +94,11 @@ def fill(files: FileSet, argv: list[str], ctx: RunContext, configured: float | N
     """Write one file set with its tool, yielding a progress row at the start, every few seconds and at the end."""
     ctx.resources.track_new(list(files.paths))
     total, limit, started = len(files.paths) * files.each, timeout_for(files, configured), time.monotonic()
-    yield _row(files, f"fill {files.label} in {ctx.directory}: {filesets.human(files.missing_bytes())} to write, "
-               f"timeout {limit:.0f}s: {' '.join(argv)}")  # fmt: skip
+    yield _row(
+        files,
+        f"fill {files.label} in {ctx.directory}: {filesets.human(files.missing_bytes())} to write, "
+        f"timeout {limit:.0f}s: {' '.join(argv)}",
+    )
     try:
         for _, done in run_polled(argv, limit, PROGRESS_EVERY_S):
             if done is None:
@@ -130,5 +133,11 @@ def _check(files: FileSet, done: Any, ctx: RunContext) -> None:
 
 def _row(files: FileSet, note: str) -> dict[str, Any]:
     """A progress row: shown by the CLI, never written to the results."""
-    return {"status": "fill", "case": f"fill:{files.engine}", "engine": files.engine, "pattern": "fill",
-            "repetition": 0, "note": note}  # fmt: skip
+    return {
+        "status": "fill",
+        "case": f"fill:{files.engine}",
+        "engine": files.engine,
+        "pattern": "fill",
+        "repetition": 0,
+        "note": note,
+    }

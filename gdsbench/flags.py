@@ -278,8 +278,26 @@ def host_limit(hosts: Mapping[str, Any], host: str, direction: str) -> float | N
 
 
 #: File-system types whose O_DIRECT stops at the client (every `fuse.*` type too).
-REMOTE_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "ceph", "lustre", "gpfs", "beegfs", "glusterfs", "9p",
-                       "virtiofs", "afs", "wekafs", "orangefs", "fuse", "fuseblk"})  # fmt: skip
+REMOTE_FS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "ceph",
+        "lustre",
+        "gpfs",
+        "beegfs",
+        "glusterfs",
+        "9p",
+        "virtiofs",
+        "afs",
+        "wekafs",
+        "orangefs",
+        "fuse",
+        "fuseblk",
+    }
+)
 
 
 def remote_fs(frame: pd.DataFrame, sidecars: Mapping[str, Any]) -> list[Any]:

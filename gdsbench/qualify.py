@@ -4,7 +4,8 @@ Each check selects rows with `where:` (parameter values, e.g. {pattern: read, io
 - absolute, per case (median over repetitions): `min_bw: 20GiB/s`, `max_bw`, `min_iops: 100000`,
   `max_blocking: 500ms` (checkpoint saves: what the caller waited), `min_compression_ratio: 1.2`,
   `max_lat_mean: 500us`, `max_lat_p99: 2ms`; for `pattern: train` rows `max_stall: 500ms` (median wall time
-  a checkpoint stopped the loop) and `min_goodput: 0.95`; for checkpoints saved or loaded by ranks, the MLPerf
+  a checkpoint stopped the loop) and `min_goodput: 0.95` (the goodput model evaluated at the check's `mtbf: 24h`,
+  else at the mtbf a row recorded, else a day: report.goodput); for checkpoints saved or loaded by ranks, the MLPerf
   Storage rules' metrics `min_rank_bw: 2GiB/s` (the slowest rank's throughput) and `max_rank_time: 30s` (the
   longest rank's duration per checkpoint); `min_<column>` and `max_<column>` of any numeric column an engine
   declares (Runner.columns, e.g. the s3 engine's `max_requests: 100000`), parsed by the column's unit;
@@ -39,7 +40,8 @@ import pandas as pd
 from gdsbench import config, flags, results
 from gdsbench.cases import plain
 from gdsbench.errors import ConfigError
-from gdsbench.report import tables
+from gdsbench.keys import duration
+from gdsbench.report import goodput, tables
 from gdsbench.report.junit import FAIL, PASS, SKIP, Outcome
 from gdsbench.units import latency_text, parse_duration, parse_size
 
@@ -132,7 +134,7 @@ LIMITS: dict[str, Limit] = {
     ),
 }
 KINDS = (*LIMITS, "ratio", "baseline")
-CHECK_KEYS = ("name", "where", *KINDS, "min_ratio", "host", "per_host", "allow_flags")
+CHECK_KEYS = ("name", "where", *KINDS, "min_ratio", "mtbf", "host", "per_host", "allow_flags")
 AGGREGATE = "all"
 
 
@@ -151,6 +153,7 @@ class Check:
     host: str | None = None  # only this host's rows (a server's label, or `all`: the aggregate)
     per_host: bool = False  # one outcome per host (the aggregate left out)
     allow: frozenset[str] = frozenset()  # guard-rail flags that do not fail this check
+    mtbf: float | None = None  # min_goodput: the mean time between failures the goodput model is evaluated at
 
 
 def checks_of(loaded: config.SweepConfig) -> tuple[Check, ...]:
@@ -212,9 +215,13 @@ def _parse_kind(source: str, where_key: str, entry: Any) -> Check:
         raise ConfigError(source, f"{where_key}.name", "a string", name)
     if "min_ratio" in entry and kind != "baseline":
         raise ConfigError(source, f"{where_key}.min_ratio", "min_ratio only with baseline:")
+    if "mtbf" in entry and kind != "min_goodput":
+        raise ConfigError(source, f"{where_key}.mtbf", "mtbf only with min_goodput:")
     if kind in LIMITS:
         limit = _value(source, f"{where_key}.{kind}", LIMITS[kind].parse, LIMITS[kind].expected, entry[kind])
-        return Check(name, where, kind, limit=limit)
+        mtbf = entry.get("mtbf")
+        at = _value(source, f"{where_key}.mtbf", duration, "a duration such as 24h", mtbf) if mtbf is not None else None
+        return Check(name, where, kind, limit=limit, mtbf=at)
     if kind == "ratio":
         return _ratio_check(source, f"{where_key}.ratio", name, where, entry["ratio"])
     return _baseline_check(source, where_key, name, where, entry)
@@ -369,6 +376,7 @@ def _limit(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
     """An absolute threshold on each case's median."""
     limit = LIMITS[check.kind]
     threshold = check.limit
+    ok = _modelled(check, ok)
     assert threshold is not None  # parse_check sets it for every absolute kind
     medians = ok.groupby([*RUN_COLUMNS, "case"])[limit.column].median().dropna() if limit.column in ok else ok[[]]
     if medians.empty:
@@ -380,6 +388,14 @@ def _limit(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:
     if len(bad):
         return FAIL, f"{len(bad)} of {len(medians)} case(s) miss {need}: worst {limit.text(worst)}", details
     return PASS, f"{len(medians)} case(s), worst {limit.text(worst)} {need}", details
+
+
+def _modelled(check: Check, ok: pd.DataFrame) -> pd.DataFrame:
+    """The rows with the goodput model's figures where the check reads one, at its mtbf (report.goodput.at_mtbf)."""
+    measured = {"checkpoint_cost_seconds", "restore_seconds"} <= set(ok.columns)
+    if LIMITS[check.kind].column not in goodput.MODELLED or not measured:
+        return ok
+    return goodput.at_mtbf(ok, (check.mtbf,) if check.mtbf else ())
 
 
 def _ratio(check: Check, ok: pd.DataFrame) -> tuple[str, str, str]:

@@ -24,15 +24,16 @@ if TYPE_CHECKING:
 
 #: The results schema this version writes (in the sidecar's `schema_version`). 1: files written before it was
 #: recorded, read the same way (a column they lack is empty; a case parameter they lack matches its default).
-#: Measured columns added since (cpu_seconds, machine_cpu_seconds, busy_cpus_before, staging_bytes, the train pattern's stall_seconds ... goodput)
+#: Measured columns added since (cpu_seconds, machine_cpu_seconds, busy_cpus_before, staging_bytes, the train pattern's stall_seconds ... restore_seconds)
 #: leave it as it is: older files read them empty; the trait columns (stores_on, ceiling), read the legacy way.
 SCHEMA_VERSION = 2
 
 TEXT, NUMBER = declared_columns.TEXT, declared_columns.NUMBER
 #: The core columns a results file has, in this order, and what it holds (a reader parses numbers as numbers);
 #: the columns its engines declare (runners' `columns`, recorded in the sidecar) and runner options follow them.
-#: Its engine figures (lat_first_us, the ranks', train's and CPU columns) predate declarations: files carry them
-#: undeclared, so they stay here.
+#: Engine figures that predate declarations (lat_first_us, the job spread, bw_sum_bytes, the checkpoints' and the
+#: ranks' columns) are declared by their engines now, yet keep their place here: files carry them
+#: undeclared, so old and new files have the same header and read them alike.
 SCHEMA: tuple[tuple[str, str], ...] = (
     ("run_id", TEXT),
     ("host", TEXT),
@@ -74,8 +75,6 @@ SCHEMA: tuple[tuple[str, str], ...] = (
     ("slowdown", NUMBER),
     ("checkpoint_cost_seconds", NUMBER),
     ("restore_seconds", NUMBER),
-    ("optimal_interval_seconds", NUMBER),
-    ("goodput", NUMBER),
     ("bytes_on_disk", NUMBER),
     ("blocking_seconds", NUMBER),
     ("compression_ratio", NUMBER),
@@ -98,7 +97,10 @@ FIRST_COLUMNS = (
     *("lat_p99_us", "lat_p999_us", "bw_min_bytes", "bw_max_bytes", "seconds_min", "peak_rss_bytes"),
     *("bytes_on_disk", "cache", "started_at", "error", "note", "command", "raw_output"),
 )
-NUMERIC = tuple(name for name, kind in SCHEMA if kind == NUMBER)
+#: Columns older files carry that no writer fills now: the train pattern's model (Daly's interval and the goodput
+#: at the case's mtbf), evaluated by the report since (report.goodput). Read as numbers, never as parameters.
+RETIRED: tuple[tuple[str, str], ...] = (("optimal_interval_seconds", NUMBER), ("goodput", NUMBER))
+NUMERIC = tuple(name for name, kind in (*SCHEMA, *RETIRED) if kind == NUMBER)
 #: Columns that say what was measured (the case); runner option columns are parameters too.
 PARAMETERS = ("engine", "transfer", "pattern", "io_size", "threads", "iodepth")
 #: The time-series table beside a results CSV: one row per job and log window (fio's bw/lat logs).
@@ -108,8 +110,9 @@ SERIES_COLUMNS = ("run_id", "case", "host", "repetition", "job", "time_s", "bw_b
 def parameters(columns: Iterable[str], figures: Iterable[str] = ()) -> list[str]:
     """The parameter columns of a results table: the core ones, then runner options (extra columns that are not
     `figures`, the engines' declared columns: see `figures_of`)."""
-    columns, figures = list(columns), set(figures)
-    extra = [c for c in columns if c not in COLUMNS and c != "source" and c not in figures]
+    columns = list(columns)
+    known = {*COLUMNS, *(name for name, _ in RETIRED), "source", *figures}
+    extra = [c for c in columns if c not in known]
     return [c for c in PARAMETERS if c in columns] + extra
 
 
@@ -295,8 +298,11 @@ def _with_every_column(frame: pandas.DataFrame) -> pandas.DataFrame:
     """The frame with each FIRST_COLUMNS column its files lack added empty (text columns as text), after the others."""
     import pandas as pd
 
-    missing = {name: pd.Series(None, index=frame.index, dtype=float if kind == NUMBER else object)
-               for name, kind in SCHEMA if name in FIRST_COLUMNS and name not in frame}  # fmt: skip
+    missing = {
+        name: pd.Series(None, index=frame.index, dtype=float if kind == NUMBER else object)
+        for name, kind in SCHEMA
+        if name in FIRST_COLUMNS and name not in frame
+    }
     return pd.concat([frame, pd.DataFrame(missing)], axis=1) if missing else frame
 
 
@@ -319,8 +325,10 @@ def _frame(path: Path) -> pandas.DataFrame:
     except (ValueError, pd.errors.ParserError) as exc:  # what the csv module accepted and pandas does not
         raise UsageError(f"{path}: not a results file pandas can read ({exc})") from None
     if len(frame) != count or list(frame.columns) != header:
-        raise UsageError(f"{path}: pandas reads it as {len(frame)} rows of {len(frame.columns)} columns, not "
-                         f"{count} of {len(header)}; not a results file gdsbench wrote")  # fmt: skip
+        raise UsageError(
+            f"{path}: pandas reads it as {len(frame)} rows of {len(frame.columns)} columns, not "
+            f"{count} of {len(header)}; not a results file gdsbench wrote"
+        )
     frame = with_traits(frame).assign(source=str(path))
     frame.attrs["figures"] = declared_columns.declared(read_sidecar(path))
     return frame

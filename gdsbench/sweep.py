@@ -80,8 +80,10 @@ def prepare_target(directory: Path, resources: Resources | None = None, private:
 def _make_target(path: Path, resources: Resources | None) -> Path:
     """A missing target made (mode 0755) in its existing parent, as this sweep's."""
     if not path.parent.is_dir():
-        raise TargetError(f"directory {path} does not exist, nor does its parent {path.parent} (a mistyped "
-                          "path?): make it first, or correct `directory`")  # fmt: skip
+        raise TargetError(
+            f"directory {path} does not exist, nor does its parent {path.parent} (a mistyped "
+            "path?): make it first, or correct `directory`"
+        )
     try:
         os.mkdir(path, 0o755)
     except OSError as exc:
@@ -100,8 +102,10 @@ def _trusted_target(path: Path, resources: Resources | None, private: bool) -> P
         return path
     except trusted.UntrustedError as exc:
         if not (private and info.st_mode & stat.S_ISVTX and info.st_uid in (0, os.geteuid())):
-            raise TargetError(f"`directory` {exc} (another user could replace the test files in it with "
-                              "links); choose a directory of your own") from None  # fmt: skip
+            raise TargetError(
+                f"`directory` {exc} (another user could replace the test files in it with "
+                "links); choose a directory of your own"
+            ) from None
     folder = Path(tempfile.mkdtemp(prefix="gdsbench-", dir=path))
     if resources is not None:
         resources.created.append(folder)

@@ -289,8 +289,10 @@ def parse_source(value: Any) -> str:
 
 def source_expected() -> str:
     """The `workload` key's expectation, for error messages."""
-    return (f"a preset ({', '.join(PRESETS)}), an MLPerf geometry ({', '.join(mlperf.names())}) or a path to an "
-            f"existing {'/'.join(FILE_SUFFIXES)} state dict")  # fmt: skip
+    return (
+        f"a preset ({', '.join(PRESETS)}), an MLPerf geometry ({', '.join(mlperf.names())}) or a path to an "
+        f"existing {'/'.join(FILE_SUFFIXES)} state dict"
+    )
 
 
 def _dim(expr: str | int, dims: Mapping[str, int]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,30 @@ def test_a_declared_column_goes_from_the_row_to_the_csv_the_report_and_qualify(t
     checks = [{"where": {"engine": "s3"}, "max_requests": 10}, {"where": {"io_size": "1M"}, "max_requests": 10}]
     outcomes = qualify.evaluate_all(qualify.parse_checks(str(tmp_path / "q.yaml"), checks), frame)
     assert [o.status for o in outcomes] == ["fail", "pass"] and "worst 16" in outcomes[0].message
+
+
+#: Figures only some engines measure, once Measurement fields, now declared by the engines that fill them.
+ENGINE_FIGURES = {
+    "s3": {"lat_first_us", "seconds_min", "bw_min_bytes", "bw_max_bytes", "spread_seconds", "straggler"},
+    "fio": {"seconds_min", "bw_min_bytes", "bw_max_bytes", "spread_seconds", "straggler", "bw_sum_bytes"},
+    "torch_save": {"bytes_on_disk", "staging_bytes"},
+    "s3torch_save": {"bytes_on_disk", "staging_bytes"},
+    "dcp_fast": {"bytes_on_disk", "staging_bytes", "max_rank_seconds", "min_rank_bw_bytes", "compression_ratio"},
+}
+
+
+def test_engine_figures_are_declared_by_their_engines_not_measurement_fields() -> None:
+    core = {f.name for f in dataclasses.fields(Measurement)}
+    for engine, names in ENGINE_FIGURES.items():
+        assert names <= {column.name for column in runners.get(engine).columns}, engine
+        assert not names & core, engine
+    assert {"bytes", "seconds", "bw_bytes", "iops", "lat_p99_us", "cpu_seconds", "note"} <= core
+
+
+def test_declared_figures_keep_their_place_in_the_header_and_out_of_the_sidecar(tmp_path: Path) -> None:
+    """Old and new files have the same header: a figure that predates declarations stays where it was."""
+    header = sweep.columns(s3_config(tmp_path))
+    spread = ("lat_first_us", "bw_min_bytes", "bw_max_bytes", "max_rank_seconds", "min_rank_bw_bytes", "seconds_min")
+    assert header[header.index("lat_p999_us") + 1 :][: len(spread)] == spread
+    assert len(set(header)) == len(header) and header[len(results.COLUMNS)] == "requests"
+    assert list(sweep.declared(s3_config(tmp_path))) == ["requests"]  # what the report shows as a figure column

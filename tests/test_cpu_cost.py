@@ -64,7 +64,7 @@ def test_every_format_shows_the_table_and_files_without_cpu_columns_have_none():
     document = json.loads(report.render(frame, ["engine", "pattern"], "json"))
     assert {r["engine"] for r in document["cpu_cost"]} == {"fastpersist", "torch_save"}
     old = frame.drop(columns=["cpu_seconds", "machine_cpu_seconds"])
-    assert summary.build(old, ["engine", "pattern"]).cpu is None
+    assert summary.build(old, ["engine", "pattern"]).table("cpu_cost") is None
     assert json.loads(report.render(old, ["engine", "pattern"], "json"))["cpu_cost"] == []
 
 

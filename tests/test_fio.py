@@ -12,7 +12,7 @@ from gdsbench import runners
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
 from gdsbench.report.fio_style import status_line
-from gdsbench.runners import fio, fio_output
+from gdsbench.runners import fio, fio_job, fio_output
 from gdsbench.runners.base import RunContext
 from tests.conftest import DATA
 
@@ -73,7 +73,7 @@ def test_multi_job_latency_is_pooled():
     n = sum(c["N"] for c in clats)
     assert m.lat_mean_us == pytest.approx(sum(c["N"] * c["mean"] for c in clats) / n / 1000)
     assert min(c["min"] for c in clats) / 1000 <= m.lat_p50_us <= max(c["max"] for c in clats) / 1000
-    assert m.bw_min_bytes < m.bw_max_bytes
+    assert m.figures["bw_min_bytes"] < m.figures["bw_max_bytes"]
 
 
 def test_failed_job_raises_with_fios_message():
@@ -113,7 +113,7 @@ def _case(**params):
 
 def test_argv_translates_the_case(tmp_path):
     ctx = RunContext(directory=tmp_path, file_size=64 << 20, runtime=5.0)
-    argv = fio.fio_argv(_case(), ctx)
+    argv = fio_job.fio_argv(_case(), ctx)
     assert argv[0] == "fio"
     for arg in (
         "--bs=1048576",
@@ -129,10 +129,10 @@ def test_argv_translates_the_case(tmp_path):
         "--output-format=json+",
     ):
         assert arg in argv
-    cached = fio.fio_argv(_case(transfer=Transfer.CPU_CACHED, pattern=Pattern.WRITE, end_fsync=True), ctx)
+    cached = fio_job.fio_argv(_case(transfer=Transfer.CPU_CACHED, pattern=Pattern.WRITE, end_fsync=True), ctx)
     assert "--direct=0" in cached and "--end_fsync=1" in cached and "--unlink=1" not in cached
-    assert "--unlink=1" in fio.fio_argv(_case(pattern=Pattern.WRITE, unlink=True), ctx)
-    gds = fio.fio_argv(_case(transfer=Transfer.GDS, gpu="1"), ctx)
+    assert "--unlink=1" in fio_job.fio_argv(_case(pattern=Pattern.WRITE, unlink=True), ctx)
+    gds = fio_job.fio_argv(_case(transfer=Transfer.GDS, gpu="1"), ctx)
     assert {"--ioengine=libcufile", "--cuda_io=cufile", "--gpu_dev_ids=1"} <= set(gds)
 
 
@@ -151,7 +151,7 @@ def test_missing_fio_is_a_skip_reason(tmp_path):
 
 def test_colon_in_directory_is_escaped_for_fio(tmp_path):
     ctx = RunContext(directory=tmp_path / "a:b", file_size=1 << 20)
-    assert f"--directory={tmp_path}/a\\:b" in fio.fio_argv(_case(), ctx)
+    assert f"--directory={tmp_path}/a\\:b" in fio_job.fio_argv(_case(), ctx)
 
 
 def test_hugetlb_buffers_need_reserved_pages(tmp_path, monkeypatch):
@@ -183,10 +183,10 @@ def test_unlink_cases_never_delete_the_shared_file(tmp_path):
     ctx = RunContext(directory=tmp_path, file_size=8 << 20)
     overwrite = _case(pattern=Pattern.WRITE, threads=1, io_size=1 << 20, iodepth=1, ioengine="psync")
     new_file = _case(pattern=Pattern.WRITE, threads=1, io_size=1 << 20, iodepth=1, ioengine="psync", unlink=True)
-    [shared] = fio.job_files(overwrite, ctx)
-    assert fio.job_files(new_file, ctx) != [shared]
+    [shared] = fio_job.job_files(overwrite, ctx)
+    assert fio_job.job_files(new_file, ctx) != [shared]
     runner = runners.get("fio")
     runner.run(overwrite, ctx)
     inode = shared.stat().st_ino
     runner.run(new_file, ctx)
-    assert shared.stat().st_ino == inode and not fio.job_files(new_file, ctx)[0].exists()
+    assert shared.stat().st_ino == inode and not fio_job.job_files(new_file, ctx)[0].exists()

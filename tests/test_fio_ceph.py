@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
-from gdsbench.runners import ceph, fio, fio_ceph
+from gdsbench.runners import ceph, fio, fio_ceph, fio_job
 from gdsbench.runners.base import RunContext
 
 MiB = 1 << 20
@@ -31,6 +31,13 @@ def ceph_case(**params: Any) -> Case:
     return Case("fio", tuple(base.items()))
 
 
+def object_names(case: Case, ctx: RunContext) -> tuple[str, ...]:
+    """The objects fio gives a rados case's files: `<job name>.<job>.<file>`."""
+    objects = fio_ceph.objects(case, fio_job.job_name(case, ctx), ctx.file_size)
+    assert objects is not None
+    return objects.names
+
+
 @given(file_size=st.integers(1, 1 << 36), io_size=st.sampled_from([4096, 1 << 20, 4 * MiB, 16 * MiB]),
        limit=st.sampled_from([16 * MiB, 128 * MiB, 1 << 30]))  # fmt: skip
 def test_objects_stay_within_the_clusters_limit(file_size: int, io_size: int, limit: int) -> None:
@@ -42,16 +49,16 @@ def test_objects_stay_within_the_clusters_limit(file_size: int, io_size: int, li
 
 def test_argv_names_the_pool_not_a_directory(tmp_path: Path) -> None:
     ctx = RunContext(directory=tmp_path, file_size=300 * MiB)
-    argv = fio.fio_argv(ceph_case(), ctx)
+    argv = fio_job.fio_argv(ceph_case(), ctx)
     count, each = fio_ceph.layout(300 * MiB, 4 * MiB)
     assert {"--ioengine=rados", "--pool=gdsbench", "--clientname=admin", f"--nrfiles={count}",
             f"--filesize={each}", f"--size={count * each}"} <= set(argv)  # fmt: skip
     assert not any(a.startswith(("--directory", "--direct")) for a in argv)
-    rbd = fio.fio_argv(ceph_case(ioengine="rbd", pool="gdsbench-rbd"), ctx)
+    rbd = fio_job.fio_argv(ceph_case(ioengine="rbd", pool="gdsbench-rbd"), ctx)
     assert {"--ioengine=rbd", "--rbdname=gdsbench", f"--size={300 * MiB}", f"--offset_increment={300 * MiB}"} <= set(
         rbd
     )
-    assert fio.job_files(ceph_case(), ctx) == [] or all(not p.exists() for p in fio.job_files(ceph_case(), ctx))
+    assert fio_job.job_files(ceph_case(), ctx) == [] or all(not p.exists() for p in fio_job.job_files(ceph_case(), ctx))
 
 
 def test_without_the_engines_config_file_a_case_is_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,14 +98,13 @@ def stored(pool: str, name: str) -> int:
 def test_a_rados_write_then_cold_read_moves_real_bytes(fio_cluster: Any, tmp_path: Path) -> None:
     ctx = RunContext(directory=tmp_path, file_size=48 * MiB)
     write = run(ceph_case(io_size=4 * MiB), ctx)
-    name = fio.job_name(ceph_case(), ctx)
     count, each = fio_ceph.layout(48 * MiB, 4 * MiB)
     assert write.bytes == 2 * count * each and write.cache is None
-    assert all(stored("gdsbench", o) == each for o in fio_ceph.objects(ceph_case(), ctx, name))
+    assert all(stored("gdsbench", o) == each for o in object_names(ceph_case(), ctx))
     read = run(ceph_case(pattern=Pattern.READ, osd_cache="drop"), ctx)
     assert read.bytes == 2 * count * each and read.cache == "cold" and "cache drop" in (read.note or "")
     ctx.resources.cleanup()
-    assert all(stored("gdsbench", o) == -1 for o in fio_ceph.objects(ceph_case(), ctx, name))
+    assert all(stored("gdsbench", o) == -1 for o in object_names(ceph_case(), ctx))
 
 
 @pytest.mark.slow
@@ -106,7 +112,7 @@ def test_a_read_of_objects_never_written_writes_them_first(fio_cluster: Any, tmp
     """fio alone 'reads' empty objects at memory speed; the runner writes them first and says so."""
     ctx = RunContext(directory=tmp_path, file_size=20 * MiB)  # a size no other test uses: objects of its own
     case = ceph_case(pattern=Pattern.READ, threads=1)
-    names = fio_ceph.objects(case, ctx, fio.job_name(case, ctx))
+    names = object_names(case, ctx)
     assert all(stored("gdsbench", o) == -1 for o in names)
     read = run(case, ctx)
     assert "objects written first" in (read.note or "") and read.cache == "warm" and read.bytes == 20 * MiB
@@ -137,7 +143,7 @@ def test_a_time_based_write_that_ends_within_its_first_pass_is_not_a_cut(fio_clu
     case = ceph_case(threads=1, io_size=MiB, iodepth=2)
     measured = run(case, ctx)
     count, each = fio_ceph.layout(1 << 30, MiB)
-    sizes = [stored("gdsbench", o) for o in fio_ceph.objects(case, ctx, fio.job_name(case, ctx))]
+    sizes = [stored("gdsbench", o) for o in object_names(case, ctx)]
     assert measured.bytes < count * each and sum(max(s, 0) for s in sizes) >= measured.bytes
     ctx.resources.cleanup()
 
@@ -146,7 +152,7 @@ def test_a_time_based_write_that_ends_within_its_first_pass_is_not_a_cut(fio_clu
 def test_objects_a_sweep_did_not_create_are_never_removed(fio_cluster: Any, tmp_path: Path) -> None:
     ctx = RunContext(directory=tmp_path, file_size=8 * MiB)
     case = ceph_case(threads=1)
-    [first] = fio_ceph.objects(case, ctx, fio.job_name(case, ctx))
+    [first] = object_names(case, ctx)
     subprocess.run(["rados", "-c", str(ceph.CONF), "-p", "gdsbench", "put", first, "/etc/hostname"], check=True)
     try:
         run(case, ctx)

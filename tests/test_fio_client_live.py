@@ -11,7 +11,7 @@ import pytest
 
 from gdsbench.cases import Pattern, Transfer
 from gdsbench.hosts import AGGREGATE, Host, HostKind
-from gdsbench.runners import fio, fio_output
+from gdsbench.runners import fio_job, fio_output
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.fio_client import ClientRun, fio_aggregate, parse_document, run_clients
 from gdsbench.runners.fio_jobfile import HostJob, host_jobs
@@ -28,7 +28,7 @@ def case_jobs(hosts: list[Host], directory: Path, pattern: Pattern, threads: int
         pattern=pattern, transfer=Transfer.CPU_ONLY, io_size=MiB, threads=threads, iodepth=1, ioengine="psync"
     )
     ctx = RunContext(directory=directory, file_size=16 * MiB, runtime=runtime)
-    return host_jobs(hosts, fio.job_options(case, ctx))
+    return host_jobs(hosts, fio_job.job_options(case, ctx))
 
 
 def run(jobs: tuple[HostJob, ...], pattern: Pattern, tmp_path: Path, timeout: float = 60) -> ClientRun:
@@ -128,7 +128,7 @@ def test_a_silent_host_is_named_within_the_handshake_deadline_and_the_others_run
                      options={"handshake_timeout": 2.0}, hosts=(silent.host, live))  # fmt: skip
     try:
         started = time.monotonic()
-        outcome = run_case("fio", case, ctx, fio.job_options(case, ctx))
+        outcome = run_case("fio", case, ctx, fio_job.job_options(case, ctx))
         took = time.monotonic() - started
     finally:
         silent.stop()
@@ -152,7 +152,7 @@ def test_when_no_host_answers_every_row_says_so(tmp_path, short_dir):
     ctx = RunContext(directory=tmp_path, file_size=16 * MiB, raw_dir=tmp_path / "raw",
                      options={"handshake_timeout": 1.0}, hosts=(silent.host,))  # fmt: skip
     try:
-        outcome = run_case("fio", case, ctx, fio.job_options(case, ctx))
+        outcome = run_case("fio", case, ctx, fio_job.job_options(case, ctx))
     finally:
         silent.stop()
     message = f"no fio server answered fio's handshake within 1s: {silent.host.label}"

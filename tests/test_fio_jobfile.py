@@ -8,9 +8,9 @@ import pytest
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.hosts import parse_hosts
-from gdsbench.runners import fio
+from gdsbench.runners import fio_job
 from gdsbench.runners.base import RunContext
-from gdsbench.runners.fio import job_options
+from gdsbench.runners.fio_job import job_options
 from gdsbench.runners.fio_jobfile import host_jobs, render_args, render_section, write_job_files
 from tests.helpers import fio_case
 
@@ -23,7 +23,7 @@ def standalone(**params: object) -> tuple[Case, RunContext]:
 
 def test_job_file_holds_the_standalone_options():
     case, ctx = standalone(ioengine="libaio", unlink=True)
-    argv = fio.fio_argv(case, ctx)
+    argv = fio_job.fio_argv(case, ctx)
     options = job_options(case, ctx)
     assert argv == ["fio", *render_args(options), "--output-format=json+"]
     jobs = host_jobs(parse_hosts(["sock:/s0", "node2:9000"]), options)
@@ -36,6 +36,20 @@ def test_job_file_holds_the_standalone_options():
         Path("/data/a:b/gdsbench.16777216.new.h1.0.0"),
         Path("/data/a:b/gdsbench.16777216.new.h1.1.0"),
     ]
+
+
+def test_a_job_keeps_its_logs_and_timing_out_of_its_layout_pass(tmp_path):
+    """The measured run logs its series at the run's stem and is timed; the unmeasured layout pass is neither."""
+    case = fio_case(pattern=Pattern.READ, threads=2)
+    ctx = RunContext(tmp_path, 1 << 20, runtime=2.0, ramp_time=1.0, raw_dir=tmp_path, run_stem="r1", series_ms=100)
+    job = fio_job.plan(case, ctx)
+    prefix = tmp_path.resolve() / "series" / "r1"
+    assert job.series == prefix and job.files == (tmp_path / "gdsbench.1048576.0.0", tmp_path / "gdsbench.1048576.1.0")
+    logs = [f"--write_bw_log={prefix}", f"--write_lat_log={prefix}", "--log_avg_msec=100"]
+    assert job.argv[-4:] == [*logs, "--output-format=json+"]
+    assert "--time_based" in job.argv and "--ramp_time=1" in job.argv
+    untimed = job_options(fio_case(pattern=Pattern.WRITE, threads=2), RunContext(tmp_path, 1 << 20))
+    assert job.layout_argv == ["fio", *render_args(untimed), "--output-format=json"]
 
 
 @pytest.mark.parametrize("value", ["/data\nexec_prerun=rm -rf /", "/data/${HOME}", "/data\0"])

@@ -14,7 +14,7 @@ import pytest
 from gdsbench import sysinfo
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
-from gdsbench.runners import fio, gds_path, gdsio
+from gdsbench.runners import fio, fio_job, gds_path, gdsio
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.gdsio_output import usage_options, usage_version
 from gdsbench.sysinfo import gpu
@@ -38,7 +38,7 @@ def fio_case(**params):
 @pytest.mark.parametrize("transfer", [Transfer.GDS, Transfer.CPU_GPU])
 def test_libcufile_argv_has_no_iomem_and_iodepth_1(tmp_path, transfer):
     ctx = RunContext(directory=tmp_path, file_size=30 << 30)
-    argv = fio.fio_argv(fio_case(transfer=transfer, iomem="shmhuge"), ctx)
+    argv = fio_job.fio_argv(fio_case(transfer=transfer, iomem="shmhuge"), ctx)
     assert not any(a.startswith("--iomem") or a.startswith("--mem=") for a in argv)  # fio: "conflicts with engine"
     assert "--iodepth=1" in argv and "--iodepth=16" not in argv and "--ioengine=libcufile" in argv
     assert fio.cufile_note(fio_case(transfer=transfer)).startswith(
@@ -59,7 +59,7 @@ def test_libcufile_cases_skip_the_huge_page_check(tmp_path, monkeypatch, transfe
 
 
 def test_cpu_argv_keeps_iomem_and_iodepth(tmp_path):
-    argv = fio.fio_argv(fio_case(transfer=Transfer.CPU_ONLY, iomem="shmhuge"), RunContext(tmp_path, 1 << 20))
+    argv = fio_job.fio_argv(fio_case(transfer=Transfer.CPU_ONLY, iomem="shmhuge"), RunContext(tmp_path, 1 << 20))
     assert (
         "--iomem=shmhuge" in argv
         and "--iodepth=16" in argv

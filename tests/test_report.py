@@ -307,6 +307,43 @@ def test_every_format_renders_the_sections_in_the_reports_order():
     assert "failed: engine=fio,pattern=randread" in page
 
 
+def test_a_derived_table_declared_once_reaches_every_format(monkeypatch):
+    """A derived table is one declaration (report/derived.py) registered in summary.DERIVED: its title, cells,
+    legend and notes show in the text, markdown and HTML reports, its figures under its name in the json one."""
+    import json
+
+    from gdsbench.report import html
+    from gdsbench.report.derived import Derived, Inputs
+
+    def compute(inputs: Inputs) -> pd.DataFrame:
+        ok = inputs.frame[inputs.frame["status"] == "ok"]
+        return ok.groupby("pattern", as_index=False)["bw_bytes"].max()
+
+    def rows(found: pd.DataFrame, labels: dict[str, str]) -> tuple[list[str], list[list[str]]]:
+        return ["pattern", "best B/s"], [[r.pattern, f"{r.bw_bytes:.0f}"] for r in found.itertuples()]
+
+    best = Derived("best", "Best of each pattern", compute, rows, "pattern", {"best B/s": "the fastest row"},
+                   lambda found, labels: [f"{len(found)} patterns ranked"])  # fmt: skip
+    monkeypatch.setattr(summary, "DERIVED", (*summary.DERIVED, best))
+    frame = durable_run()
+    built = summary.build(frame, ["engine", "pattern"])
+    assert [d.name for d in built.derived] == ["ceilings", "mlperf_geometry", "goodput", "cpu_cost", "best"]
+    table = built.table("best")
+    assert table is not None and table.rows == (("load", "900"), ("read", "1000"), ("save", "760"), ("write", "9000"))
+    page = html.page(frame.assign(source="r.csv"), ["engine", "pattern"], figures=[])
+    for text in (report.render(frame, ["engine", "pattern"], fmt) for fmt in ("text", "markdown")):
+        assert "Best of each pattern" in text and "the fastest row" in text and "4 patterns ranked" in text
+    assert "Best of each pattern" in page and "<td>760</td>" in page.replace(' class="l"', "")
+    document = json.loads(report.render(frame, ["engine", "pattern"], "json"))
+    assert [(r["pattern"], r["bw_bytes"]) for r in document["best"]] == [
+        ("load", 900),
+        ("read", 1000),
+        ("save", 760),
+        ("write", 9000),
+    ]
+    assert document["units"]["bw_bytes"] == "bytes/s" and document["goodput"] == []
+
+
 def test_formats_are_the_modules_that_register_themselves():
     import pkgutil
 

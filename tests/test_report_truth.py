@@ -98,12 +98,12 @@ def test_the_cpu_table_marks_busy_machine_figures_and_says_what_its_columns_are(
             {**row("torch_save", "load", 5e8), "cpu_seconds": 1.0, "machine_cpu_seconds": 1.2, "busy_cpus_before": 0.0},
         ]
     ).assign(source="r.csv")
-    built = summary.build(frame)
-    assert built.cpu is not None
-    [cells] = built.cpu.rows
-    assert cells[built.cpu.header.index("ceiling machine CPU-s/GiB")] == "5.70 (busy)"  # 5.7 CPU-s over its 1 GiB
-    assert cells[built.cpu.header.index("machine CPU-s/GiB")] == "1.20"
-    meanings = dict(built.cpu.legend)  # the columns shown (no core count here: no `CPU-bound at`)
+    cpu = summary.build(frame).table("cpu_cost")
+    assert cpu is not None
+    [cells] = cpu.rows
+    assert cells[cpu.header.index("ceiling machine CPU-s/GiB")] == "5.70 (busy)"  # 5.7 CPU-s over its 1 GiB
+    assert cells[cpu.header.index("machine CPU-s/GiB")] == "1.20"
+    meanings = dict(cpu.legend)  # the columns shown (no core count here: no `CPU-bound at`)
     assert (
         "machine, not process" in meanings["ceiling machine CPU-s/GiB"]
         and "busy_machine" in meanings["machine CPU-s/GiB"]

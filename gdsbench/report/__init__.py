@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from gdsbench.errors import UsageError
@@ -50,9 +50,9 @@ def renderer(fmt: str) -> Renderer:
     return _RENDERERS[fmt]
 
 
-def render(frame: pd.DataFrame, groups: list[str] | None, fmt: str) -> str:
-    """The whole report of a results frame in one format."""
+def render(frame: pd.DataFrame, groups: list[str] | None, fmt: str, mtbf: Sequence[float] = ()) -> str:
+    """The whole report of a results frame in one format, its goodput model evaluated at `mtbf`."""
     from gdsbench.report import summary
 
     draw = renderer(fmt)
-    return draw(summary.build(frame, groups))
+    return draw(summary.build(frame, groups, mtbf))

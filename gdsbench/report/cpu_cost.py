@@ -10,12 +10,14 @@ same run and what fio's own ceiling case cost.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
 from gdsbench import flags
 from gdsbench.report import ceilings, tables
+from gdsbench.report.derived import Derived, Inputs
 from gdsbench.units import GIB
 
 #: Linux's clock tick (USER_HZ, 100 per second everywhere): the resolution of a process's CPU time (os.times) and of
@@ -38,7 +40,7 @@ MEANINGS = {
 }
 
 
-def cpu_costs(frame: pd.DataFrame, metas: dict[str, dict[str, Any]]) -> pd.DataFrame:
+def cpu_costs(frame: pd.DataFrame, metas: Mapping[str, dict[str, Any]]) -> pd.DataFrame:
     """One row per run, host, engine and checkpoint pattern whose rows recorded their CPU; empty otherwise."""
     if "machine_cpu_seconds" not in frame and "cpu_seconds" not in frame:
         return pd.DataFrame()
@@ -94,7 +96,7 @@ def busy(rows: pd.DataFrame) -> bool:
     return int(sum("busy_machine" in flags.parse(cell) for cell in rows["flags"])) * 2 > len(rows)
 
 
-def _cpus(run: pd.DataFrame, metas: dict[str, dict[str, Any]]) -> float:
+def _cpus(run: pd.DataFrame, metas: Mapping[str, dict[str, Any]]) -> float:
     """Every CPU of the run's host (/proc/stat sums them all), from its sidecar; 1 where it does not say."""
     for source in run["source"].dropna().unique() if "source" in run else ():
         count = (metas.get(str(source), {}).get("machine") or {}).get("cpu_count")
@@ -103,7 +105,7 @@ def _cpus(run: pd.DataFrame, metas: dict[str, dict[str, Any]]) -> float:
     return 1.0
 
 
-def _cores(run: pd.DataFrame, metas: dict[str, dict[str, Any]]) -> float:
+def _cores(run: pd.DataFrame, metas: Mapping[str, dict[str, Any]]) -> float:
     """The CPUs the run could use on its host, from its sidecar (flags.usable_cpus; NaN where it does not say)."""
     for source in run["source"].dropna().unique() if "source" in run else ():
         count = flags.usable_cpus(metas.get(str(source), {}))
@@ -115,8 +117,18 @@ def _cores(run: pd.DataFrame, metas: dict[str, dict[str, Any]]) -> float:
 def cost_rows(costs: pd.DataFrame, runs: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the CPU-cost table; run and host columns only when the costs come from several."""
     where = tables.varying(costs, ["run_id", "host"])
-    header = [*map(tables.header_of, where), "engine", "pattern", "n", "bw (median)", "machine CPU-s/GiB",
-              "process CPU-s/GiB", "CPU-bound at", "ceiling", "ceiling machine CPU-s/GiB"]  # fmt: skip
+    header = [
+        *map(tables.header_of, where),
+        "engine",
+        "pattern",
+        "n",
+        "bw (median)",
+        "machine CPU-s/GiB",
+        "process CPU-s/GiB",
+        "CPU-bound at",
+        "ceiling",
+        "ceiling machine CPU-s/GiB",
+    ]
     rows = [
         [
             *((runs or {}).get(r[c], r[c]) for c in where),
@@ -143,3 +155,11 @@ def _machine(value: float, busy: bool) -> str:
 def _projection(bw: float, cores: float) -> str:
     """'2 cores: 5689MiB/s (5965MB/s)', or '-' where the machine figure or the core count is missing."""
     return "-" if tables.missing(bw) else f"{cores:.0f} cores: {tables.bw_text(bw)}"
+
+
+def _compute(inputs: Inputs) -> pd.DataFrame:
+    """The CPU-cost table's figures (cpu_costs)."""
+    return cpu_costs(inputs.frame, inputs.metas)
+
+
+TABLE = Derived("cpu_cost", TITLE, _compute, cost_rows, "pattern", MEANINGS)

@@ -19,7 +19,11 @@ FIGURES = ("n", "bw_median", "bw_min", "bw_max", "iops_median", "lat_mean_us", "
 def lines(report: Report) -> list[str]:
     """The storage ceilings, the engines against them, and the flags: one sentence each."""
     labels = dict(report.labels)
-    return [*ceiling_lines(report.summary, labels), *engine_lines(report.ratios), flag_line(report.summary)]
+    return [
+        *ceiling_lines(report.summary, labels),
+        *engine_lines(report.figures("ceilings")),
+        flag_line(report.summary),
+    ]
 
 
 def bw(value: float) -> str:

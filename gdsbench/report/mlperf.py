@@ -8,6 +8,7 @@ import pandas as pd
 
 from gdsbench import mlperf
 from gdsbench.report import ceilings, tables
+from gdsbench.report.derived import Derived, Inputs
 from gdsbench.units import GIB
 
 TITLE = f"MLPerf Storage checkpoint geometry ({mlperf.RULES}; runs of the geometry, not MLPerf results)"
@@ -42,9 +43,20 @@ def geometry_runs(frame: pd.DataFrame) -> pd.DataFrame:
 def geometry_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the table: GiB/s and seconds as the rules report them."""
     where = tables.varying(found, ["run_id", "host"])
-    header = [*map(tables.header_of, where), "geometry", "ranks", "scale", "engine", "ckpts",
-              "write min rank GiB/s", "write max rank s", "write GiB/s", "read min rank GiB/s", "read max rank s",
-              "read GiB/s"]  # fmt: skip
+    header = [
+        *map(tables.header_of, where),
+        "geometry",
+        "ranks",
+        "scale",
+        "engine",
+        "ckpts",
+        "write min rank GiB/s",
+        "write max rank s",
+        "write GiB/s",
+        "read min rank GiB/s",
+        "read max rank s",
+        "read GiB/s",
+    ]
     rows = [
         [
             *((runs or {}).get(r[c], r[c]) for c in where),
@@ -71,3 +83,11 @@ def _scale(value: float) -> str:
     """A scale as a fraction where it is one (1/64), else as a number."""
     fraction = mlperf.parse_scale(float(value)).limit_denominator(1 << 20)
     return str(fraction) if fraction.numerator == 1 else f"{value:g}"
+
+
+def _compute(inputs: Inputs) -> pd.DataFrame:
+    """The geometry table's figures (geometry_runs)."""
+    return geometry_runs(inputs.frame)
+
+
+TABLE = Derived("mlperf_geometry", TITLE, _compute, geometry_rows, "engine")

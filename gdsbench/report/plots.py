@@ -455,8 +455,15 @@ def _bars_across(data: pd.DataFrame, colours: dict[str, Any], room: float):
     ).subplots()
     for run, bars in stats.groupby("run", sort=True):
         spread = [bars["median"] - bars["min"], bars["max"] - bars["median"]]
-        axis.barh(bars["y"], bars["median"], xerr=spread, color=colours[run], capsize=3, height=0.8,
-                  label=run if len(colours) > 1 else None)  # fmt: skip
+        axis.barh(
+            bars["y"],
+            bars["median"],
+            xerr=spread,
+            color=colours[run],
+            capsize=3,
+            height=0.8,
+            label=run if len(colours) > 1 else None,
+        )
     axis.set_yticks(engines["centre"].to_numpy(), list(engines.index), fontsize=9)
     axis.set_ylim(stats["y"].max() + 0.7, stats["y"].min() - 0.7)  # the first engine on top
     return axis

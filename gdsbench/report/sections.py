@@ -58,6 +58,16 @@ Section = Legend | Lines | Table | Notes
 
 
 @dataclass(frozen=True, eq=False)
+class DerivedTable:
+    """What one derived table (report/derived.py) computed for a report: its figures in base units (the json
+    format's) and its text cells, None where it has no rows."""
+
+    name: str
+    frame: pd.DataFrame
+    table: Table | None
+
+
+@dataclass(frozen=True, eq=False)
 class Report:
     """One report of one or more results files, grouped by `groups`."""
 
@@ -65,22 +75,23 @@ class Report:
     summary: pd.DataFrame  # median and min-max per group, in base units (the csv format)
     status: Lines
     results: tuple[Table, ...]  # one table per family of rows: storage I/O, checkpoints
-    ceilings: Table | None  # checkpoint engines against fio, when the results have checkpoint rows
-    cpu: Table | None  # what each checkpoint engine's bytes cost in CPU, when its rows recorded it
-    goodput: Table | None  # train rows: engines side by side on stall, slowdown, restore and goodput
-    mlperf: Table | None  # runs of the MLPerf Storage checkpoint geometry in the rules' terms
     notes: Notes
+    derived: tuple[DerivedTable, ...] = ()  # each derived table, in reading order (report.summary.DERIVED)
     runs: Legend | None = None  # when several runs are reported: `run N` -> file and run id
-    ratios: pd.DataFrame | None = None  # the ceilings table in base units (the json format)
-    cpu_costs: pd.DataFrame | None = None  # the CPU-cost table in base units (the json format)
-    goodputs: pd.DataFrame | None = None  # the goodput table in base units (the json format)
-    geometries: pd.DataFrame | None = None  # the MLPerf geometry table in base units (the json format)
     labels: tuple[tuple[str, str], ...] = ()  # (run_id, `run N`) when several runs are reported
+
+    def table(self, name: str) -> Table | None:
+        """The derived table `name`'s cells (None where it has no rows)."""
+        return next((d.table for d in self.derived if d.name == name), None)
+
+    def figures(self, name: str) -> pd.DataFrame | None:
+        """The derived table `name`'s figures in base units (None where no such table is derived)."""
+        return next((d.frame for d in self.derived if d.name == name), None)
 
     @property
     def sections(self) -> tuple[Section, ...]:
         """The sections in reading order (the only place the order is written); empty ones left out."""
         notes = (self.notes,) if self.notes.lines else ()
         runs = (self.runs,) if self.runs else ()
-        tables = (*self.results, *(t for t in (self.ceilings, self.mlperf, self.goodput, self.cpu) if t))
-        return (*runs, self.status, *tables, *notes)
+        derived = tuple(d.table for d in self.derived if d.table)
+        return (*runs, self.status, *self.results, *derived, *notes)

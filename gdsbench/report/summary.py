@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,14 +11,16 @@ import pandas as pd
 from gdsbench import flags
 from gdsbench.errors import UsageError
 from gdsbench.report import ceilings, cpu_cost, fio_style, goodput, mlperf, tables, trust
+from gdsbench.report.derived import Derived, Inputs
 from gdsbench.report.sections import Legend, Lines, Notes, Report, Table
 from gdsbench.results import NUMBER, figures_of, parameters
 
 STATUS_TITLE = "Run status, fio style (median repetition; the lower of two middle ones)"
 RUNS_TITLE = "Runs"
 RESULTS_TITLE = "Results: median and min-max over repetitions"
-CEILINGS_TITLE = "Checkpoint engines against the fio ceiling of the same run"
 NOTES_TITLE = "Notes"
+#: The derived tables (report/derived.py), in reading order: each one module's declaration.
+DERIVED: tuple[Derived, ...] = (ceilings.TABLE, mlperf.TABLE, goodput.TABLE, cpu_cost.TABLE)
 
 
 def default_groups(frame: pd.DataFrame) -> list[str]:
@@ -127,11 +130,9 @@ def status_lines(frame: pd.DataFrame, groups: list[str], labels: dict[str, str] 
     return Lines(STATUS_TITLE, tuple(items))
 
 
-def _table(
-    title: str, header: list[str], rows: list[list[str]], keys: int = 0, meanings: dict[str, str] | None = None
-) -> Table:
-    """A Table section from a header and rows of text cells, with the meaning of the columns `meanings` explains."""
-    return Table(title, tuple(header), tuple(tuple(row) for row in rows), keys, tables.legend(header, meanings or {}))
+def _table(title: str, header: list[str], rows: list[list[str]], keys: int = 0) -> Table:
+    """A Table section from a header and rows of text cells."""
+    return Table(title, tuple(header), tuple(tuple(row) for row in rows), keys)
 
 
 def results_tables(summary: pd.DataFrame, groups: list[str], labels: dict[str, str]) -> tuple[Table, ...]:
@@ -145,8 +146,9 @@ def results_tables(summary: pd.DataFrame, groups: list[str], labels: dict[str, s
     return tuple(made) or (_table(RESULTS_TITLE, *tables.table_rows(groups, summary, labels)),)
 
 
-def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
-    """The report of a results frame: every section, in order, computed once for every format.
+def build(frame: pd.DataFrame, groups: list[str] | None = None, mtbf: Sequence[float] = ()) -> Report:
+    """The report of a results frame: every section, in order, computed once for every format; `mtbf`: the mean
+    times between failures the goodput model is evaluated at (report.goodput).
 
     Every guard rail is judged first (flags.annotate): flags show per group, with their remedies,
     stragglers and links below their maximum in the notes.
@@ -160,46 +162,28 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None) -> Report:
     metas = trust.sidecars(frame)
     frame = flags.annotate(frame, metas)
     summary = aggregate(frame, groups)
-    ratios = ceilings.ceiling_ratios(frame)
     labels = run_labels(frame)
-    ratio_header, ratio_cells = tables.ratio_rows(ratios, labels) if not ratios.empty else ([], [])
-    costs = cpu_cost.cpu_costs(frame, metas)
-    loops = goodput.goodputs(frame)
-    loop_header, loop_cells = goodput.goodput_rows(loops, labels) if not loops.empty else ([], [])
-    cost_header, cost_cells = cpu_cost.cost_rows(costs, labels) if not costs.empty else ([], [])
-    geometries = mlperf.geometry_runs(frame)
-    geo_header, geo_cells = mlperf.geometry_rows(geometries, labels) if not geometries.empty else ([], [])
+    inputs = Inputs(frame, metas, tuple(mtbf))
+    built = [(table, table.build(inputs, labels)) for table in DERIVED]
+    derived_notes = [note for table, found in built for note in table.notes(found.frame, labels)]
     return Report(
         groups=tuple(groups),
         summary=summary,
         status=status_lines(frame, groups, labels),
         results=results_tables(summary, groups, labels),
-        ceilings=_table(
-            CEILINGS_TITLE, ratio_header, ratio_cells, ratio_header.index("pattern") + 1, tables.RATIO_MEANINGS
-        )
-        if ratio_header
-        else None,
-        cpu=_table(cpu_cost.TITLE, cost_header, cost_cells, cost_header.index("pattern") + 1, cpu_cost.MEANINGS)
-        if cost_header
-        else None,
-        goodput=_table(goodput.TITLE, loop_header, loop_cells, loop_header.index("mtbf") + 1) if loop_header else None,
-        mlperf=_table(mlperf.TITLE, geo_header, geo_cells, geo_header.index("engine") + 1) if geo_header else None,
         notes=Notes(
             NOTES_TITLE,
             tuple(tables.problems(frame)),
             tuple(
                 pooled
                 + tables.warnings(summary)
-                + ceilings.warnings(ratios, labels)
+                + derived_notes
                 + trust.flag_notes(frame)
                 + trust.straggler_notes(frame, groups, labels)
                 + trust.link_warnings(metas)
             ),
         ),
+        derived=tuple(found for _, found in built),
         runs=runs_legend(frame, labels),
-        ratios=ratios,
-        cpu_costs=costs,
-        goodputs=loops,
-        geometries=geometries,
         labels=tuple(labels.items()),
     )

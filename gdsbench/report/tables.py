@@ -200,70 +200,9 @@ def table_rows(
     return drop_empty(header, rows, len(shown))
 
 
-#: Columns of the checkpoint table shown only when some row has them: header -> (ratio column, digits).
-OPTIONAL_RATIOS = {
-    "x dcp best": ("x_dcp", 2),
-    "blocked s": ("blocking_s", 3),
-    "size ratio": ("compression_ratio", 2),
-}
-#: What each ratio column of the checkpoint table divides by (its legend): every `best` is the best
-#: configuration's median of the same run.
-RATIO_MEANINGS = {
-    "x fio best": "over fio's best case of the run, the `ceiling` column (saves: its best durable write, "
-    "end_fsync=1, else its best write, labelled `no fsync`; loads: its best direct read)",
-    "x s3 best": "checkpoints in an object store: over the s3 engine's best PUT (saves) or GET (loads) of the "
-    "run, the `ceiling` column",
-    "x fio best (no fsync)": "saves: over fio's best write without end_fsync (a reference: it can measure a "
-    "write-back cache)",
-    "x torch_save best": "over torch_save's best case in the same page-cache and memory state",
-    "x dcp best": "over DCP's best configuration (its best thread count) at the same world size, layout, async "
-    "mode and executor (and codec, else uncompressed)",
-    "blocked s": "the seconds the caller waited (an async save's staging), median",
-    "size ratio": "bytes over bytes on disk (a codec's compression)",
-}
-
-
 def legend(header: list[str], meanings: dict[str, str]) -> tuple[tuple[str, str], ...]:
     """(column, what it means) for the columns of `header` that `meanings` explains, in header order."""
     return tuple((name, meanings[name]) for name in header if name in meanings)
-
-
-def ratio_rows(ratios: pd.DataFrame, runs: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
-    """Header and cells of the checkpoint-vs-ceiling table: the ratio to fio's ceiling (durable for saves) or, for
-    checkpoints in an object store, to the s3 engine's; to fio's write without fsync (a reference, saves only)
-    and to torch_save; for distributed engines the ratio to DCP's best, the time the caller was blocked and the
-    compression ratio; the ceiling. Each ratio's denominator is a best configuration's median (RATIO_MEANINGS).
-    The run and host columns show when the ratios come from several; empty columns are left out."""
-    where = varying(ratios, ["run_id", "host"])
-    header = [*map(header_of, where), "engine", "pattern", "n", "bw (median)", "x fio best", "x s3 best",
-              "x fio best (no fsync)", "x torch_save best", *OPTIONAL_RATIOS, "ceiling"]  # fmt: skip
-    rows = [
-        [
-            *((runs or {}).get(r[c], r[c]) for c in where),
-            r["engine"],
-            r["pattern"],
-            str(r["n"]),
-            bw_text(r["bw_median"]),
-            number(r["x_fio"], 2),
-            number(r.get("x_s3", float("nan")), 2),
-            number(r["x_fio_no_fsync"], 2),
-            number(r["x_torch_save"], 2),
-            *(number(r.get(column, float("nan")), digits) for column, digits in OPTIONAL_RATIOS.values()),
-            bw_text(r["fio_bw"]) + _ceiling_kind(r["pattern"], r["durable"], str(r.get("ceiling", ""))),
-        ]
-        for _, r in ratios.iterrows()
-    ]
-    return drop_empty(header, rows, len(where) + 2)
-
-
-def _ceiling_kind(pattern: str, durable: bool, label: str = "") -> str:
-    """What a save's ceiling was: fio's durable write, or (labelled, for want of one) a write without fsync; an
-    object store's checkpoint: the s3 engine's PUT or GET."""
-    if label.startswith("s3 "):
-        return f", {label}"
-    if pattern != "save":
-        return ""
-    return ", durable" if durable else ", no fsync"
 
 
 def problems(frame: pd.DataFrame) -> list[str]:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 from gdsbench.cases import Case, Pattern, Transfer
-from gdsbench.columns import Column, Traits
+from gdsbench.columns import TEXT, Column, Traits
 from gdsbench.errors import ToolError
 from gdsbench.hosts import Host
 from gdsbench.keys import Key
@@ -44,14 +44,24 @@ class LiveStatus:
     done: bool = False  # this host has finished (its final figures)
 
 
+#: Figures of a run of several jobs (fio's jobs, the s3 engine's slots), which the engines that run them declare.
+JOB_SPREAD = (
+    Column("seconds_min", "s", "the fastest job's runtime (fio's min_run)"),
+    Column("bw_min_bytes", "bytes/s", "the slowest job's bandwidth"),
+    Column("bw_max_bytes", "bytes/s", "the fastest job's bandwidth"),
+    Column("spread_seconds", "s", "between the first and the last finished job (several jobs)"),
+    Column("straggler", "", "the job that finished last, when jobs finished apart", TEXT),
+)
+
+
 @dataclass(frozen=True)
 class Measurement:
-    """What one run measured, in base units: bytes, seconds, bytes/s, microseconds."""
+    """What one run measured, in base units: bytes, seconds, bytes/s, microseconds. The core fields every engine's
+    rows have; what only some engines measure is in `figures`, by the names the runner declares (Runner.columns)."""
 
     bytes: int
     seconds: float  # wall time of the slowest job (fio's max_run)
     bw_bytes: float  # aggregate bandwidth, bytes/s
-    seconds_min: float | None = None  # fastest job's runtime (fio's min_run)
     iops: float | None = None
     lat_mean_us: float | None = None
     lat_stdev_us: float | None = None
@@ -59,29 +69,13 @@ class Measurement:
     lat_p90_us: float | None = None
     lat_p99_us: float | None = None
     lat_p999_us: float | None = None
-    lat_first_us: float | None = None  # a request engine's first request, kept out of the percentiles (s3)
-    bw_min_bytes: float | None = None  # slowest job's bandwidth
-    bw_max_bytes: float | None = None  # fastest job's bandwidth
-    max_rank_seconds: float | None = None  # ranks: the longest rank's time per checkpoint (mean over a phase's)
-    min_rank_bw_bytes: float | None = None  # ranks: the slowest rank's own bytes/s per checkpoint (mean over them)
     peak_rss_bytes: int | None = None  # all processes of the measurement together (every rank's)
-    staging_bytes: int | None = None  # the most staging memory the engine held at once (every rank's), where it says
-    stall_seconds: float | None = None  # train: median wall time per checkpoint the loop could not step
-    slowdown: float | None = None  # train: median step while a save drains / median step with none - 1
-    checkpoint_cost_seconds: float | None = None  # train: the stall plus the slowed steps' extra time, per checkpoint
-    restore_seconds: float | None = None  # train: load into the training state and take the next step
-    optimal_interval_seconds: float | None = None  # train: Daly's optimal compute between checkpoints at `mtbf`
-    goodput: float | None = None  # train: the fraction of wall time on useful steps at that interval
     cpu_seconds: float | None = None  # user + system CPU of the measurement's processes (every rank, fio's jobs)
     machine_cpu_seconds: float | None = None  # every CPU's busy time over the measured window (/proc/stat)
-    bytes_on_disk: int | None = None
     blocking_seconds: float | None = None  # what the caller waited (an async save's staging), beside `seconds`
-    compression_ratio: float | None = None  # bytes / bytes_on_disk, for engines that can compress
     cache: str | None = None  # cold | warm, where the runner controls it
     path: str | None = None  # GPU rows: gds | compat | posix | unknown (gdsbench.runners.gds_path)
     note: str | None = None  # how the measurement was taken, when it matters (cache method, fallback)
-    spread_seconds: float | None = None  # between the first and the last finished job (several jobs)
-    straggler: str | None = None  # the job that finished last, when jobs finished apart
     raw: str | None = field(default=None, repr=False, compare=False)  # the tool's output, kept beside the CSV
     series: tuple[Sample, ...] = field(default=(), repr=False, compare=False)  # time series, stored apart
     figures: Mapping[str, Any] = field(default_factory=dict)  # the engine's declared columns (Runner.columns)

@@ -21,7 +21,7 @@ import json
 import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from gdsbench.cases import Case, Transfer
@@ -30,8 +30,7 @@ from gdsbench.keys import Key, text
 from gdsbench.runners import ceph
 
 if TYPE_CHECKING:
-    from gdsbench.runners.base import RunContext
-    from gdsbench.runners.fio_jobfile import Option
+    from gdsbench.runners.base import Resources, RunContext
 
 #: fio's ioengines whose I/O goes to a Ceph cluster (objects, an image), not to files in the target directory.
 ENGINES = ("rados", "rbd")
@@ -40,14 +39,32 @@ STAT_WORKERS = 8
 
 CEPH_ONLY = (("ioengine", ENGINES),)  # fio uses these keys only on its ceph engines
 KEYS = (
-    Key("pool", text, "a Ceph pool name", "gdsbench", "ioengine rados/rbd: the pool fio's objects or image live in",
-        used_with=CEPH_ONLY),
-    Key("clientname", text, "a Ceph client name", "admin", "ioengine rados/rbd: the cephx user (client.<name>)",
-        used_with=CEPH_ONLY),
-    Key("rbdname", text, "an RBD image name", "gdsbench", "ioengine rbd: the image fio's jobs write and read",
-        used_with=(("ioengine", ("rbd",)),)),
+    Key(
+        "pool",
+        text,
+        "a Ceph pool name",
+        "gdsbench",
+        "ioengine rados/rbd: the pool fio's objects or image live in",
+        used_with=CEPH_ONLY,
+    ),
+    Key(
+        "clientname",
+        text,
+        "a Ceph client name",
+        "admin",
+        "ioengine rados/rbd: the cephx user (client.<name>)",
+        used_with=CEPH_ONLY,
+    ),
+    Key(
+        "rbdname",
+        text,
+        "an RBD image name",
+        "gdsbench",
+        "ioengine rbd: the image fio's jobs write and read",
+        used_with=(("ioengine", ("rbd",)),),
+    ),
     replace(ceph.OSD_CACHE, used_with=CEPH_ONLY),  # the s3 engine uses OSD_CACHE on every read
-)  # fmt: skip
+)
 
 
 def is_ceph(case: Case) -> bool:
@@ -85,17 +102,6 @@ def _rbd_problem(case: Case, ctx: RunContext) -> str | None:
     return None if need <= size else f"{case['threads']} jobs x file_size {ctx.file_size} = {need} bytes > image {size}"
 
 
-def job_options(case: Case, ctx: RunContext) -> list[Option]:
-    """The options a ceph case has in place of a directory and O_DIRECT."""
-    options: list[Option] = [("ioengine", case["ioengine"]), ("pool", case["pool"])]
-    options.append(("clientname", case["clientname"]))
-    if case["ioengine"] == "rbd":  # job k works on bytes [k * file_size, (k + 1) * file_size) of the image
-        return [*options, ("rbdname", case["rbdname"]), ("size", str(ctx.file_size)),
-                ("offset_increment", str(ctx.file_size))]  # fmt: skip
-    count, each = layout(ctx.file_size, case["io_size"])
-    return [*options, ("nrfiles", str(count)), ("filesize", str(each)), ("size", str(count * each))]
-
-
 def layout(file_size: int, io_size: int, limit: int | None = None) -> tuple[int, int]:
     """(objects per job, bytes per object): each object at most `limit` (the cluster's osd_max_object_size) and
     a whole number of I/Os, together at least file_size."""
@@ -110,24 +116,41 @@ def layout(file_size: int, io_size: int, limit: int | None = None) -> tuple[int,
     return count, each
 
 
-def objects(case: Case, ctx: RunContext, name: str) -> list[str]:
-    """The object names fio gives a rados case's files: `<name>.<job>.<file>`."""
-    count, _ = layout(ctx.file_size, case["io_size"])
-    return [f"{name}.{job}.{index}" for job in range(case["threads"]) for index in range(count)]
+@dataclass(frozen=True)
+class Objects:
+    """A rados case's objects in `pool`, named as fio names its files (`<name>.<job>.<file>`): `count` per job,
+    `each` bytes."""
+
+    pool: str
+    names: tuple[str, ...]
+    count: int
+    each: int
 
 
-def before(case: Case, ctx: RunContext, name: str, lay_out: Callable[[], object]) -> tuple[str | None, str]:
+def objects(case: Case, name: str, file_size: int) -> Objects | None:
+    """The objects a rados case's jobs use (laid out within the cluster's limit); None for any other case."""
+    if not is_ceph(case) or case["ioengine"] != "rados":
+        return None
+    count, each = layout(file_size, case["io_size"])
+    names = tuple(f"{name}.{job}.{index}" for job in range(case["threads"]) for index in range(count))
+    return Objects(case["pool"], names, count, each)
+
+
+def before(
+    case: Case, objects: Objects | None, resources: Resources, lay_out: Callable[[], object]
+) -> tuple[str | None, str]:
     """Prepare a ceph case: a rados case's new objects remembered for removal and, for a read, every object
     written at full size first; for a read with osd_cache drop, the OSDs' caches dropped. Returns the row's
-    (cache state, note)."""
+    (cache state, note): (None, "") for a case on files."""
+    if not is_ceph(case):
+        return None, ""
     notes = []
-    if case["ioengine"] == "rados":
-        sizes = object_sizes(case, ctx, name)
+    if objects is not None:
+        sizes = object_sizes(objects)
         new = tuple(o for o, size in sizes.items() if size < 0)
-        if new and not ctx.resources.keep_files:  # keep_files: left for inspection, as test files are
-            ctx.resources.close_at_end(functools.partial(remove_objects, case["pool"], new))
-        _, each = layout(ctx.file_size, case["io_size"])
-        if not case.pattern.is_write and min(sizes.values(), default=each) < each:
+        if new and not resources.keep_files:  # keep_files: left for inspection, as test files are
+            resources.close_at_end(functools.partial(remove_objects, objects.pool, new))
+        if not case.pattern.is_write and min(sizes.values(), default=objects.each) < objects.each:
             lay_out()
             notes.append("objects written first (unmeasured): a read of objects never written reads nothing")
     if case.pattern.is_write:
@@ -136,27 +159,27 @@ def before(case: Case, ctx: RunContext, name: str, lay_out: Callable[[], object]
     return cache, "; ".join([*notes, note])
 
 
-def after_write(case: Case, ctx: RunContext, name: str, reported: int) -> None:
+def after_write(case: Case, objects: Objects | None, reported: int) -> None:
     """Check a rados write: the case's objects hold at least the bytes fio reported writing (up to all of them).
     RADOS keeps only osd_max_object_size of a larger object while fio reports the whole; a time-based run may
     end before one full pass (fio writes its files round robin), so the check is on the total, not per object."""
-    if case["ioengine"] != "rados" or not case.pattern.is_write:
+    if objects is None or not case.pattern.is_write:
         return
-    _, each = layout(ctx.file_size, case["io_size"])
-    sizes = object_sizes(case, ctx, name)
+    each, sizes = objects.each, object_sizes(objects)
     stored, expected = sum(max(size, 0) for size in sizes.values()), min(reported, len(sizes) * each)
     if stored < expected:
         largest = max(sizes.values())
-        raise ToolError(f"RADOS holds {stored} bytes of the {expected} fio reported writing to {len(sizes)} "
-                        f"objects of {each} bytes (the largest holds {largest}): fio's figure is not what reached "
-                        "the cluster")  # fmt: skip
+        raise ToolError(
+            f"RADOS holds {stored} bytes of the {expected} fio reported writing to {len(sizes)} "
+            f"objects of {each} bytes (the largest holds {largest}): fio's figure is not what reached "
+            "the cluster"
+        )
 
 
-def object_sizes(case: Case, ctx: RunContext, name: str) -> dict[str, int]:
+def object_sizes(objects: Objects) -> dict[str, int]:
     """Every object of a rados case and its stored bytes (-1: none)."""
-    names = objects(case, ctx, name)
     with ThreadPoolExecutor(STAT_WORKERS) as pool:
-        return dict(zip(names, pool.map(lambda o: object_bytes(case["pool"], o), names)))
+        return dict(zip(objects.names, pool.map(lambda o: object_bytes(objects.pool, o), objects.names)))
 
 
 def remove_objects(pool: str, names: tuple[str, ...]) -> None:
@@ -187,8 +210,13 @@ def image_bytes(pool: str, image: str) -> int:
 
 def object_bytes(pool: str, name: str) -> int:
     """The stored size of a RADOS object, -1 if there is none."""
-    proc = subprocess.run(ceph.argv("rados", "-p", pool, "stat", name), capture_output=True, text=True,
-                          timeout=ceph.CLI_TIMEOUT_S, check=False)  # fmt: skip
+    proc = subprocess.run(
+        ceph.argv("rados", "-p", pool, "stat", name),
+        capture_output=True,
+        text=True,
+        timeout=ceph.CLI_TIMEOUT_S,
+        check=False,
+    )
     if proc.returncode != 0:
         return -1
     return int(proc.stdout.rsplit("size", 1)[-1].strip())

@@ -1,7 +1,7 @@
 """fio options as (key, value) pairs, rendered as a command line or as a job file, one per host.
 
 In client mode every job option must be in the job file (options after `--client` are ignored), so a
-case's options are kept as pairs (`fio.job_options`) that render either way: `render_args` gives
+case's options are kept as pairs (`fio_job.job_options`) that render either way: `render_args` gives
 standalone fio's argv, `render_section` a job-file section.
 
 Hosts that share a file system must not write each other's files: each host's job gets a name of its

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import re
 import subprocess
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from gdsbench.cases import Pattern
-from gdsbench.runners.base import LiveStatus, RunContext
+from gdsbench.runners.base import LiveStatus
 from gdsbench.units import parse_size
 
 #: A top-level JSON document of fio's output: fio indents everything but its outer braces.
@@ -35,13 +34,6 @@ _DOCUMENT = re.compile(r"^\{\n.*?^\}$\n?", re.MULTILINE | re.DOTALL)
 _JOB_HEADER = re.compile(r"^(\S+): \(groupid=\d+, jobs=\d+\)")
 _FIGURES = re.compile(r"^\s+(read|write): IOPS=([\d.]+)([kMG]?), BW=.*?\((\d+(?:\.\d+)?[KMGTP]?i?B)/(\d+)msec\)")
 _SCALE = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9}
-
-
-def status_args(ctx: RunContext) -> list[str]:
-    """fio's `--status-interval` argument for a sweep that wants live figures (whole seconds, at least 1)."""
-    if not ctx.status_interval:
-        return []
-    return [f"--status-interval={max(1, math.ceil(ctx.status_interval))}"]
 
 
 def final_only(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:

@@ -51,16 +51,18 @@ def measure(document: dict[str, Any], pattern: Pattern, raw: str | None = None) 
     return Measurement(
         bytes=total,
         seconds=max(runtimes) / 1000,
-        seconds_min=min(runtimes) / 1000,
         bw_bytes=total * 1000 // max(runtimes),
         iops=sum(s["iops"] for s in stats),
-        bw_min_bytes=min(job_bw),
-        bw_max_bytes=max(job_bw),
         **latency(stats),
-        spread_seconds=spread,
-        straggler=f"job {runtimes.index(max(runtimes)) + 1}" if spread else None,
         cpu_seconds=cpu_seconds(jobs),
         raw=raw,
+        figures={
+            "seconds_min": min(runtimes) / 1000,
+            "bw_min_bytes": min(job_bw),
+            "bw_max_bytes": max(job_bw),
+            "spread_seconds": spread,
+            "straggler": f"job {runtimes.index(max(runtimes)) + 1}" if spread else None,
+        },
     )
 
 

@@ -1,4 +1,4 @@
-"""fio's bandwidth and latency logs: the options that make them, where fio writes them, and their samples.
+"""fio's bandwidth and latency logs: where fio writes them and their samples (fio_job gives the options).
 
 `write_bw_log=P write_lat_log=P log_avg_msec=N` make fio write, per job j (from 1), `P_bw.j.log`
 (KiB/s) and `P_lat.j.log`, `P_clat.j.log`, `P_slat.j.log` (ns), one line per window of N ms:
@@ -25,23 +25,6 @@ from gdsbench.runners.base import RunContext, Sample
 KINDS = ("bw", "lat", "clat", "slat")
 SERIES_FOLDER = "series"
 KIB = 1024
-
-
-def log_options(prefix: str, window_ms: int) -> list[tuple[str, str | None]]:
-    """The job options that make fio log bandwidth and latency averaged over `window_ms`."""
-    return [("write_bw_log", prefix), ("write_lat_log", prefix), ("log_avg_msec", str(window_ms))]
-
-
-def standalone_prefix(ctx: RunContext) -> Path | None:
-    """Where a standalone run's logs go (`<raw_dir>/series/<run stem>`), or None when the sweep keeps none."""
-    if not ctx.series_ms or ctx.raw_dir is None:
-        return None
-    return (ctx.raw_dir / SERIES_FOLDER).resolve() / ctx.run_stem
-
-
-def client_prefix(ctx: RunContext) -> str | None:
-    """A client-mode run's log name, relative to the client's working directory (the series folder)."""
-    return ctx.run_stem if ctx.series_ms and ctx.raw_dir is not None else None
 
 
 def client_folder(ctx: RunContext) -> Path | None:

@@ -126,14 +126,12 @@ def gpu_path(case: Case, cufile: bool) -> str | None:
 
 def run_witnessed(argv: list[str], timeout: float, case: Case) -> tuple[subprocess.CompletedProcess, str | None, str]:
     """Run a tool; for cuFile transfers, witness which path its bytes took. Returns (result, path, note)."""
-    if case.transfer not in CUFILE_TRANSFERS:
-        path = gpu_path(case, cufile=True)
-        note = "host bounce buffer (POSIX I/O into host memory, then copied)" if path else ""
-        return _last(run_polled(argv, timeout, timeout), None), path, note
-    witness = Witness(case).start()
-    proc = _last(run_polled(argv, timeout, SAMPLE_EVERY_S), witness)
-    path, note = witness.verdict()
-    return proc, path, note
+    witness = Witness(case).start() if case.transfer in CUFILE_TRANSFERS else None
+    proc = _last(run_polled(argv, timeout, SAMPLE_EVERY_S if witness else timeout), witness)
+    if witness is not None:
+        return proc, *witness.verdict()
+    path = gpu_path(case, cufile=True)
+    return proc, path, "host bounce buffer (POSIX I/O into host memory, then copied)" if path else ""
 
 
 def _last(ticks: Any, witness: Witness | None) -> subprocess.CompletedProcess:

@@ -29,7 +29,7 @@ from gdsbench.columns import OBJECTS, Column, Traits
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, size, text
 from gdsbench.runners import ceph
-from gdsbench.runners.base import Measurement, RunContext, axes_of
+from gdsbench.runners.base import JOB_SPREAD, Measurement, RunContext, axes_of
 from gdsbench.runners.resources import Usage
 from gdsbench.runners.s3_client import Bucket, bucket_name, endpoint_url
 from gdsbench.runners.s3_requests import after_ramp, drive, failures, measure, series, table
@@ -67,21 +67,45 @@ class S3Runner:
     patterns = frozenset({Pattern.WRITE, Pattern.READ})
     transfers = frozenset({Transfer.CPU_ONLY})
     options = (
-        Key("endpoint", endpoint_url, "an http:// or https:// URL such as http://127.0.0.1:7480", None,
-            "the S3 endpoint (default: AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL); credentials from AWS_* only"),
-        Key("bucket", bucket_name, "an S3 bucket name (3-63 lowercase letters, digits, '.', '-')", "gdsbench",
-            "the bucket (made, and removed at the end, when missing)"),
+        Key(
+            "endpoint",
+            endpoint_url,
+            "an http:// or https:// URL such as http://127.0.0.1:7480",
+            None,
+            "the S3 endpoint (default: AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL); credentials from AWS_* only",
+        ),
+        Key(
+            "bucket",
+            bucket_name,
+            "an S3 bucket name (3-63 lowercase letters, digits, '.', '-')",
+            "gdsbench",
+            "the bucket (made, and removed at the end, when missing)",
+        ),
         Key("prefix", key_prefix, "a key prefix of plain names joined by '/'", "gdsbench", "where objects go"),
         Key("region", text, "a region name such as us-east-1", "us-east-1", "the region requests are signed for"),
-        Key("part_size", part_size, "a size of at least 5M", 16 << 20,
-            "multipart upload and ranged GET part size (objects above it go in parts, in parallel)"),
-        Key("rgw_gc", boolean, "true or false", False,
-            "radosgw: collect garbage after each write and at the end (radosgw-admin, /etc/ceph/ceph.conf)"),
+        Key(
+            "part_size",
+            part_size,
+            "a size of at least 5M",
+            16 << 20,
+            "multipart upload and ranged GET part size (objects above it go in parts, in parallel)",
+        ),
+        Key(
+            "rgw_gc",
+            boolean,
+            "true or false",
+            False,
+            "radosgw: collect garbage after each write and at the end (radosgw-admin, /etc/ceph/ceph.conf)",
+        ),
         ceph.OSD_CACHE,
-    )  # fmt: skip
+    )
     axes = axes_of(("pattern", "transfer", "io_size", "threads"), options)
     traits = Traits(OBJECTS)
-    columns = (Column("requests", "count", "the S3 requests measured (PUTs or GETs, after any ramp)"),)
+    columns = (
+        Column("lat_first_us", "us", "the case's first request (a new connection), kept out of the percentiles"),
+        *JOB_SPREAD,
+        Column("requests", "count", "the S3 requests measured (PUTs or GETs, after any ramp)"),
+    )
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why this case cannot run here: no awscrt, no endpoint or credentials, the wrong transfer or hosts."""
@@ -98,8 +122,10 @@ class S3Runner:
             return access
         per_slot = objects_per_slot(case, ctx)
         if per_slot > MAX_OBJECTS_PER_SLOT:
-            return (f"{per_slot} objects per slot (file_size {size_label(ctx.file_size)} / io_size "
-                    f"{size_label(case['io_size'])}), more than {MAX_OBJECTS_PER_SLOT}: raise io_size or lower file_size")  # fmt: skip
+            return (
+                f"{per_slot} objects per slot (file_size {size_label(ctx.file_size)} / io_size "
+                f"{size_label(case['io_size'])}), more than {MAX_OBJECTS_PER_SLOT}: raise io_size or lower file_size"
+            )
         return ceph_tools_missing(case)
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
@@ -142,7 +168,7 @@ class S3Runner:
         measured = measure(kept, window, first=first)
         samples = series(requests, ctx.series_ms / 1000) if ctx.series_ms else ()
         note = "; ".join(n for n in notes if n) or None
-        figures = {"requests": len(kept)}
+        figures = {**measured.figures, "requests": len(kept)}
         measured = replace(measured, raw=table(requests), series=samples, cache=cache, note=note, figures=figures)
         return replace(measured, **usage.columns())
 
@@ -282,8 +308,10 @@ def _check_stored(bucket: Bucket, case: Case, ctx: RunContext, written: set[str]
     stored = bucket.sizes(geometry(case, ctx))
     wrong = sorted(key for key in written if stored.get(key) != case["io_size"])
     if wrong:
-        raise ToolError(f"{len(wrong)} of {len(written)} objects written do not hold {case['io_size']} bytes in the "
-                        f"store (first: {wrong[0]}, {stored.get(wrong[0], 'missing')})")  # fmt: skip
+        raise ToolError(
+            f"{len(wrong)} of {len(written)} objects written do not hold {case['io_size']} bytes in the "
+            f"store (first: {wrong[0]}, {stored.get(wrong[0], 'missing')})"
+        )
 
 
 def collect_garbage(case: Case) -> list[str]:
@@ -296,14 +324,17 @@ def collect_garbage(case: Case) -> list[str]:
 
 def ceph_tools_missing(case: Case) -> str | None:
     """Why rgw_gc or osd_cache drop cannot act on the cluster (they need its admin tools and /etc/ceph/ceph.conf)."""
-    wanted = [name for name, on in (("rgw_gc", case["rgw_gc"]), ("osd_cache drop", case.get("osd_cache") == "drop"))
-              if on]  # fmt: skip
+    wanted = [
+        name for name, on in (("rgw_gc", case["rgw_gc"]), ("osd_cache drop", case.get("osd_cache") == "drop")) if on
+    ]
     if not wanted:
         return None
     tools = [tool for tool, on in (("radosgw-admin", case["rgw_gc"]), ("ceph", case.get("osd_cache") == "drop")) if on]
     if not ceph.has_admin(*tools):
-        return (f"{' and '.join(wanted)} need {' and '.join(tools)} and {ceph.CONF} (a Ceph cluster's admin access, "
-                "as gdsbench ceph up gives)")  # fmt: skip
+        return (
+            f"{' and '.join(wanted)} need {' and '.join(tools)} and {ceph.CONF} (a Ceph cluster's admin access, "
+            "as gdsbench ceph up gives)"
+        )
     return other_cluster(case, True)
 
 
@@ -317,5 +348,7 @@ def other_cluster(case: Case, acts: bool) -> str | None:
     host = urlsplit(str(endpoint(case))).netloc
     if not served or host in served:
         return None
-    return (f"{ceph.CONF} is the conf of a cluster whose radosgw is {', '.join(served)}, not this case's "
-            f"endpoint {host}: rgw_gc and dropping OSD caches would act on that cluster")  # fmt: skip
+    return (
+        f"{ceph.CONF} is the conf of a cluster whose radosgw is {', '.join(served)}, not this case's "
+        f"endpoint {host}: rgw_gc and dropping OSD caches would act on that cluster"
+    )

@@ -78,9 +78,10 @@ def _slot(
     stop: threading.Event,
 ) -> list[Request]:
     """One slot's requests, in order, until its pass (or the deadline) ends or any slot fails."""
-    into = None if write else memoryview(bytearray(size))
-    call: Callable[[str, int], int] = (lambda key, i: _put(bucket, key, size, i)) if write else (
-        lambda key, _: bucket.get(key, into))  # type: ignore[arg-type]  # fmt: skip
+    into = memoryview(bytearray(0 if write else size))
+    call: Callable[[str, int], int] = (
+        (lambda key, i: _put(bucket, key, size, i)) if write else (lambda key, _: bucket.get(key, into))
+    )
     done: list[Request] = []
     index = 0
     while not stop.is_set():
@@ -116,8 +117,9 @@ def failures(requests: list[Request]) -> None:
     kinds = Counter(_kind(r.error or "") for r in failed)
     named = "; ".join(f"{count}x {kind}" for kind, count in kinds.most_common(FAILURES_NAMED))
     first = min(failed, key=lambda r: r.start)
-    raise ToolError(f"{len(failed)} of {len(requests)} S3 requests failed, none retried ({named}); "
-                    f"first: {first.error}")  # fmt: skip
+    raise ToolError(
+        f"{len(failed)} of {len(requests)} S3 requests failed, none retried ({named}); first: {first.error}"
+    )
 
 
 def _kind(error: str) -> str:
@@ -155,7 +157,6 @@ def measure(requests: list[Request], wall: float, first: Request | None = None) 
         bytes=total,
         seconds=wall,
         bw_bytes=total / wall if wall > 0 else 0.0,
-        seconds_min=min(ends.values()),
         iops=len(requests) / wall if wall > 0 else None,
         lat_mean_us=float(latencies.mean()),
         lat_stdev_us=float(latencies.std()),
@@ -163,11 +164,14 @@ def measure(requests: list[Request], wall: float, first: Request | None = None) 
         lat_p90_us=p90,
         lat_p99_us=p99,
         lat_p999_us=p999,
-        lat_first_us=first.seconds * 1e6,
-        bw_min_bytes=min(slot_bw, default=None),
-        bw_max_bytes=max(slot_bw, default=None),
-        spread_seconds=wall - min(ends.values()) if len(ends) > 1 else None,
         raw=table(requests),
+        figures={
+            "lat_first_us": first.seconds * 1e6,
+            "seconds_min": min(ends.values()),
+            "bw_min_bytes": min(slot_bw, default=None),
+            "bw_max_bytes": max(slot_bw, default=None),
+            "spread_seconds": wall - min(ends.values()) if len(ends) > 1 else None,
+        },
     )
 
 
@@ -177,10 +181,14 @@ def series(requests: list[Request], window_s: float) -> tuple[Sample, ...]:
     for r in requests:
         windows.setdefault((r.slot, int((r.start + r.seconds) // window_s)), []).append(r)
     return tuple(
-        Sample(slot + 1, round((index + 1) * window_s, 6), sum(r.bytes for r in done) / window_s,
-               1e6 * sum(r.seconds for r in done) / len(done))
+        Sample(
+            slot + 1,
+            round((index + 1) * window_s, 6),
+            sum(r.bytes for r in done) / window_s,
+            1e6 * sum(r.seconds for r in done) / len(done),
+        )
         for (slot, index), done in sorted(windows.items())
-    )  # fmt: skip
+    )
 
 
 def table(requests: list[Request]) -> str:

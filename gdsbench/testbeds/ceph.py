@@ -31,8 +31,20 @@ from gdsbench.testbeds.journal import Journal, undone_on_failure
 DEFAULT_DIR = Path("/var/tmp/gdsbench-ceph")
 STATE, MARKER, S3_ENV = "gdsbench-ceph.json", ".gdsbench-ceph", "s3.env"
 ETC_CONF = Path("/etc/ceph/ceph.conf")
-BINARIES = ("ceph-mon", "ceph-osd", "ceph-mgr", "radosgw", "ceph-mds", "ceph-fuse", "ceph", "rados", "rbd",
-            "radosgw-admin", "monmaptool", "ceph-authtool")  # fmt: skip
+BINARIES = (
+    "ceph-mon",
+    "ceph-osd",
+    "ceph-mgr",
+    "radosgw",
+    "ceph-mds",
+    "ceph-fuse",
+    "ceph",
+    "rados",
+    "rbd",
+    "radosgw-admin",
+    "monmaptool",
+    "ceph-authtool",
+)
 PACKAGES = ("ceph", "ceph-mon", "ceph-osd", "ceph-mgr", "radosgw", "ceph-common", "ceph-mds", "ceph-fuse")
 POOL, RBD_POOL, RBD_IMAGE, RBD_IMAGE_MIB = "gdsbench", "gdsbench-rbd", "gdsbench", 4096
 FS_NAME, FS_POOLS = "gdsbench", ("gdsbench-fs-meta", "gdsbench-fs-data")
@@ -192,36 +204,69 @@ def _free_port() -> int:
 
 
 #: ceph.conf's settings (docs/ceph.md): loopback only, auth off, pools of size 1 and few PGs, one BlueStore OSD.
-GLOBAL = {"public addr": "127.0.0.1", "cluster addr": "127.0.0.1", "ms bind ipv4": "true", "ms bind ipv6": "false",
-    "auth cluster required": "none", "auth service required": "none", "auth client required": "none",
+GLOBAL = {
+    "public addr": "127.0.0.1",
+    "cluster addr": "127.0.0.1",
+    "ms bind ipv4": "true",
+    "ms bind ipv6": "false",
+    "auth cluster required": "none",
+    "auth service required": "none",
+    "auth client required": "none",
     "auth allow insecure global id reclaim": "false",  # else HEALTH_WARN
-    "osd pool default size": "1", "osd pool default min size": "1", "mon allow pool size one": "true",
-    "mon warn on pool no redundancy": "false", "osd crush chooseleaf type": "0",
-    "osd pool default pg num": str(PGS), "osd pool default pgp num": str(PGS),
-    "osd pool default pg autoscale mode": "off", "mon max pg per osd": "1000",  # radosgw makes 6-7 pools
+    "osd pool default size": "1",
+    "osd pool default min size": "1",
+    "mon allow pool size one": "true",
+    "mon warn on pool no redundancy": "false",
+    "osd crush chooseleaf type": "0",
+    "osd pool default pg num": str(PGS),
+    "osd pool default pgp num": str(PGS),
+    "osd pool default pg autoscale mode": "off",
+    "mon max pg per osd": "1000",  # radosgw makes 6-7 pools
     "mon data avail warn": "5",  # the host disk sits near the default 30 %
     "paxos propose interval": "0.1",  # a pool is made in 0.3 s, not 1 s: `up` takes 7 s, not 15
     "mds beacon interval": "1",  # a stopping MDS waits up to one for the monitor: 1 s, not 3-4
-    "osd objectstore": "bluestore", "bluestore block create": "true", "osd memory target": "1536M"}  # fmt: skip
+    "osd objectstore": "bluestore",
+    "bluestore block create": "true",
+    "osd memory target": "1536M",
+}
 #: Where each daemon keeps its files, all under the data directory.
-PATHS = {"run dir": "run", "pid file": "run/$cluster-$name.pid", "admin socket": "run/$cluster-$name.asok",
-    "log file": "log/$cluster-$name.log", "mon cluster log file": "log/$cluster.log", "crash dir": "crash",
-    "mon data": "mon/$cluster-$id", "mgr data": "mgr/$cluster-$id", "osd data": "osd/$cluster-$id",
-    "mds data": "mds/$cluster-$id", "keyring": "keyring"}  # fmt: skip
+PATHS = {
+    "run dir": "run",
+    "pid file": "run/$cluster-$name.pid",
+    "admin socket": "run/$cluster-$name.asok",
+    "log file": "log/$cluster-$name.log",
+    "mon cluster log file": "log/$cluster.log",
+    "crash dir": "crash",
+    "mon data": "mon/$cluster-$id",
+    "mgr data": "mgr/$cluster-$id",
+    "osd data": "osd/$cluster-$id",
+    "mds data": "mds/$cluster-$id",
+    "keyring": "keyring",
+}
 #: Clients: crc modes (pitfall 2: radosgw hangs 300 s without them), timeouts (pitfall 5: a full OSD hangs them).
-CLIENT = {"ms mon client mode": "crc", "ms client mode": "crc", "rados osd op timeout": "60",
-          "rados mon op timeout": "60", "client mount timeout": "60"}  # fmt: skip
+CLIENT = {
+    "ms mon client mode": "crc",
+    "ms client mode": "crc",
+    "rados osd op timeout": "60",
+    "rados mon op timeout": "60",
+    "client mount timeout": "60",
+}
 
 
 def _write_conf(made: Made) -> None:
     """Write ceph.conf: [global], [client] (a socket per process: pitfall 9) and radosgw's section."""
     d = made.directory
     sections: dict[str, dict[str, object]] = {
-        "global": {"fsid": made.fsid, "mon host": made.mon_address, **GLOBAL, "bluestore block size": made.block_size,
-                   **{key: f"{d}/{path}" for key, path in PATHS.items()}},
+        "global": {
+            "fsid": made.fsid,
+            "mon host": made.mon_address,
+            **GLOBAL,
+            "bluestore block size": made.block_size,
+            **{key: f"{d}/{path}" for key, path in PATHS.items()},
+        },
         "client": {**CLIENT, "admin socket": f"{d}/run/$cluster-$name.$pid.asok"},
         "client.rgw.a": {"rgw frontends": f"beast endpoint=127.0.0.1:{made.rgw_port}", "rgw data": f"{d}/rgw"},
-    }  # fmt: skip
+    }
     text = "\n".join(f"[{name}]\n" + "".join(f"{k} = {v}\n" for k, v in kv.items()) for name, kv in sections.items())
     Path(made.conf).write_text(text)
 
@@ -324,8 +369,19 @@ def _s3_user(made: Made) -> None:
         out.write(f"AWS_ACCESS_KEY_ID={access}\nAWS_SECRET_ACCESS_KEY={secret}\n")
         out.write(f"AWS_ENDPOINT_URL=http://127.0.0.1:{made.rgw_port}\n")
     _journal(made.directory).record(made, "s3 user")
-    _run(["radosgw-admin", "-c", made.conf, "user", "create", "--uid=gdsbench", "--display-name=gdsbench",
-          f"--access-key={access}", f"--secret-key={secret}"])  # fmt: skip
+    _run(
+        [
+            "radosgw-admin",
+            "-c",
+            made.conf,
+            "user",
+            "create",
+            "--uid=gdsbench",
+            "--display-name=gdsbench",
+            f"--access-key={access}",
+            f"--secret-key={secret}",
+        ]
+    )
 
 
 def _journal(directory: Path | str) -> Journal:
@@ -338,8 +394,18 @@ def _cluster(made: Made) -> Cluster:
     s3 = f"http://127.0.0.1:{made.rgw_port}" if made.rgw_port else None
     fs = Path(made.mount) if made.mount else None
     pidfiles = [Path(p) for p in made.pidfiles]
-    return Cluster(Path(made.directory), Path(made.conf), made.mon_address, s3, fs, list(made.pools),
-                   made.rbd_image or "", made.max_object_size, pidfiles, made.fio_note)  # fmt: skip
+    return Cluster(
+        Path(made.directory),
+        Path(made.conf),
+        made.mon_address,
+        s3,
+        fs,
+        list(made.pools),
+        made.rbd_image or "",
+        made.max_object_size,
+        pidfiles,
+        made.fio_note,
+    )
 
 
 def attach(directory: Path = DEFAULT_DIR) -> Cluster | None:
@@ -408,7 +474,8 @@ def _stop_daemons(made: Made) -> list[str]:
     strays = {pid: argv[0] for pid in pids if _started(pid, made.conf) and (argv := _argv(pid))}
     _stop(list(strays))
     return [f"stopped {daemons[pid]} (pid {pid})" for pid in reversed(daemons)] + [
-        f"stopped {name} (pid {pid}, no pid file)" for pid, name in strays.items()]  # fmt: skip
+        f"stopped {name} (pid {pid}, no pid file)" for pid, name in strays.items()
+    ]
 
 
 def _stop(pids: list[int]) -> None:

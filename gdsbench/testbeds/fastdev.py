@@ -82,8 +82,10 @@ def check_can_make(size: int) -> None:
     if size > min(free, available) * ROOM:
         fits = int(min(free, available) * ROOM)
         fits = fits // GiB * GiB if fits >= GiB else fits // MiB * MiB
-        raise FastDevError(f"--size {size_label(size)} does not fit: {free / GiB:.1f} GiB free in /dev/shm, "
-                           f"{available / GiB:.1f} GiB of memory available; --size {size_label(fits)} fits")  # fmt: skip
+        raise FastDevError(
+            f"--size {size_label(size)} does not fit: {free / GiB:.1f} GiB free in /dev/shm, "
+            f"{available / GiB:.1f} GiB of memory available; --size {size_label(fits)} fits"
+        )
 
 
 def up(size: int | None = None, mount: Path = MOUNT) -> Made:

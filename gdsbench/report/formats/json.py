@@ -1,6 +1,7 @@
-"""`--format json`: the report for machines: the groups, the summary, the checkpoint ratios and CPU costs in base
-units (bytes/s, microseconds, NaN as null; `units` names each column's unit by name or suffix; whole-number axes
-as integers), the run labels, the status lines and the notes."""
+"""`--format json`: the report for machines: the groups, the summary, each derived table by its name (the checkpoint
+ratios, the MLPerf geometry, goodput, CPU costs: report.summary.DERIVED) in base units (bytes/s, microseconds, NaN
+as null; `units` names each column's unit by name or suffix; whole-number axes as integers), the run labels, the
+status lines and the notes."""
 
 from __future__ import annotations
 
@@ -76,15 +77,12 @@ def render(report: Report) -> str:
         "groups": list(report.groups),
         "runs": dict(report.runs.items) if report.runs else {},
         "summary": records(report.summary),
-        "ceilings": records(report.ratios),
-        "cpu_cost": records(report.cpu_costs),
-        "goodput": records(report.goodputs),
-        "mlperf_geometry": records(report.geometries),
+        **{derived.name: records(derived.frame) for derived in report.derived},
         "status": [{"group": title, "line": line} for title, line in report.status.items],
         "problems": list(report.notes.problems),
         "warnings": list(report.notes.warnings),
     }
-    tables = ("summary", "ceilings", "cpu_cost", "goodput", "mlperf_geometry")
+    tables = ("summary", *(derived.name for derived in report.derived))
     columns = dict.fromkeys(c for name in tables for record in document[name] for c in record)
     document["units"] = {c: unit for c in columns if (unit := unit_of(c))}
     return json.dumps(document, indent=2) + "\n"

@@ -20,8 +20,19 @@ from gdsbench.runners.checkpoint.base import OPTIONS, CheckpointRunner
 
 ENGINES: tuple[CheckpointRunner, ...] = tuple(
     module.ENGINE
-    for module in (torch_save, torch_mmap, fastpersist, safetensors, dcp, dcp_fast, torch_save_ranks, kvikio, deepspeed,
-                   s3torch_save, s3torch_dcp)
-)  # fmt: skip
+    for module in (
+        torch_save,
+        torch_mmap,
+        fastpersist,
+        safetensors,
+        dcp,
+        dcp_fast,
+        torch_save_ranks,
+        kvikio,
+        deepspeed,
+        s3torch_save,
+        s3torch_dcp,
+    )
+)
 
 __all__ = ["ENGINES", "OPTIONS", "CheckpointRunner"]

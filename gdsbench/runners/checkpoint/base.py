@@ -133,7 +133,13 @@ class CheckpointRunner(abc.ABC):
     suffix = ".pt"
     marker: str | None = None  # a checkpoint is a directory, complete once this file exists (None: one file)
     traits = Traits(FILES, ceiling="fio")  # held to fio's best write (saves) or read (loads) of the run
-    columns: tuple[Column, ...] = ()
+    columns: tuple[Column, ...] = (
+        Column("bytes_on_disk", "bytes", "what the checkpoint's files (or objects) hold"),
+        Column(
+            "staging_bytes", "bytes", "the most staging memory the engine held at once (every rank's), where it says"
+        ),
+        *train.COLUMNS,
+    )
 
     @property
     def options(self) -> tuple[Key, ...]:
@@ -207,7 +213,7 @@ class CheckpointRunner(abc.ABC):
         sized = workloads.kind(spec.source).words(spec.size, spec.dtype, case.get("scale"), case.get("checkpoints"))
         argv += [f"workload={spec.source}", *sized, f"seed={spec.seed}"]
         argv += ["fsync=files+directory"] if case.pattern is Pattern.SAVE else [f"cache={case.get('cache')}"]
-        argv += [f"{k}={case.get(k)}" for k in ("steps", "step_time", "interval", "mtbf") if k in dict(case.params)]
+        argv += [f"{k}={case.get(k)}" for k in ("steps", "step_time", "interval") if k in dict(case.params)]
         return [*argv, f"memory={case.get('memory')}"]
 
     @abc.abstractmethod
@@ -327,9 +333,8 @@ class InProcessRunner(CheckpointRunner):
             seconds=seconds,
             bw_bytes=workload.nbytes / seconds,
             **usage.columns(),
-            staging_bytes=self.last_staging,
-            bytes_on_disk=disk_bytes(self.files(path)),
             path=self.last_path,
+            figures={"staging_bytes": self.last_staging, "bytes_on_disk": disk_bytes(self.files(path))},
             note="; ".join(filter(None, [how, workload.description, f"RSS before {mib(usage.rss_before)}"])),
         )
 
@@ -351,9 +356,9 @@ class InProcessRunner(CheckpointRunner):
             seconds=seconds,
             bw_bytes=workload.nbytes / seconds,
             **usage.columns(),
-            bytes_on_disk=disk_bytes(self.files(path)),
             path=self.last_path,
             cache=case.get("cache"),
+            figures={"bytes_on_disk": disk_bytes(self.files(path))},
             note=f"{cache_note}; {memory_note}; verified; {workload.description}; RSS before {mib(usage.rss_before)}",
         )
 
@@ -383,9 +388,12 @@ class InProcessRunner(CheckpointRunner):
             verify(workload.tensors, loaded, path)
         finally:
             del loaded
-        notes = [f"{len(times.stalls)} checkpoints in {len(times.steps)} steps of {step.reps} matmuls",
-                 f"restore from {cache_note}, verified", workload.description]  # fmt: skip
-        return train.measurement(train.summarize(times, seconds, case.get("mtbf")), workload.nbytes, notes, usage)
+        notes = [
+            f"{len(times.stalls)} checkpoints in {len(times.steps)} steps of {step.reps} matmuls",
+            f"restore from {cache_note}, verified",
+            workload.description,
+        ]
+        return train.measurement(train.summarize(times, seconds), workload.nbytes, notes, usage)
 
 
 def as_save(case: Case) -> Case:

@@ -43,8 +43,9 @@ class Phase:
 One = Callable[[Path], tuple[float, float]]
 
 
-def run_phase(directories: Sequence[Path], one: One, barrier: Callable[[], None],
-              between: Callable[[Path], None] = lambda _: None) -> Phase:  # fmt: skip
+def run_phase(
+    directories: Sequence[Path], one: One, barrier: Callable[[], None], between: Callable[[Path], None] = lambda _: None
+) -> Phase:
     """Every checkpoint between barriers, each timed by `one`; `between` runs after each, untimed (a load's
     check against what was saved)."""
     barrier()

@@ -29,9 +29,14 @@ class DcpFast(DistributedRunner):
     transfers = frozenset({Transfer.CPU_ONLY})
     packages = (TORCH, CKPTIO)
     engine_options = (
-        Key("broadcast", boolean, "true or false", False,
-            "loads: an item several ranks need is read by one rank and broadcast to the others"),
-    )  # fmt: skip
+        Key(
+            "broadcast",
+            boolean,
+            "true or false",
+            False,
+            "loads: an item several ranks need is read by one rank and broadcast to the others",
+        ),
+    )
 
     def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
         """The codec's library must be installed; O_DIRECT must work in the directory (the rows say O_DIRECT:

@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 
 from gdsbench import mlperf, workloads
 from gdsbench.cases import Case, Pattern
+from gdsbench.columns import Column
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, one_of, positive_int
 from gdsbench.runners.base import Measurement, RunContext, run_tool
@@ -46,21 +47,52 @@ SAVE_LOAD = ("save", "load")
 #: Options every distributed engine takes, beside the shared checkpoint options.
 DISTRIBUTED_OPTIONS: tuple[Key, ...] = (
     Key("world_size", positive_int, "a positive integer", 1, "ranks, launched by torchrun on this host"),
-    Key("async", boolean, "true or false", False,
-        "save with dcp.async_save: the caller waits for staging only (blocking_seconds), persisting runs behind"),
-    Key("executor", one_of(*EXECUTORS), "thread or process", "thread",
-        "where an async save persists: DCP's thread executor or its process executor"),
-    Key("compression", one_of(*CODECS), "one of " + ", ".join(CODECS), "none",
-        "lossless compression of the checkpoint (dcp: zstd only, DCP's stream extension)"),
-    Key("layout", one_of(*LAYOUTS), "sharded or replicated", "sharded",
-        "how ranks hold the model: sharded (every tensor Shard(0), as FSDP) or replicated (as DDP)"),
-    Key("checkpoints", positive_int, "a positive integer", 1,
+    Key(
+        "async",
+        boolean,
+        "true or false",
+        False,
+        "save with dcp.async_save: the caller waits for staging only (blocking_seconds), persisting runs behind",
+    ),
+    Key(
+        "executor",
+        one_of(*EXECUTORS),
+        "thread or process",
+        "thread",
+        "where an async save persists: DCP's thread executor or its process executor",
+    ),
+    Key(
+        "compression",
+        one_of(*CODECS),
+        "one of " + ", ".join(CODECS),
+        "none",
+        "lossless compression of the checkpoint (dcp: zstd only, DCP's stream extension)",
+    ),
+    Key(
+        "layout",
+        one_of(*LAYOUTS),
+        "sharded or replicated",
+        "sharded",
+        "how ranks hold the model: sharded (every tensor Shard(0), as FSDP) or replicated (as DDP)",
+    ),
+    Key(
+        "checkpoints",
+        positive_int,
+        "a positive integer",
+        1,
         "checkpoints a case saves (or loads) in a row, each in a directory of its own, every rank timing its own "
-        "part (max_rank_seconds, min_rank_bw_bytes: the MLPerf Storage rules' metrics)", patterns=SAVE_LOAD),
-    Key("scale", mlperf.scale_value, "a number in (0, 1] or a fraction such as 1/64", 1.0,
+        "part (max_rank_seconds, min_rank_bw_bytes: the MLPerf Storage rules' metrics)",
+        patterns=SAVE_LOAD,
+    ),
+    Key(
+        "scale",
+        mlperf.scale_value,
+        "a number in (0, 1] or a fraction such as 1/64",
+        1.0,
         "an MLPerf geometry's tensors shrunk by this factor (presets are sized by checkpoint_size)",
-        patterns=SAVE_LOAD),
-)  # fmt: skip
+        patterns=SAVE_LOAD,
+    ),
+)
 
 
 def ranks_cost(ranks: list[dict[str, Any]]) -> dict[str, Any]:
@@ -83,6 +115,14 @@ def ranks_cost(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         "staging_bytes": total("staging_bytes", ranks),
         "machine_cpu_seconds": total("machine_cpu_seconds", list(per_host.values())),
     }
+
+
+def measured_cost(ranks: list[dict[str, Any]], **figures: Any) -> dict[str, Any]:
+    """ranks_cost as Measurement keywords: CPU and RSS among its core fields, the staging among the declared
+    `figures` (with the other `figures` given)."""
+    cost = ranks_cost(ranks)
+    figures["staging_bytes"] = cost.pop("staging_bytes")
+    return {**cost, "figures": figures}
 
 
 def launcher_failure(stderr: str, returncode: int) -> str:
@@ -116,9 +156,17 @@ def free_port() -> int:
 def launcher(ranks: int, port: int, nodes: int = 1, endpoint: str = "127.0.0.1") -> list[str]:
     """torchrun's arguments (python -m torch.distributed.run) for `ranks` ranks per node on `nodes` nodes,
     meeting at a c10d rendezvous on `endpoint:port` (loopback for one host), then the rank program."""
-    return ["-m", "torch.distributed.run", f"--nnodes={nodes}", f"--nproc-per-node={ranks}", "--rdzv-backend=c10d",
-            f"--rdzv-endpoint={endpoint}:{port}", f"--rdzv-id=gdsbench-{uuid.uuid4().hex[:12]}",
-            "-m", RANK_PROGRAM]  # fmt: skip
+    return [
+        "-m",
+        "torch.distributed.run",
+        f"--nnodes={nodes}",
+        f"--nproc-per-node={ranks}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}:{port}",
+        f"--rdzv-id=gdsbench-{uuid.uuid4().hex[:12]}",
+        "-m",
+        RANK_PROGRAM,
+    ]
 
 
 @dataclass(frozen=True)
@@ -137,6 +185,18 @@ class DistributedRunner(CheckpointRunner):
     marker = ".metadata"
     rank_file_pattern = ""  # a data file's name, its rank the first group, where the names say it
     modules = ()  # torch is imported by the ranks, not by the sweep process
+    columns = (
+        *CheckpointRunner.columns,
+        Column(
+            "max_rank_seconds", "s", "the longest rank's time per checkpoint, mean over the phase's (MLPerf Storage)"
+        ),
+        Column(
+            "min_rank_bw_bytes",
+            "bytes/s",
+            "the slowest rank's own bytes/s per checkpoint, mean over them (MLPerf Storage)",
+        ),
+        Column("compression_ratio", "ratio", "bytes / bytes_on_disk"),
+    )
 
     def __init__(self) -> None:
         self._written: dict[Path, WorkloadFacts] = {}  # workload files in shared memory, this process's
@@ -240,8 +300,9 @@ class DistributedRunner(CheckpointRunner):
         self._folder = None
         super().release()
 
-    def _train(self, case: Case, ctx: RunContext, path: Path, shared: Path | None,
-               workload: WorkloadFacts) -> Measurement:  # fmt: skip
+    def _train(
+        self, case: Case, ctx: RunContext, path: Path, shared: Path | None, workload: WorkloadFacts
+    ) -> Measurement:
         """A training loop on every rank checkpointing with this engine, then a restore; steps and stalls are
         the slowest rank's (the ranks step in lockstep)."""
         self.remove_previous(path, ctx)
@@ -252,12 +313,16 @@ class DistributedRunner(CheckpointRunner):
             [max(values) for values in zip(*(r[k] for r in ranks))] for k in ("steps", "draining", "stalls", "durable")
         ]
         times = train.LoopTimes(*slowest)
-        figures = train.summarize(times, max(r["restore_seconds"] for r in ranks), case.get("mtbf"))
-        notes = [f"{len(times.stalls)} checkpoints in {len(times.steps)} steps of {ranks[0]['step_reps']} matmuls "
-                 f"and an all-reduce on {len(ranks)} ranks ({case.get('layout')})", f"restore from cache={case.get('cache')}, "
-                 f"verified on every rank", workload.description, "CPU and RSS of the whole loop, every rank"]  # fmt: skip
-        return replace(train.measurement(figures, workload.nbytes, notes), **ranks_cost(ranks),
-                       bytes_on_disk=disk_bytes(self.files(path)))  # fmt: skip
+        figures = train.summarize(times, max(r["restore_seconds"] for r in ranks))
+        notes = [
+            f"{len(times.stalls)} checkpoints in {len(times.steps)} steps of {ranks[0]['step_reps']} matmuls "
+            f"and an all-reduce on {len(ranks)} ranks ({case.get('layout')})",
+            f"restore from cache={case.get('cache')}, verified on every rank",
+            workload.description,
+            "CPU and RSS of the whole loop, every rank",
+        ]
+        measured = train.measurement(figures, workload.nbytes, notes)
+        return replace(measured, **measured_cost(ranks, **measured.figures, bytes_on_disk=disk_bytes(self.files(path))))
 
     def _workload_file(self, spec: workloads.WorkloadSpec, ctx: RunContext) -> tuple[Path, WorkloadFacts]:
         """The workload as a torch.save file in shared memory, written once per sweep (ours: removed at cleanup),
@@ -286,8 +351,9 @@ class DistributedRunner(CheckpointRunner):
             ctx.resources.created.append(self._folder)  # before its files: removed after them
         return self._folder
 
-    def _launch(self, case: Case, ctx: RunContext, path: Path, shared: Path | None,
-                warmup: int) -> list[dict[str, Any]]:  # fmt: skip
+    def _launch(
+        self, case: Case, ctx: RunContext, path: Path, shared: Path | None, warmup: int
+    ) -> list[dict[str, Any]]:
         """Run the ranks through torchrun; return every rank's figures, or raise the first rank's error."""
         with tempfile.TemporaryDirectory(prefix="gdsbench-ranks-") as out:
             argv = [
@@ -314,8 +380,9 @@ class DistributedRunner(CheckpointRunner):
         workload = ["--workload-file", str(shared)] if shared is not None else []
         return ["--case", case.key, "--checkpoint", str(path), "--out", out, *workload, "--warmup", str(warmup)]
 
-    def _measurement(self, case: Case, workload: WorkloadFacts, path: Path, ranks: list[dict[str, Any]],
-                     notes: list[str]) -> Measurement:  # fmt: skip
+    def _measurement(
+        self, case: Case, workload: WorkloadFacts, path: Path, ranks: list[dict[str, Any]], notes: list[str]
+    ) -> Measurement:
         """The row: the longest barrier-to-barrier time of the phase and blocking of any rank, the rules' per-rank
         metrics, disk use, per-rank shares."""
         on_disk, count = disk_bytes(self.files(path)), case.get("checkpoints", 1)
@@ -329,13 +396,22 @@ class DistributedRunner(CheckpointRunner):
         copies = [r["host_copy_seconds"] for r in ranks if "host_copy_seconds" in r]
         if copies:
             notes.append(f"host copy {max(copies):.3f} s (blocking / copy = {blocking / max(copies):.2f})")
-        return Measurement(
-            bytes=nbytes, seconds=seconds, bw_bytes=nbytes / seconds, bytes_on_disk=on_disk, **ranks_cost(ranks),
-            max_rank_seconds=per_rank.max_rank_seconds, min_rank_bw_bytes=per_rank.min_rank_bw_bytes,
-            blocking_seconds=blocking if case.pattern is Pattern.SAVE else None,
+        cost = measured_cost(
+            ranks,
+            bytes_on_disk=on_disk,
+            max_rank_seconds=per_rank.max_rank_seconds,
+            min_rank_bw_bytes=per_rank.min_rank_bw_bytes,
             compression_ratio=nbytes / on_disk if on_disk else None,
-            cache=case.get("cache") if case.pattern is Pattern.LOAD else None, note="; ".join(filter(None, notes)),
-        )  # fmt: skip
+        )
+        return Measurement(
+            bytes=nbytes,
+            seconds=seconds,
+            bw_bytes=nbytes / seconds,
+            **cost,
+            blocking_seconds=blocking if case.pattern is Pattern.SAVE else None,
+            cache=case.get("cache") if case.pattern is Pattern.LOAD else None,
+            note="; ".join(filter(None, notes)),
+        )
 
     def rank_files(self, path: Path) -> list[int]:
         """Bytes each rank's data files take, where the engine's file names say the rank (`rank_file_pattern`)."""

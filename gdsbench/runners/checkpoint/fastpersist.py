@@ -54,20 +54,45 @@ class FastPersist(InProcessRunner):
     modules = ("torch", "ckptio")
     threaded = True
     extra_options = (
-        Key("load_into", boolean, "true or false", False,
-            "load into existing, initialised tensors (load_into) instead of new memory"),
-        Key("recycle", boolean, "true or false", False,
+        Key(
+            "load_into",
+            boolean,
+            "true or false",
+            False,
+            "load into existing, initialised tensors (load_into) instead of new memory",
+        ),
+        Key(
+            "recycle",
+            boolean,
+            "true or false",
+            False,
             "save through Checkpointer(recycle=True): overwrite the previous generation's blocks (the steady "
-            "state of repeated saves to one path, reached by unmeasured saves first) instead of a new file"),
-        Key("flush", one_of("end", "overlap", "dsync"), "end, overlap or dsync", "end",
+            "state of repeated saves to one path, reached by unmeasured saves first) instead of a new file",
+        ),
+        Key(
+            "flush",
+            one_of("end", "overlap", "dsync"),
+            "end, overlap or dsync",
+            "end",
             "how a save becomes durable (IOOptions.flush): one fsync at the end, writeback overlapped with the "
-            "writes, or every write durable (RWF_DSYNC)"),
-        Key("staging", size, "a size such as 128M (at least one 16 MiB chunk)", None,
-            "a save's staging memory (IOOptions.buffer_bytes); unset: the library's default"),
-        Key("mmap", boolean, "true or false", False,
+            "writes, or every write durable (RWF_DSYNC)",
+        ),
+        Key(
+            "staging",
+            size,
+            "a size such as 128M (at least one 16 MiB chunk)",
+            None,
+            "a save's staging memory (IOOptions.buffer_bytes); unset: the library's default",
+        ),
+        Key(
+            "mmap",
+            boolean,
+            "true or false",
+            False,
             "load with load_mmap: map the file and fault it in with parallel readahead (page cache, transfer "
-            "CPU_CACHED) instead of reading into new memory"),
-    )  # fmt: skip
+            "CPU_CACHED) instead of reading into new memory",
+        ),
+    )
 
     def __init__(self) -> None:
         self._open: dict[tuple[Path, int, str, bool, str, int | None], Any] = {}  # _key(case, path) -> Checkpointer

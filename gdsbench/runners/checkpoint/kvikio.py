@@ -110,8 +110,12 @@ class Kvikio(InProcessRunner):
             for name, tensor in staged.items():
                 data = tensor.reshape(-1).view(torch.uint8)  # a copy for non-contiguous tensors: kept below
                 keep.append(data)
-                index[name] = {"offset": offset, "nbytes": data.numel(), "dtype": str(tensor.dtype).split(".")[-1],
-                               "shape": list(tensor.shape)}  # fmt: skip
+                index[name] = {
+                    "offset": offset,
+                    "nbytes": data.numel(),
+                    "dtype": str(tensor.dtype).split(".")[-1],
+                    "shape": list(tensor.shape),
+                }
                 futures.append((f.pwrite(data, data.numel(), offset), data.numel()))
                 offset += -(-data.numel() // ALIGNMENT) * ALIGNMENT
             checked(futures, path / DATA, "pwrite")

@@ -68,8 +68,9 @@ def _zstd() -> Any:
     return ZStandard()
 
 
-def start_save(job: RankJob, state: dict[str, Any], storage: Any, planner: Any, group: Any = None,
-               checkpoint: Path | None = None) -> Any:  # fmt: skip
+def start_save(
+    job: RankJob, state: dict[str, Any], storage: Any, planner: Any, group: Any = None, checkpoint: Path | None = None
+) -> Any:
     """Save as the case says (into `checkpoint`, else the writer's directory): dcp.save (None once durable), or
     dcp.async_save with the case's executor and, where given, its own process group (the future of the
     background save: a plain Future, both writers stage synchronously)."""
@@ -79,8 +80,14 @@ def start_save(job: RankJob, state: dict[str, Any], storage: Any, planner: Any, 
     from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
     kind = AsyncCheckpointerType.PROCESS if job.executor == "process" else AsyncCheckpointerType.THREAD
-    return dcp.async_save(state, checkpoint_id=checkpoint, storage_writer=storage, planner=planner,
-                          process_group=group, async_checkpointer_type=kind)  # fmt: skip
+    return dcp.async_save(
+        state,
+        checkpoint_id=checkpoint,
+        storage_writer=storage,
+        planner=planner,
+        process_group=group,
+        async_checkpointer_type=kind,
+    )
 
 
 def dcp_saver(job: RankJob, state: dict[str, Any], storage: Any) -> cycle.One:
@@ -197,12 +204,16 @@ def run(job: RankJob) -> dict[str, Any]:
         after(directories[0])
     with Usage() as usage:
         phase = cycle.run_phase(directories, one, dist.barrier, after)
-    figures.update(phase.figures(), blocking_seconds=statistics.fmean(phase.blocking), own_bytes=own,
-                   **usage.columns())  # fmt: skip
+    figures.update(phase.figures(), blocking_seconds=statistics.fmean(phase.blocking), own_bytes=own, **usage.columns())
     stats = getattr(storage, "stats", None)
     if stats is not None:
-        figures.update(stored_bytes=stats.stored_bytes, raw_bytes=stats.raw_bytes, rank_bytes=stats.rank_bytes,
-                       cached_plans=stats.cached_plans, staging_bytes=stats.staging_bytes)  # fmt: skip
+        figures.update(
+            stored_bytes=stats.stored_bytes,
+            raw_bytes=stats.raw_bytes,
+            rank_bytes=stats.rank_bytes,
+            cached_plans=stats.cached_plans,
+            staging_bytes=stats.staging_bytes,
+        )
     return figures
 
 
@@ -231,8 +242,14 @@ def load_phase(job: RankJob, directories: list[Path]) -> dict[str, Any]:
 
     with Usage() as usage:
         phase = cycle.run_phase(directories, lambda d: cycle.timed(lambda: load(d)), dist.barrier, check)
-    return {**phase.figures(), "own_bytes": own, "source_rank": source, "cache_note": note,
-            "read_bytes": getattr(storage, "read_bytes", None), **usage.columns()}  # fmt: skip
+    return {
+        **phase.figures(),
+        "own_bytes": own,
+        "source_rank": source,
+        "cache_note": note,
+        "read_bytes": getattr(storage, "read_bytes", None),
+        **usage.columns(),
+    }
 
 
 def set_node_cache(job: RankJob) -> str | None:

@@ -48,8 +48,10 @@ from gdsbench.units import size_label
 #: The s3 engine's keys these engines share, as the same Key objects: a name means the same for every engine.
 SHARED_KEYS = ("endpoint", "bucket", "prefix", "region", "part_size", "rgw_gc")
 _S3_KEYS = {key.name: key for key in s3.S3Runner.options}
-COLD_NEEDS = (f"cache: cold needs the Ceph cluster's admin access ({ceph.CONF}) to drop its OSDs' caches; "
-              "cache: warm reads from whatever the service caches")  # fmt: skip
+COLD_NEEDS = (
+    f"cache: cold needs the Ceph cluster's admin access ({ceph.CONF}) to drop its OSDs' caches; "
+    "cache: warm reads from whatever the service caches"
+)
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,7 @@ class S3TorchRunner(CheckpointRunner):
     packages: tuple[Package, ...] = (TORCH, S3TORCH, Package("awscrt", "pip install 'gdsbench[s3]'"))
     modules: tuple[str, ...] = ("torch", "s3torchconnector")
     traits = Traits(OBJECTS, ceiling="s3")  # held to the s3 engine's best PUT (saves) or GET (loads) of the run
+    columns = tuple(column for column in CheckpointRunner.columns if column not in train.COLUMNS)  # no train here
 
     def __init__(self) -> None:
         self._made: dict[s3.Place, set[str]] = {}  # objects this sweep's saves created, by place
@@ -133,8 +136,14 @@ class S3TorchRunner(CheckpointRunner):
         argv += [f"workload={spec.source}", f"checkpoint_size={size_label(spec.size)}", f"dtype={spec.dtype}"]
         argv += [f"seed={spec.seed}"] + ([f"cache={case['cache']}"] if case.pattern is Pattern.LOAD else [])
         where = s3.endpoint(case) or "$" + s3.ENDPOINT_ENV[1]
-        return [*argv, f"endpoint={where}", f"region={case['region']}", f"part_size={case['part_size']}",
-                "retries=none", f"memory={case['memory']}"]  # fmt: skip
+        return [
+            *argv,
+            f"endpoint={where}",
+            f"region={case['region']}",
+            f"part_size={case['part_size']}",
+            "retries=none",
+            f"memory={case['memory']}",
+        ]
 
     def release(self) -> None:
         """Forget the objects this sweep made (its end removes them) and the workload."""
@@ -166,7 +175,7 @@ class S3TorchRunner(CheckpointRunner):
             seconds=seconds,
             bw_bytes=workload.nbytes / seconds,
             **usage.columns(),
-            bytes_on_disk=sum(stored.values()),
+            figures={"bytes_on_disk": sum(stored.values())},
             note="; ".join([*notes, workload.description, f"RSS before {mib(usage.rss_before)}"]),
         )
 
@@ -193,13 +202,14 @@ class S3TorchRunner(CheckpointRunner):
             seconds=seconds,
             bw_bytes=workload.nbytes / seconds,
             **usage.columns(),
-            bytes_on_disk=sum(stored.values()),
+            figures={"bytes_on_disk": sum(stored.values())},
             cache=cache,
             note="; ".join([*notes, "verified", workload.description, f"RSS before {mib(usage.rss_before)}"]),
         )
 
-    def _write(self, case: Case, ctx: RunContext, workload: workloads.Workload, target: Target) -> tuple[
-            float, Usage, list[str], dict[str, int]]:  # fmt: skip
+    def _write(
+        self, case: Case, ctx: RunContext, workload: workloads.Workload, target: Target
+    ) -> tuple[float, Usage, list[str], dict[str, int]]:
         """Save the checkpoint, timed, with radosgw's empty ETag accepted; record the objects it created (a failed
         save's are removed at once: they must not pass for a checkpoint). The seconds, the cost, the notes and the
         checkpoint's objects as listed after the save."""
@@ -266,8 +276,10 @@ def _cache_reason(case: Case) -> str | None:
     if case.pattern is not Pattern.LOAD or case["cache"] == "warm":
         return None
     if case["cache"] == "cold-machine":
-        return ("cache: cold-machine drops this machine's page cache, which an S3 load never passes through: use "
-                "cold (the OSDs' caches dropped) or warm")  # fmt: skip
+        return (
+            "cache: cold-machine drops this machine's page cache, which an S3 load never passes through: use "
+            "cold (the OSDs' caches dropped) or warm"
+        )
     if not ceph.has_admin("ceph"):
         return COLD_NEEDS
     return None

@@ -27,10 +27,14 @@ class S3TorchDcp(S3TorchRunner):
     """DCP's save/load with S3StorageWriter(thread_count=threads) / S3StorageReader, no process group."""
 
     name = "s3torch_dcp"
-    description = ("torch.distributed.checkpoint in one process: s3torchconnector's S3StorageWriter(thread_count="
-                   "threads) / S3StorageReader (S3)")  # fmt: skip
-    calls = {Pattern.SAVE: "torch.distributed.checkpoint.save(S3StorageWriter)",
-             Pattern.LOAD: "torch.distributed.checkpoint.load(S3StorageReader)"}  # fmt: skip
+    description = (
+        "torch.distributed.checkpoint in one process: s3torchconnector's S3StorageWriter(thread_count="
+        "threads) / S3StorageReader (S3)"
+    )
+    calls = {
+        Pattern.SAVE: "torch.distributed.checkpoint.save(S3StorageWriter)",
+        Pattern.LOAD: "torch.distributed.checkpoint.load(S3StorageReader)",
+    }
     packages = (*S3TorchRunner.packages, Package("tenacity", "pip install 'gdsbench[s3torch]'"))
     modules = ("torch", "torch.distributed.checkpoint", "s3torchconnector.dcp")
     threaded = True
@@ -88,8 +92,10 @@ class S3TorchDcp(S3TorchRunner):
             return reason
         wanted, variable = s3.endpoint(case), os.environ.get(ENDPOINT_VARIABLE)
         if variable is None or endpoint_url(variable) != wanted:
-            return (f"s3torch_dcp's client reads its endpoint from {ENDPOINT_VARIABLE} only ({variable or 'unset'}), "
-                    f"not this case's {wanted}: set {ENDPOINT_VARIABLE} to it")  # fmt: skip
+            return (
+                f"s3torch_dcp's client reads its endpoint from {ENDPOINT_VARIABLE} only ({variable or 'unset'}), "
+                f"not this case's {wanted}: set {ENDPOINT_VARIABLE} to it"
+            )
         return None
 
 
@@ -107,8 +113,10 @@ def _check_items(metadata: Any, tensors: Mapping[str, Any]) -> None:
     written = {index.fqn for index in metadata.storage_data}
     missing = sorted(name for name in tensors if name not in written)
     if missing:
-        raise ToolError(f"s3torch_dcp: the save completed without data for {len(missing)} of {len(tensors)} tensors "
-                        f"(a writer thread failed; first: {missing[0]!r})")  # fmt: skip
+        raise ToolError(
+            f"s3torch_dcp: the save completed without data for {len(missing)} of {len(tensors)} tensors "
+            f"(a writer thread failed; first: {missing[0]!r})"
+        )
 
 
 ENGINE = S3TorchDcp()

@@ -16,10 +16,14 @@ class S3TorchSave(S3TorchRunner):
     """S3Checkpoint's writer/reader with torch.save / torch.load(weights_only=True)."""
 
     name = "s3torch_save"
-    description = ("s3torchconnector's S3Checkpoint: torch.save into its writer, torch.load(weights_only=True) from "
-                   "its reader (S3)")  # fmt: skip
-    calls = {Pattern.SAVE: "torch.save(S3Checkpoint.writer)",
-             Pattern.LOAD: "torch.load(S3Checkpoint.reader, weights_only=True)"}  # fmt: skip
+    description = (
+        "s3torchconnector's S3Checkpoint: torch.save into its writer, torch.load(weights_only=True) from "
+        "its reader (S3)"
+    )
+    calls = {
+        Pattern.SAVE: "torch.save(S3Checkpoint.writer)",
+        Pattern.LOAD: "torch.load(S3Checkpoint.reader, weights_only=True)",
+    }
     suffix = ".pt"
 
     def write(self, tensors: Mapping[str, Any], uri: str, case: Case) -> None:

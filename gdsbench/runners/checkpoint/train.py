@@ -1,4 +1,4 @@
-"""`pattern: train`: a synthetic training loop that checkpoints, and the goodput its checkpoints leave.
+"""`pattern: train`: a synthetic training loop that checkpoints, and what its checkpoints cost it.
 
 A step is `step_time` of compute: matmuls on one thread, their count calibrated on this host before the
 loop. Every `interval` steps the loop checkpoints with the engine (synchronously, or with DCP's async_save
@@ -6,25 +6,21 @@ where the case says `async: true`: then the next checkpoint first waits for the 
 measured, per checkpoint and per step:
 - stall: wall time the loop could not step (the save call, and any wait for the previous background save);
 - slowdown: the median step while a background save drains, over the median step with none, minus one;
-- restore: loading the last checkpoint into the training state and taking the next step.
-From them (docs/benchmarks.md, "Goodput", has the formulas and their sources):
-- cost C per checkpoint: the median stall plus the extra step time of the slowed steps per checkpoint;
-- the optimal interval, Daly's higher-order estimate for C and `mtbf` M:
-  sqrt(2CM) (1 + sqrt(C/2M)/3 + (C/2M)/9) - C when C < 2M, else M;
-- goodput at that interval tau, with restart R (exponential failures; Daly 2006's expected wall time per
-  tau of compute, inverted):
-  tau / (M e^(R/M) (e^((tau + C)/M) - 1)).
+- restore: loading the last checkpoint into the training state and taking the next step;
+- cost C per checkpoint: the median stall plus the extra step time of the slowed steps per checkpoint.
+Rows keep what was measured; Daly's optimal interval and the goodput there are a model of them, evaluated by
+the report at the mean times between failures it is asked for (report.goodput; docs/benchmarks.md, "Goodput").
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gdsbench.columns import Column
 from gdsbench.keys import Key, duration, positive_int
 from gdsbench.runners.base import Measurement
 from gdsbench.runners.resources import Usage
@@ -32,12 +28,24 @@ from gdsbench.runners.resources import Usage
 TRAIN = ("train",)
 TRAIN_OPTIONS: tuple[Key, ...] = (
     Key("steps", positive_int, "a positive integer", 60, "training steps of a train case", patterns=TRAIN),
-    Key("step_time", duration, "a duration such as 200ms", 0.2,
-        "compute of one training step (matmuls on one thread, calibrated on this host)", patterns=TRAIN),
+    Key(
+        "step_time",
+        duration,
+        "a duration such as 200ms",
+        0.2,
+        "compute of one training step (matmuls on one thread, calibrated on this host)",
+        patterns=TRAIN,
+    ),
     Key("interval", positive_int, "a positive integer", 10, "checkpoint every this many steps", patterns=TRAIN),
-    Key("mtbf", duration, "a duration such as 1h or 24h", 86400.0,
-        "mean time between failures, for the optimal interval and the goodput", patterns=TRAIN),
-)  # fmt: skip
+)
+#: What a train row measured beyond the core figures (its bandwidth: the checkpoint's bytes over its median time
+#: until durable; blocking_seconds: the stall).
+COLUMNS = (
+    Column("stall_seconds", "s", "median wall time per checkpoint the loop could not step"),
+    Column("slowdown", "ratio", "median step while a save drains / median step with none - 1"),
+    Column("checkpoint_cost_seconds", "s", "the stall plus the slowed steps' extra time, per checkpoint"),
+    Column("restore_seconds", "s", "load the last checkpoint into the training state and take the next step"),
+)
 MATMUL = 256  # the side of the square fp32 matrices one step multiplies
 CALIBRATION_SECONDS = 0.3
 
@@ -126,55 +134,33 @@ def run_loop(step: Callable[[], None], steps: int, interval: int, checkpoint: Ca
     return times
 
 
-def daly_interval(cost: float, mtbf: float) -> float:
-    """Daly's higher-order estimate of the optimal compute time between checkpoints (2006)."""
-    if cost >= 2 * mtbf:
-        return mtbf
-    ratio = cost / (2 * mtbf)
-    return math.sqrt(2 * cost * mtbf) * (1 + math.sqrt(ratio) / 3 + ratio / 9) - cost
-
-
-def goodput(interval: float, cost: float, restart: float, mtbf: float) -> float:
-    """The fraction of wall time spent on useful compute, for exponential failures with mean `mtbf`
-    (Daly 2006: the expected wall time per tau of compute is M e^(R/M) (e^((tau+C)/M) - 1))."""
-    return interval / (mtbf * math.exp(restart / mtbf) * math.expm1((interval + cost) / mtbf))
-
-
-def summarize(times: LoopTimes, restore_seconds: float, mtbf: float) -> dict[str, float]:
-    """The row's figures of one loop: stall, slowdown, checkpoint cost, optimal interval and goodput."""
+def summarize(times: LoopTimes, restore_seconds: float) -> dict[str, float]:
+    """The row's figures of one loop: stall, slowdown, checkpoint cost and restore (COLUMNS), the median step and
+    the median time until a checkpoint is durable."""
     quiet = [s for s, d in zip(times.steps, times.draining) if not d]
     slowed = [s for s, d in zip(times.steps, times.draining) if d]
     base = statistics.median(quiet) if quiet else statistics.median(times.steps)
     extra = sum(max(0.0, s - base) for s in slowed) / max(1, len(times.stalls))
     stall = statistics.median(times.stalls)
-    cost = stall + extra
-    interval = daly_interval(cost, mtbf)
     return {
         "stall_seconds": stall,
         "slowdown": statistics.median(slowed) / base - 1 if slowed else 0.0,
-        "checkpoint_cost_seconds": cost,
+        "checkpoint_cost_seconds": stall + extra,
         "restore_seconds": restore_seconds,
-        "optimal_interval_seconds": interval,
-        "goodput": goodput(interval, cost, restore_seconds, mtbf),
         "step_seconds": base,
         "durable_seconds": statistics.median(times.durable),
     }
 
 
 def measurement(figures: dict[str, float], nbytes: int, notes: list[str], usage: Usage | None = None) -> Measurement:
-    """A train row: the checkpoint's bytes over its median time until durable, the loop's figures and, for
-    a loop in this process, what it cost (CPU and RSS of the whole loop, compute included)."""
+    """A train row: the checkpoint's bytes over its median time until durable, the loop's figures (COLUMNS) and,
+    for a loop in this process, what it cost (CPU and RSS of the whole loop, compute included)."""
     return Measurement(
         bytes=nbytes,
         seconds=figures["durable_seconds"],
         bw_bytes=nbytes / figures["durable_seconds"],
         blocking_seconds=figures["stall_seconds"],
-        stall_seconds=figures["stall_seconds"],
-        slowdown=figures["slowdown"],
-        checkpoint_cost_seconds=figures["checkpoint_cost_seconds"],
-        restore_seconds=figures["restore_seconds"],
-        optimal_interval_seconds=figures["optimal_interval_seconds"],
-        goodput=figures["goodput"],
         **(usage.columns() if usage is not None else {}),
+        figures={column.name: figures[column.name] for column in COLUMNS},
         note="; ".join([f"step {figures['step_seconds'] * 1000:.0f} ms", *notes]),
     )

@@ -65,8 +65,15 @@ class Smoke:
         )
         measured, skipped = self.swept.pop(name, ([], []))
         proves += f": {', '.join(measured)} measured" if measured else ""
-        self.outcomes.append({"step": name, "status": status, "seconds": round(time.monotonic() - started, 1),
-                              "proves": proves, "cases_skipped": skipped})  # fmt: skip
+        self.outcomes.append(
+            {
+                "step": name,
+                "status": status,
+                "seconds": round(time.monotonic() - started, 1),
+                "proves": proves,
+                "cases_skipped": skipped,
+            }
+        )
         print(f"smoke: {name}: {status}", file=sys.stderr, flush=True)
 
     def cuda(self, fresh: bool = False) -> str | None:

@@ -44,8 +44,10 @@ def kvikio_check(directory: Path) -> bool:
                 read_s = time.perf_counter() - started
             equal = bool(torch.equal(src, dst))
             ok = ok and equal and wrote == read == src.numel()
-            print(f"threads={threads} wrote={wrote} read={read} equal={equal} "
-                  f"write={wrote / write_s / 2**30:.2f}GiB/s read={read / read_s / 2**30:.2f}GiB/s")  # fmt: skip
+            print(
+                f"threads={threads} wrote={wrote} read={read} equal={equal} "
+                f"write={wrote / write_s / 2**30:.2f}GiB/s read={read / read_s / 2**30:.2f}GiB/s"
+            )
     finally:
         path.unlink(missing_ok=True)
     return ok

@@ -21,8 +21,10 @@ if TYPE_CHECKING:
     from gdsbench.testbeds.smoke import Smoke
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: tests/ and configs/ live here
-NO_NVIDIA_FS = (f"no nvidia-fs ({gpu.NVFS_STATS} missing): install NVIDIA's GDS driver (nvidia-fs, pulled in by "
-                "nvidia-gds) and load it (modprobe nvidia-fs)")  # fmt: skip
+NO_NVIDIA_FS = (
+    f"no nvidia-fs ({gpu.NVFS_STATS} missing): install NVIDIA's GDS driver (nvidia-fs, pulled in by "
+    "nvidia-gds) and load it (modprobe nvidia-fs)"
+)
 MACHINE = [
     ["nvidia-smi"],
     ["nvidia-smi", "--query-gpu=index,name,pci.bus_id,driver_version,memory.total", "--format=csv"],
@@ -126,23 +128,35 @@ def checkpoints(smoke: Smoke) -> None:
     """06: kvikio at 1 and 8 threads beside fastpersist (kvikio rows are skipped by the sweep without CUDA)."""
     size = "32M" if smoke.quick else ("1G" if _gpu_skip(smoke) is None else "256M")
     proves = "checkpoint saves and loads, each load verified"
-    sweep(smoke, "06-checkpoint", "06 kvikio vs fastpersist", proves=proves, document={
-        "name": "smoke-checkpoint", "directory": str(smoke.directory), "allow_root_filesystem": True,
-        "file_size": size, "checkpoint_size": size, "workload": "llama3-8b", "cache": "cold",
-        "repetitions": 1 if smoke.quick else 2,
-        "matrix": [
-            {"engine": ["kvikio"], "pattern": ["save", "load"], "transfer": ["GDS"], "threads": [1, 8]},
-            {"engine": ["fastpersist"], "pattern": ["save", "load"], "transfer": ["CPU_ONLY"], "threads": [4]},
-        ],
-    })  # fmt: skip
+    sweep(
+        smoke,
+        "06-checkpoint",
+        "06 kvikio vs fastpersist",
+        proves=proves,
+        document={
+            "name": "smoke-checkpoint",
+            "directory": str(smoke.directory),
+            "allow_root_filesystem": True,
+            "file_size": size,
+            "checkpoint_size": size,
+            "workload": "llama3-8b",
+            "cache": "cold",
+            "repetitions": 1 if smoke.quick else 2,
+            "matrix": [
+                {"engine": ["kvikio"], "pattern": ["save", "load"], "transfer": ["GDS"], "threads": [1, 8]},
+                {"engine": ["fastpersist"], "pattern": ["save", "load"], "transfer": ["CPU_ONLY"], "threads": [4]},
+            ],
+        },
+    )
 
 
 def gds_load(smoke: Smoke) -> None:
     """07: load(map_location='cuda', backend='gds') round trip; a flipped byte must be refused."""
     argv = smoke.python("-m", "gdsbench.testbeds.smoke.gpu_checks", "gds-load", str(smoke.directory))
     proves = "ckptio's gds backend loads bit-exact onto the GPU and refuses a flipped byte"
-    smoke.step("07 gds load + flipped byte", _gpu_skip(smoke), lambda: smoke.run("gds", argv, "07-gds-load.txt", 300),
-               proves)  # fmt: skip
+    smoke.step(
+        "07 gds load + flipped byte", _gpu_skip(smoke), lambda: smoke.run("gds", argv, "07-gds-load.txt", 300), proves
+    )
 
 
 def gds_smoke(smoke: Smoke) -> None:
@@ -166,8 +180,14 @@ def gdsio_direct(smoke: Smoke) -> None:
         )
         ours = [p for p in (smoke.directory / f"gdsio.{n}" for n in range(4)) if not p.exists()]
         gdscheck = gpu.cuda_tool("gdscheck")
-        for argv in ([gdscheck, "-p"] if gdscheck else None, [str(path), "-h"], ["cat", str(gpu.NVFS_STATS)],
-                     [*base, "-x", "0", "-I", "1"], [*base, "-x", "0", "-I", "0"], ["cat", str(gpu.NVFS_STATS)]):  # fmt: skip
+        for argv in (
+            [gdscheck, "-p"] if gdscheck else None,
+            [str(path), "-h"],
+            ["cat", str(gpu.NVFS_STATS)],
+            [*base, "-x", "0", "-I", "1"],
+            [*base, "-x", "0", "-I", "0"],
+            ["cat", str(gpu.NVFS_STATS)],
+        ):
             if argv:
                 smoke.run("gdsio", argv, log, 300, append=True)
         for created in ours:  # only the files this step made

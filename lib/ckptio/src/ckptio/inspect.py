@@ -27,5 +27,14 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Index", "ItemRecord", "Loaded", "Saved", "StorageEntry", "WriteStats", "data_file", "named_tensors",
-           "read_index"]  # fmt: skip
+__all__ = [
+    "Index",
+    "ItemRecord",
+    "Loaded",
+    "Saved",
+    "StorageEntry",
+    "WriteStats",
+    "data_file",
+    "named_tensors",
+    "read_index",
+]

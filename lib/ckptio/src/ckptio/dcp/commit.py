@@ -46,8 +46,10 @@ def check_written(directory: Path, metadata: Any) -> None:
         except FileNotFoundError:
             st = None
         if st is None or not stat.S_ISREG(st.st_mode) or st.st_size < end:
-            raise CheckpointError(f"{directory / name}: a rank's data file is gone or short before the commit "
-                                  "(removed by another job?); the previous checkpoint stays")  # fmt: skip
+            raise CheckpointError(
+                f"{directory / name}: a rank's data file is gone or short before the commit "
+                "(removed by another job?); the previous checkpoint stays"
+            )
 
 
 def full_error(error: OSError, directory: Path, detail: str) -> OSError:

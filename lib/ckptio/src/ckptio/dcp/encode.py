@@ -75,8 +75,15 @@ def prepare(write_item: Any, data: Any) -> _Item:
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
     flat = tensor.reshape(-1).view(torch.uint8)
-    return _Item(write_item, flat, None, flat.numel(), str(tensor.dtype).removeprefix("torch."),
-                 tuple(tensor.shape), tensor.element_size())  # fmt: skip
+    return _Item(
+        write_item,
+        flat,
+        None,
+        flat.numel(),
+        str(tensor.dtype).removeprefix("torch."),
+        tuple(tensor.shape),
+        tensor.element_size(),
+    )
 
 
 def write_items(
@@ -116,8 +123,17 @@ def _record(name: str, item: _Item, codec: Any, chunk: int, checksum: str) -> It
     """The record of a written item (byte items and codec 'none' items are stored raw). Its strings are shared
     objects (one file name per file, interned dtype names), so the metadata's pickle writes each once."""
     encoded = codec.descriptor if item.dtype and codec.name != "none" else "none"
-    return ItemRecord(name, item.nbytes, sys.intern(item.dtype), item.shape, encoded, chunk, tuple(item.chunks),
-                      tuple(item.digests), checksum)  # fmt: skip
+    return ItemRecord(
+        name,
+        item.nbytes,
+        sys.intern(item.dtype),
+        item.shape,
+        encoded,
+        chunk,
+        tuple(item.chunks),
+        tuple(item.digests),
+        checksum,
+    )
 
 
 def _raw_piece(

@@ -47,8 +47,16 @@ def _allowed() -> list[Any]:
     the name gdsbench 0.1 pickled it with, so its checkpoints keep loading)."""
     from torch.distributed.checkpoint import metadata as md
 
-    names = ["Metadata", "TensorStorageMetadata", "TensorProperties", "ChunkStorageMetadata",
-             "BytesStorageMetadata", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING"]  # fmt: skip
+    names = [
+        "Metadata",
+        "TensorStorageMetadata",
+        "TensorProperties",
+        "ChunkStorageMetadata",
+        "BytesStorageMetadata",
+        "MetadataIndex",
+        "StorageMeta",
+        "_MEM_FORMAT_ENCODING",
+    ]
     return [getattr(md, name) for name in names] + [ItemRecord, (ItemRecord, LEGACY_ITEM_RECORD)]
 
 

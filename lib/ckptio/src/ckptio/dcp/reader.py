@@ -209,8 +209,10 @@ class Reader(StorageReader):
         broadcast, pick for every item several ranks read the rank that reads it for all of them."""
         commits = {plan.storage_data for plan in plans if isinstance(plan.storage_data, bytes)}
         if len(commits) > 1:
-            raise CheckpointError(f"{self.path}: a save committed while the ranks read its metadata (the ranks "
-                                  "read different commits, whose items would mix): load again")  # fmt: skip
+            raise CheckpointError(
+                f"{self.path}: a save committed while the ranks read its metadata (the ranks "
+                "read different commits, whose items would mix): load again"
+            )
         schedule = broadcast_schedule(plans, self.storage_data) if self.broadcast else None
         return [replace(plan, storage_data=schedule) for plan in plans]
 
@@ -340,8 +342,9 @@ def _check_extent(path: Path, fqn: str, record: ItemRecord, size: int) -> None:
         raise TruncatedCheckpoint(path, end, size)
     if any(a + n > b for (a, n), (b, _) in itertools.pairwise(spans)):
         distinct = sum(_union(spans))
-        raise InvalidCheckpoint(path, f"{fqn!r}: {record.nbytes} bytes declared, {distinct} stored (chunks that "
-                                      "share stored bytes)")  # fmt: skip
+        raise InvalidCheckpoint(
+            path, f"{fqn!r}: {record.nbytes} bytes declared, {distinct} stored (chunks that share stored bytes)"
+        )
 
 
 def _union(spans: list[tuple[int, int]]) -> list[int]:

@@ -114,10 +114,13 @@ def _decode(payload: memoryview, path: Path) -> Any:
     tables = _Tables(header, path)
     ints, extents, digests = tables.columns(payload[start + length :])
     items, entries = _items(header.get("items"), ints, path)
-    return Metadata(state_dict_metadata=items, planner_data=untag(header.get("planner_data")),
-                    storage_data=Records(path, entries, ints, extents, digests, tables),
-                    storage_meta=_read_storage_meta(header.get("storage_meta"), path),
-                    version=_read_str(header.get("version"), path, "version"))  # fmt: skip
+    return Metadata(
+        state_dict_metadata=items,
+        planner_data=untag(header.get("planner_data")),
+        storage_data=Records(path, entries, ints, extents, digests, tables),
+        storage_meta=_read_storage_meta(header.get("storage_meta"), path),
+        version=_read_str(header.get("version"), path, "version"),
+    )
 
 
 class _Tables:
@@ -129,14 +132,23 @@ class _Tables:
         self.width = integrity.width(str(self.checksum)) // 2
         self.files: Any = header.get("files")
         self.codecs: Any = header.get("codecs")
-        _expect(type(self.files) is list and all(type(f) is str and DATA_NAME.fullmatch(f) for f in self.files),
-                path, "a data file name that is not one a Writer makes")  # fmt: skip
-        _expect(type(self.codecs) is list and all(type(c) is str and not codec_problem(c) for c in self.codecs),
-                path, "a codec this reader cannot rebuild")  # fmt: skip
+        _expect(
+            type(self.files) is list and all(type(f) is str and DATA_NAME.fullmatch(f) for f in self.files),
+            path,
+            "a data file name that is not one a Writer makes",
+        )
+        _expect(
+            type(self.codecs) is list and all(type(c) is str and not codec_problem(c) for c in self.codecs),
+            path,
+            "a codec this reader cannot rebuild",
+        )
         self.n_ints: Any = header.get("ints")
         self.n_extents: Any = header.get("extents")
-        _expect(type(self.n_ints) is int and type(self.n_extents) is int and self.n_ints >= 0 and self.n_extents >= 0,
-                path, "column counts are not counts")  # fmt: skip
+        _expect(
+            type(self.n_ints) is int and type(self.n_extents) is int and self.n_ints >= 0 and self.n_extents >= 0,
+            path,
+            "column counts are not counts",
+        )
         self.path = path
 
     def columns(self, body: memoryview) -> tuple[array[int], array[int], bytes]:
@@ -245,8 +257,13 @@ def _read_properties(dtype: torch.dtype, raw: Any, fqn: str, path: Path) -> Any:
         return TensorProperties(dtype=dtype)
     ok = type(raw) is list and len(raw) == 4 and raw[0] in LAYOUTS and raw[2] in MEMORY_FORMATS
     _expect(ok and type(raw[1]) is bool and type(raw[3]) is bool, path, "{!r}: tensor properties", fqn)
-    return TensorProperties(dtype=dtype, layout=LAYOUTS[raw[0]], requires_grad=raw[1], memory_format=MEMORY_FORMATS[raw[2]],
-                            pin_memory=raw[3])  # fmt: skip
+    return TensorProperties(
+        dtype=dtype,
+        layout=LAYOUTS[raw[0]],
+        requires_grad=raw[1],
+        memory_format=MEMORY_FORMATS[raw[2]],
+        pin_memory=raw[3],
+    )
 
 
 def _read_str(value: Any, path: Path, what: str) -> str | None:
@@ -316,8 +333,17 @@ class Records(Mapping[Any, ItemRecord]):
         pairs = self._extents[2 * first : 2 * (first + count)]
         w = self._width
         digests = [self._digests[(first + j) * w : (first + j + 1) * w].hex() for j in range(count)]
-        record = ItemRecord(self.files[file], nbytes, entry.dtype, tuple(entry.sizes[k]), self.codecs[codec],
-                            chunk_bytes, tuple(zip(pairs[::2], pairs[1::2])), tuple(digests), self.checksum)  # fmt: skip
+        record = ItemRecord(
+            self.files[file],
+            nbytes,
+            entry.dtype,
+            tuple(entry.sizes[k]),
+            self.codecs[codec],
+            chunk_bytes,
+            tuple(zip(pairs[::2], pairs[1::2])),
+            tuple(digests),
+            self.checksum,
+        )
         problem = record_problem(record)
         _expect(not problem, self.path, "{!r}: {}", fqn, problem)
         return record

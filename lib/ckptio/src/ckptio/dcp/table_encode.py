@@ -59,11 +59,18 @@ class _Encoder:
         return _join(self._header(items), self.ints, self.extents, self.digests)
 
     def _header(self, items: list[Any]) -> bytes:
-        header = {"format": METADATA_FORMAT, "version": _optional_str(self.metadata.version),
-                  "storage_meta": _storage_meta(self.metadata.storage_meta),
-                  "planner_data": tag(self.metadata.planner_data), "checksum": self.checksum,
-                  "files": list(self.files), "codecs": list(self.codecs), "ints": len(self.ints),
-                  "extents": len(self.extents) // 2, "items": items}  # fmt: skip
+        header = {
+            "format": METADATA_FORMAT,
+            "version": _optional_str(self.metadata.version),
+            "storage_meta": _storage_meta(self.metadata.storage_meta),
+            "planner_data": tag(self.metadata.planner_data),
+            "checksum": self.checksum,
+            "files": list(self.files),
+            "codecs": list(self.codecs),
+            "ints": len(self.ints),
+            "extents": len(self.extents) // 2,
+            "items": items,
+        }
         return json.dumps(header, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
     def _tensor(self, fqn: str, item: Any) -> list[Any]:
@@ -99,8 +106,9 @@ def _join(header: bytes, ints: array[int], extents: array[int], digests: bytearr
     if sys.byteorder == "big":
         ints.byteswap()
         extents.byteswap()
-    return b"".join([PREFIX, len(header).to_bytes(8, "little"), header, ints.tobytes(), extents.tobytes(),
-                     bytes(digests)])  # fmt: skip
+    return b"".join(
+        [PREFIX, len(header).to_bytes(8, "little"), header, ints.tobytes(), extents.tobytes(), bytes(digests)]
+    )
 
 
 def _optional_str(value: Any) -> str | None:
@@ -116,14 +124,20 @@ def _storage_meta(meta: Any) -> dict[str, Any] | None:
     if not all(type(m) is str for m in modules):
         raise Unsupported("storage_meta modules")
     names = ("checkpoint_id", "save_id", "load_id")
-    return {**{n: _optional_str(None if getattr(meta, n) is None else str(getattr(meta, n))) for n in names},
-            "modules": modules}  # fmt: skip
+    return {
+        **{n: _optional_str(None if getattr(meta, n) is None else str(getattr(meta, n))) for n in names},
+        "modules": modules,
+    }
 
 
 def _properties(p: Any) -> list[Any] | None:
     """DCP's tensor properties but the dtype, null when they are the defaults."""
-    names = [str(p.layout).removeprefix("torch."), bool(p.requires_grad),
-             str(p.memory_format).removeprefix("torch."), bool(p.pin_memory)]  # fmt: skip
+    names = [
+        str(p.layout).removeprefix("torch."),
+        bool(p.requires_grad),
+        str(p.memory_format).removeprefix("torch."),
+        bool(p.pin_memory),
+    ]
     return None if names == ["strided", False, "contiguous_format", False] else names
 
 
