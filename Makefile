@@ -26,16 +26,22 @@ browser-deps:  ## Debian's Chromium, headless: the HTML report's browser tests a
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y chromium; }
 
 # Two distributions from this repository: the checkpoint library ckptio (lib/ckptio) and the benchmark.
-$(VENV)/.installed: pyproject.toml lib/ckptio/pyproject.toml
+# What the default sweep needs (fio's engine and the checkpoint engines: torch, ckptio, safetensors) ...
+$(VENV)/.installed-run: pyproject.toml lib/ckptio/pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH_PIN)"
+	$(PY) -m pip install --quiet -e "./lib/ckptio[codecs]" -e ".[checkpoint]"
+	touch $@
+
+# ... and, for the tests and the other configs, the S3 clients and the test tools.
+$(VENV)/.installed: $(VENV)/.installed-run
 	$(PY) -m pip install --quiet -e "./lib/ckptio[codecs]" -e ".[checkpoint,s3,s3torch,test]"
 	touch $@
 
 install: system-deps $(VENV)/.installed
 
-run: install  ## sweep the default config, then report what it wrote (even when a case failed)
+run: system-deps $(VENV)/.installed-run  ## sweep the default config, then report what it wrote (even when a case failed)
 	@$(VENV)/bin/gdsbench sweep $(CONFIG) -o $(RESULTS); status=$$?; \
 	  latest=$$(ls -t $(RESULTS)/*.csv 2>/dev/null | head -n 1); \
 	  [ -n "$$latest" ] && $(VENV)/bin/gdsbench report "$$latest"; exit $$status

@@ -40,9 +40,11 @@ def prerequisites(target: str) -> set[str]:
 
 def test_make_run_installs_fio_and_the_venv_but_not_ceph():
     assert "ceph-deps" not in prerequisites("run") and "browser-deps" not in prerequisites("run")
-    planned = make("-n", "run", "RESULTS=/nonexistent")
+    planned = make("-n", "run", "RESULTS=/nonexistent", "VENV=/nonexistent-venv")
     assert "apt-get install -y fio python3-venv" in planned
     assert "ceph" not in planned.lower() and "chromium" not in planned
+    # the default sweep's Python packages only: no S3 clients, no test tools
+    assert '-e ".[checkpoint]"' in planned and "s3torch" not in planned and "test]" not in planned
 
 
 @pytest.mark.parametrize("target", ["ceph-up", "ceph-demo", "test"])
