@@ -40,17 +40,31 @@ class Tags(HTMLParser):
 
 
 @pytest.fixture(scope="module")
-def page() -> str:
-    return html.page(results.load(SAMPLE))
+def figures() -> list[plots.Plot]:
+    """The sample's figures, drawn once for every test of the page (drawing them is most of a page's cost)."""
+    return plots.figures(results.load(SAMPLE))
 
 
-def test_page_is_self_contained_with_every_figure(page: str) -> None:
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory, figures: list[plots.Plot]) -> tuple[Path, list[tuple]]:
+    """The sample's page written once as `report --html` writes it, and what its progress callback was told."""
+    seen: list[tuple[int, int, str]] = []
+    folder = tmp_path_factory.mktemp("page")
+    path = html.write(results.load(SAMPLE), folder, figures=figures, progress=lambda *told: seen.append(told))
+    return path, seen
+
+
+@pytest.fixture(scope="module")
+def page(written: tuple[Path, list[tuple]]) -> str:
+    return written[0].read_text(encoding="utf-8")
+
+
+def test_page_is_self_contained_with_every_figure(page: str, figures: list[plots.Plot]) -> None:
     parser = Tags()
     parser.feed(page)
     assert parser.open == []
     images = [attrs["src"] for tag, attrs in parser.starts if tag == "img"]
-    frame = results.load(SAMPLE)
-    assert len(images) == len(plots.figures(frame)) == 8
+    assert len(images) == len(figures) == 8
     for src in images:
         assert src.startswith("data:image/png;base64,")
         assert base64.b64decode(src.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
@@ -188,11 +202,9 @@ def test_no_heatmap_for_fewer_than_two_by_two_cells() -> None:
     assert [p.name for p in plots.heatmaps(frame)][:1] == ["heatmap-read-CPU_CACHED"]
 
 
-def test_figure_progress_is_told_of_every_figure(tmp_path: Path) -> None:
-    seen: list[tuple[int, int, str]] = []
-    frame = results.load(SAMPLE)
-    figures = plots.figures(frame)
-    html.write(frame, tmp_path, figures=figures, series=[], progress=lambda *told: seen.append(told))
+def test_figure_progress_is_told_of_every_figure(written: tuple[Path, list[tuple]], figures: list[plots.Plot]) -> None:
+    """The page's progress callback (the `written` page's) is told of each figure in turn; the sample has no series."""
+    _, seen = written
     assert [done for done, _, _ in seen] == list(range(1, len(figures) + 1))
     assert {total for _, total, _ in seen} == {len(figures)} and seen[-1][2] == figures[-1].name
 
@@ -214,17 +226,18 @@ def test_the_docs_screenshot_is_drawn_by_chromium(tmp_path: Path) -> None:
 
 
 @pytest.mark.needs_chromium
-def test_the_docs_screenshot_can_hold_the_whole_page(tmp_path: Path) -> None:
-    """`--full` (make docs-screenshot): the page down to its footer, cut a few pixels below it, in 256 colours."""
-    import subprocess
-    import sys
-
+def test_the_docs_screenshot_can_hold_the_whole_page(tmp_path: Path, written: tuple[Path, list[tuple]]) -> None:
+    """`--full` (make docs-screenshot): the page down to its footer, cut a few pixels below it, in 256 colours.
+    The tool's command line and screenshot in this process, on the sample's page as its main() writes it (the
+    module's `written`: the figures are drawn once; the test above runs the tool whole)."""
     from PIL import Image, ImageChops
 
-    out = tmp_path / "page.png"
-    tool = Path(__file__).parents[1] / "tools" / "html_screenshot.py"
-    subprocess.run([sys.executable, str(tool), str(out), str(SAMPLE[0]), "--width", "900", "--full"],
-                   check=True, timeout=180)  # fmt: skip
+    from tools.html_screenshot import arguments, screenshot
+
+    args = arguments([str(tmp_path / "page.png"), str(SAMPLE[0]), "--width", "900", "--full"])
+    assert args.csvs == SAMPLE and args.height is None
+    screenshot(written[0], args.out, args.width, args.height)
+    out = args.out
     with Image.open(out) as image:
         assert image.mode == "P" and image.width == 900 and image.height > 5000  # 8 figures, one under another
         drawn = image.convert("RGB")

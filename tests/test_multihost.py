@@ -59,10 +59,19 @@ def two(servers) -> list[tuple[Host, object]]:
     return servers("sock", 1) + servers("tcp", 1)
 
 
-def test_rows_per_host_and_all_match_fios_own_figures(two, tmp_path):
+def test_rows_per_host_and_all_match_fios_own_figures_and_report_compare_and_qualify_group_by_host(two, tmp_path):
+    """One two-host sweep (the costly part) read three ways: its rows against fio's own figures; report, compare
+    and qualify grouping by host; compare naming a host that a second, one-host run lacks."""
     hosts = [host.label for host, _ in two]
     csv_path = tmp_path / "r.csv"
     rows = run_sweep(sweep_config(tmp_path, hosts), csv_path)
+    assert_rows_per_host_and_all_match_fios_own_figures(rows, csv_path, hosts)
+    assert_report_compare_and_qualify_group_by_host(csv_path, hosts)
+    assert_a_host_in_one_run_only_is_named_by_compare(csv_path, tmp_path, hosts)
+
+
+def assert_rows_per_host_and_all_match_fios_own_figures(rows: list[dict], csv_path: Path, hosts: list[str]) -> None:
+    """Each host's row and the `all` row of a run against the raw fio document they share."""
     assert [r["host"] for r in rows] == [*hosts, AGGREGATE] * 4
     assert [r["step_done"] for r in rows] == [False, False, True] * 4
     for start in range(0, 12, 3):
@@ -86,24 +95,8 @@ def test_rows_per_host_and_all_match_fios_own_figures(two, tmp_path):
     assert all(meta["fingerprint"]["hosts"][h]["collected"].startswith("here") for h in hosts)
 
 
-def test_each_host_has_its_time_series(two, tmp_path):
-    hosts = [host.label for host, _ in two]
-    path = sweep_config(
-        tmp_path, hosts, runtime="1s", series="200ms", repetitions=1, matrix={"engine": ["fio"], "pattern": ["read"]}
-    )
-    run_sweep(path, tmp_path / "r.csv")
-    table = results.load_series([tmp_path / "r.csv"])
-    assert sorted(table["host"].unique()) == sorted(hosts), "every host's logs came back, socket or TCP"
-    assert table.groupby("host")["bw_bytes"].count().min() >= 3 and (table["time_s"] <= 1.3).all()
-    assert not [p for p in (tmp_path / "r.raw" / "series").rglob("*") if p.is_file()], (
-        "fio's logs were read and removed"
-    )
-
-
-def test_report_compare_and_qualify_group_by_host(two, tmp_path):
-    hosts = [host.label for host, _ in two]
-    csv_path = tmp_path / "r.csv"
-    run_sweep(sweep_config(tmp_path, hosts), csv_path)
+def assert_report_compare_and_qualify_group_by_host(csv_path: Path, hosts: list[str]) -> None:
+    """The text report titles and stragglers, compare's table and qualify's per-host checks, by host."""
     frame = results.load([csv_path])
     text = report.render(frame, None, "text")
     titles = [line.strip() for line in text.splitlines() if line.strip().startswith("host=")]
@@ -127,15 +120,27 @@ def test_report_compare_and_qualify_group_by_host(two, tmp_path):
     assert [o.status for o in outcomes] == ["pass"] * 3
 
 
-def test_a_host_in_one_run_only_is_named_by_compare(two, tmp_path):
-    hosts = [host.label for host, _ in two]
-    base = tmp_path / "base.csv"
-    run_sweep(sweep_config(tmp_path, hosts, repetitions=1), base)
+def assert_a_host_in_one_run_only_is_named_by_compare(base: Path, tmp_path: Path, hosts: list[str]) -> None:
+    """A one-host run compared with the two-host `base`: the missing host is named."""
     new = tmp_path / "new.csv"
     run_sweep(sweep_config(tmp_path, hosts[:1], repetitions=1), new)
     result = compare.compare_files(base, new)
     assert f"host {hosts[1]} only in BASE" in result.warnings
     assert any(name.endswith(f" on {hosts[1]}") for name in result.only_base)
+
+
+def test_each_host_has_its_time_series(two, tmp_path):
+    hosts = [host.label for host, _ in two]
+    path = sweep_config(
+        tmp_path, hosts, runtime="1s", series="200ms", repetitions=1, matrix={"engine": ["fio"], "pattern": ["read"]}
+    )
+    run_sweep(path, tmp_path / "r.csv")
+    table = results.load_series([tmp_path / "r.csv"])
+    assert sorted(table["host"].unique()) == sorted(hosts), "every host's logs came back, socket or TCP"
+    assert table.groupby("host")["bw_bytes"].count().min() >= 3 and (table["time_s"] <= 1.3).all()
+    assert not [p for p in (tmp_path / "r.raw" / "series").rglob("*") if p.is_file()], (
+        "fio's logs were read and removed"
+    )
 
 
 def test_a_dead_host_is_a_failed_row_and_the_sweep_goes_on(servers, short_dir, tmp_path):

@@ -163,13 +163,18 @@ def test_latency_figure_has_mean_and_p99_panels(frame: pd.DataFrame) -> None:
     assert legend == ["CPU_CACHED 1 thr", "CPU_CACHED 4 thr", "CPU_ONLY 1 thr", "CPU_ONLY 4 thr"]
 
 
-def test_no_label_overlaps(frame: pd.DataFrame, merged: dict[str, Figure]) -> None:
-    for name, figure in [*merged.items(), *by_name(plots.figures(frame)).items()]:
+def test_no_label_overlaps(frame: pd.DataFrame) -> None:
+    """The sample's figures; the merged runs' figures are checked by test_merged_runs_facet_and_style_by_run (this
+    test is slow, run first on a worker of its own: `merged` here would be drawn twice)."""
+    for name, figure in by_name(plots.figures(frame)).items():
         assert overlapping(figure) == [], name
 
 
 def test_merged_runs_facet_and_style_by_run(frame: pd.DataFrame, merged: dict[str, Figure]) -> None:
+    """Two runs on two hosts: facets and styles by run, and no label overlaps in any of their figures."""
     figures = merged
+    for name, figure in figures.items():
+        assert overlapping(figure) == [], name
     heatmap = figures["heatmap-write-CPU_ONLY"]
     titles = [a.get_title() for a in heatmap.axes if a.get_title()]
     assert titles == ["other 20260101T000000Z-abcdef", f"vm {frame['run_id'].iloc[0]}"]

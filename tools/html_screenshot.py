@@ -110,18 +110,25 @@ def content_bottom(image: Image.Image) -> int:
     return box[3] if box else image.height
 
 
-def main() -> None:
-    """Parse the arguments, write the page, take the screenshot."""
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (sys.argv's when None); `height` is None for `--full` (the whole page)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("csvs", nargs="+", type=Path)
     parser.add_argument("--width", type=int, default=1300)
     parser.add_argument("--height", type=int, default=2600)
     parser.add_argument("--full", action="store_true", help="the whole page, however tall (not --height)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    args.height = None if args.full else args.height
+    return args
+
+
+def main() -> None:
+    """Parse the arguments, write the page, take the screenshot."""
+    args = arguments()
     with tempfile.TemporaryDirectory(prefix="gdsbench-page-") as folder:
         page = html.write(results.load(args.csvs), Path(folder))
-        screenshot(page, args.out, args.width, None if args.full else args.height)
+        screenshot(page, args.out, args.width, args.height)
     with Image.open(args.out) as image:
         print(f"{args.out}: {image.width}x{image.height}, {args.out.stat().st_size // 1024} KiB")
 
