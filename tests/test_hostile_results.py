@@ -83,7 +83,7 @@ def assert_clean(result, path: Path, codes: tuple[int, ...]) -> None:
         assert str(path) in lines[-1] or "no case in common" in lines[-1], result.output
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=hostile_files(), fmt=st.sampled_from(["text", "markdown", "csv", "json"]))
 def test_report_and_compare_end_hostile_files_with_a_clear_error_or_a_report(tmp_path, data, fmt):
     path = tmp_path / "hostile.csv"
