@@ -196,3 +196,28 @@ def test_ranks_that_read_different_commits_are_refused(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="ranks read different commits"):
         readers[0].prepare_global_plan(plans)
     assert readers[0].prepare_global_plan([plans[0], plans[0]]) == [LoadPlan([]), LoadPlan([])]
+
+
+def test_a_byte_item_that_asks_for_a_bare_sized_bytearray_is_refused_before_allocating() -> None:
+    """A DCP byte item's pickle of ~30 bytes calling bytearray(100_000_000) allocated and zeroed it (512 MB at the
+    peak, then saved it again for the planner); it is refused as the single-file loads refuse it."""
+    import io
+    import tracemalloc
+    import zipfile
+
+    from ckptio.dcp.objects import loadable_bytes
+
+    saved = io.BytesIO()
+    torch.save(bytearray(b"x"), saved)
+    bomb = b"\x80\x02cbuiltins\nbytearray\nJ\x00\xe1\xf5\x05\x85R."  # bytearray(100_000_000)
+    forged = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(saved.getvalue())) as src, zipfile.ZipFile(forged, "w") as out:
+        for name in src.namelist():
+            out.writestr(name, bomb if name.endswith("data.pkl") else src.read(name))
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidCheckpoint, match="'step'"):
+            loadable_bytes(forged.getvalue(), "step", "/ckpt")
+        assert tracemalloc.get_traced_memory()[1] < 10_000_000
+    finally:
+        tracemalloc.stop()

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..errors import InvalidCheckpoint, UnsafeObject
+from ..unpickle import allowlist_once
 
 
 def loadable_bytes(data: bytes, key: str, path: str | os.PathLike[str]) -> bytes:
@@ -38,8 +39,10 @@ def check_saveable(data: io.BytesIO, key: str) -> None:
 
 
 def _weights_only(data: bytes) -> Any:
-    """torch.load(weights_only=True) of a byte item (the caller's add_safe_globals apply)."""
-    return torch.load(io.BytesIO(data), weights_only=True)
+    """torch.load(weights_only=True) of a byte item (the caller's add_safe_globals apply), with the single-file
+    loads' allowlist: a `bytearray` of a bare size is refused, never allocated."""
+    with allowlist_once():
+        return torch.load(io.BytesIO(data), weights_only=True)
 
 
 def _first_line(error: BaseException) -> str:
