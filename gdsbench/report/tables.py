@@ -78,11 +78,13 @@ def varying(frame: pd.DataFrame, columns: list[str]) -> list[str]:
 def unused(frame: pd.DataFrame) -> dict[str, set[str]]:
     """Each case's options its rows leave blank although its key names them: options its engine does not use
     there (a read's end_fsync, the pool of fio on a local disk), as the sweep wrote them."""
-    found: dict[str, set[str]] = {}
-    for case in frame["case"].dropna().unique() if "case" in frame else ():
-        first = frame[frame["case"] == case].iloc[0]
-        found[case] = {n for n in parse_case(case) if n in first.index and missing(first[n])}
-    return found
+    if "case" not in frame:
+        return {}
+    firsts = frame.dropna(subset=["case"]).drop_duplicates("case")  # each case's first row, in one pass
+    return {
+        row["case"]: {n for n in parse_case(row["case"]) if n in row.index and missing(row[n])}
+        for _, row in firsts.iterrows()
+    }
 
 
 def case_labels(cases: list[str], blank: Mapping[str, set[str]] | None = None) -> tuple[list[str], list[list[str]]]:
