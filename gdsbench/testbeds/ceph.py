@@ -26,6 +26,7 @@ from typing import Any
 
 from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
+from gdsbench.sysinfo.storage import MOUNTS, parse_mounts
 from gdsbench.testbeds.journal import Journal, undone_on_failure
 
 DEFAULT_DIR = Path("/var/tmp/gdsbench-ceph")
@@ -524,9 +525,8 @@ def _alive(pid: int) -> bool:
 
 
 def _mounts() -> list[str]:
-    """Mount points now (octal escapes decoded)."""
-    lines = Path("/proc/mounts").read_text().splitlines()
-    return [line.split()[1].encode().decode("unicode_escape") for line in lines]
+    """Mount points now (sysinfo's reading of /proc/self/mounts)."""
+    return [m.point for m in parse_mounts(MOUNTS.read_text())]
 
 
 def ceph(conf: str | Path, *args: str) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
+from gdsbench.sysinfo.storage import MOUNTS, parse_mounts
 from gdsbench.testbeds.journal import Journal, undone_on_failure
 from gdsbench.units import size_label
 
@@ -180,12 +181,8 @@ def _ours(folder: Path) -> bool:
 
 
 def _mounted(source: str, target: str) -> bool:
-    """`source` is mounted at `target` now (octal escapes of /proc/mounts decoded)."""
-    for line in Path("/proc/mounts").read_text().splitlines():
-        fields = [part.encode().decode("unicode_escape") for part in line.split()[:2]]
-        if fields == [source, target]:
-            return True
-    return False
+    """`source` is mounted at `target` now (sysinfo's reading of /proc/self/mounts)."""
+    return any((m.device, m.point) == (source, target) for m in parse_mounts(MOUNTS.read_text()))
 
 
 def _run(argv: list[str]) -> str:
