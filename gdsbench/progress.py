@@ -3,6 +3,8 @@ figures (fio's periodic status, each finished host) in its description."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +29,7 @@ def rows_with_bar(
         TimeRemainingColumn(),
     )
     seen: Counter = Counter()
-    with Progress(*columns, console=console, transient=False) as progress:
+    with live_bar(Progress(*columns, console=console, transient=False)) as progress:
         task = progress.add_task("sweep", total=sum(steps.values()))
         if ctx is not None:
             ctx.on_status = lambda status: progress.update(task, description=live_text(status))
@@ -49,6 +51,30 @@ def rows_with_bar(
             label = f"{row['engine']} {row.get('pattern')} {row['status']} {bandwidth(row)}"
             progress.update(task, advance=advance, description=label)
             yield row
+
+
+@contextlib.contextmanager
+def live_bar(progress: Progress) -> Iterator[Progress]:
+    """Run a bar whose refresh thread starts and stops with Ctrl-C and SIGTERM held back: one landing inside
+    threading's start or join broke its lock ('release unlocked lock', exit 1) instead of stopping the sweep."""
+    try:
+        with signals_held():
+            progress.start()
+        yield progress
+    finally:
+        with signals_held():
+            progress.stop()
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for a short section; one that came meanwhile is acted on at its end."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def bandwidth(row: dict[str, Any]) -> str:
