@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -13,6 +14,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from gdsbench.units import num2str
+
+HELD = (signal.SIGINT, signal.SIGTERM)  # what a bar's start and stop hold back
 
 
 def rows_with_bar(
@@ -68,13 +71,21 @@ def live_bar(progress: Progress) -> Iterator[Progress]:
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM back for a short section; one that came meanwhile is acted on at its end."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    """Hold SIGINT and SIGTERM back for a short section; one that came meanwhile is raised again at its end, to
+    the handlers from before (Python runs handlers in the main thread whichever thread the kernel picked, so a
+    thread's signal mask cannot hold them: the handlers are swapped). Outside the main thread: no holding."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    previous = {number: signal.signal(number, lambda n, _: came.append(n)) for number in HELD}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
+        for came_first in dict.fromkeys(came):
+            signal.raise_signal(came_first)
 
 
 def bandwidth(row: dict[str, Any]) -> str:

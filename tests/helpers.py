@@ -84,13 +84,14 @@ def mounted(point: Path, fstype: str, *options: str) -> Iterator[Path]:
         subprocess.run(["umount", "--lazy", str(point)], check=True)  # lazy: a leaked descriptor cannot wedge it
 
 
-#: Modules the kill tests' children need, imported once by a fork server: each child is a fork of it, so a
-#: kill test costs a fork, not an interpreter importing torch (the crash is the same: SIGKILL mid-save).
+#: Modules the tests' torch children need (kill tests, ranks, concurrent savers), imported once by a fork server:
+#: each child is a fork of it, so a child costs a fork, not an interpreter importing torch (~2.5 s of CPU here;
+#: a kill test's crash is the same: SIGKILL mid-save).
 PRELOAD = ["torch", "torch.distributed.checkpoint", "ckptio"]
 _servers: list[Any] = []
 
 
-def _forkserver() -> Any:
+def forkserver() -> Any:
     """This process's multiprocessing context whose fork server preloaded PRELOAD (started on first use)."""
     import multiprocessing
 
@@ -102,20 +103,27 @@ def _forkserver() -> Any:
 
 
 def _run_program(program: str, args: list[str], ready: Any) -> None:
-    """A kill test's child: `program` run as `python -c program *args` would run it, `ready()` telling the test
-    it is about to work."""
+    """A forked child: `program` run as `python -c program *args` would run it, `ready()` telling the test (when
+    it listens) that the program is about to work."""
     sys.argv = ["-c", *args]
-    exec(compile(program, "<kill-test child>", "exec"), {"__name__": "__main__", "ready": lambda: ready.send(True)})
+    told = (lambda: ready.send(True)) if ready is not None else (lambda: None)
+    exec(compile(program, "<forked child>", "exec"), {"__name__": "__main__", "ready": told})
+
+
+def start_program(program: str, args: list[str], ready: Any = None) -> Any:
+    """`python -c program *args` as a child forked from the fork server (PRELOAD imported): the started
+    multiprocessing Process, whose exitcode is the program's (1 with its traceback on stderr if it raised)."""
+    child = forkserver().Process(target=_run_program, args=(program, args, ready), daemon=True)
+    child.start()
+    return child
 
 
 def kill_when_busy(program: str, args: list[str], seed: int, window: tuple[float, float]) -> None:
     """Run `program` (with `args` as its argv) in a child forked from a fork server that preloaded torch and
     ckptio, wait for it to call `ready()`, then SIGKILL it at a moment drawn (by `seed`) from `window` seconds:
     a crash at a random point of its work."""
-    context = _forkserver()
-    receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_run_program, args=(program, args, send), daemon=True)
-    child.start()
+    receive, send = forkserver().Pipe(duplex=False)
+    child = start_program(program, args, send)
     try:
         assert receive.poll(60) and receive.recv() is True, f"the child never became ready (exit {child.exitcode})"
         time.sleep(random.Random(seed).uniform(*window))

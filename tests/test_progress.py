@@ -12,6 +12,14 @@ from rich.progress import Progress
 from gdsbench import progress
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_raises():
+    """SIGINT raising KeyboardInterrupt, as in the CLI (an xdist worker ignores it), restored after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def test_a_signal_held_back_is_acted_on_at_the_end_of_the_section():
     reached = []
     with pytest.raises(KeyboardInterrupt), progress.signals_held():

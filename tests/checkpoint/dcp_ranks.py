@@ -1,5 +1,6 @@
-"""Rank programs for the multi-process DCP tests: real torch.distributed (gloo on 127.0.0.1), spawned by
-torch.multiprocessing. Each program asserts what it checks; a failed assertion fails the spawn."""
+"""Rank programs for the multi-process DCP tests: real torch.distributed (gloo on 127.0.0.1), the ranks forked
+by torch.multiprocessing from a fork server. Each program asserts what it checks; a failed assertion fails the
+start."""
 
 from __future__ import annotations
 
@@ -19,24 +20,33 @@ from torch.distributed.checkpoint import DefaultSavePlanner
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
-from gdsbench.runners.checkpoint.distributed import free_port
+from gdsbench.launchers import free_port
+from tests.helpers import forkserver
 
 SMALL = IOOptions(chunk_bytes=64 << 10, buffer_bytes=256 << 10, threads=2)
 
 
-def run(program: Callable[..., None], world_size: int, *args: Any) -> None:
-    """Run `program(rank, world_size, *args)` on `world_size` ranks joined in a gloo process group."""
-    mp.spawn(_entry, args=(program, world_size, free_port(), args), nprocs=world_size, join=True)
-
-
 Step = tuple[Callable[..., None], int, tuple[Any, ...]]
+World = tuple[int, list[Step]]
 
 
-def run_steps(world_size: int, steps: list[Step]) -> None:
-    """Run each (program, ranks, args) in turn in one spawn of `world_size` ranks: a smaller world is the
-    group of the first `ranks` ranks (the others wait), so one start-up of torch and gloo serves every world
-    size a test needs."""
-    mp.spawn(_entry, args=(_steps, world_size, free_port(), (steps,)), nprocs=world_size, join=True)
+def run_worlds(worlds: list[World]) -> None:
+    """Run each (world size, steps) in turn in one start of as many processes as the first world: the first
+    ranks of the processes form each world as a fresh default process group (the others have left), so one
+    start-up serves every world a module needs. Sizes never grow: a process that left does not return. The
+    processes are forks of the tests' fork server (torch, DCP and ckptio imported once), not interpreters."""
+    sizes = [size for size, _ in worlds]
+    assert sizes == sorted(sizes, reverse=True), sizes
+    forkserver()
+    mp.start_processes(_worlds, args=(worlds, free_port()), nprocs=sizes[0], start_method="forkserver")
+
+
+def _worlds(rank: int, worlds: list[World], port: int) -> None:
+    """Join every world this rank is in, in turn, running its steps; each world's rank 0 picks the next's port."""
+    for size, steps in worlds:
+        if rank >= size:
+            return
+        port = _entry(rank, _steps, size, port, (steps,))
 
 
 def _steps(rank: int, world_size: int, steps: list[Step]) -> None:
@@ -62,15 +72,19 @@ def forget_plans() -> None:
             cache.clear()
 
 
-def _entry(rank: int, program: Callable[..., None], world_size: int, port: int, args: tuple[Any, ...]) -> None:
+def _entry(rank: int, program: Callable[..., None], world_size: int, port: int, args: tuple[Any, ...]) -> int:
     """One rank: join the group on 127.0.0.1, run the program, leave together (a rank that tears its group
-    down while a peer still sends to it can abort gloo: `terminate called without an active exception`)."""
+    down while a peer still sends to it can abort gloo: `terminate called without an active exception`).
+    Returns a port free on rank 0 (a next world's rendezvous)."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     warnings.simplefilter("ignore")
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
         program(rank, world_size, *args)
+        ports = [free_port() if rank == 0 else 0]
+        dist.broadcast_object_list(ports, src=0)
         dist.barrier()
+        return int(ports[0])
     finally:
         dist.destroy_process_group()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import errno
 import hashlib
-import multiprocessing as mp
 import os
 import pickle
 from pathlib import Path
@@ -32,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.distributed.checkpoint.api import CheckpointException
 
-from tests.helpers import mounted
+from tests.helpers import forkserver, mounted
 
 SMALL = IOOptions(chunk_bytes=64 << 10, buffer_bytes=256 << 10, threads=2)
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -369,8 +368,8 @@ def _saver(path: str, seed: int, saves: int, rounds: Any, out: Any) -> None:
 @pytest.mark.timeout(240)
 def test_concurrent_savers_always_leave_one_complete_checkpoint(tmp_path: Path) -> None:
     """Two processes hammer one directory; after each round, both stopped, it loads to one of their states,
-    whole, with no orphan file. The processes live across the three rounds (one start-up of torch each)."""
-    ctx = mp.get_context("spawn")
+    whole, with no orphan file. The processes live across the three rounds (forks of the tests' fork server)."""
+    ctx = forkserver()
     path = tmp_path / "ckpt"
     rounds, out = [ctx.Event() for _ in range(3)], ctx.Queue()
     procs = [ctx.Process(target=_saver, args=(str(path), seed, 4, rounds, out)) for seed in (1, 2)]

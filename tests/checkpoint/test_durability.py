@@ -13,7 +13,7 @@ import pytest
 import torch
 from ckptio import durable, load, save
 
-from tests.helpers import kill_when_busy
+from tests.helpers import kill_when_busy, start_program
 
 # Executed both here and in the child, so both build identical state dicts for a tag.
 MAKE_STATE = """
@@ -121,18 +121,15 @@ def test_concurrent_saves_to_one_path_leave_one_whole_checkpoint(tmp_path: pathl
     """Two processes saving to one path at once: the file is always one writer's whole checkpoint,
     and nothing is left behind once both are done."""
     path = tmp_path / "ckpt.pt"
-    children = [
-        subprocess.Popen(
-            [sys.executable, "-c", CONCURRENT, str(path), str(tag)], cwd=pathlib.Path(__file__).resolve().parents[2]
-        )
-        for tag in (5, 6)
-    ]
+    children = [start_program(CONCURRENT, [str(path), str(tag)]) for tag in (5, 6)]  # forks: no torch start-up
     seen = set()
-    while any(c.poll() is None for c in children):
+    while any(c.is_alive() for c in children):
         if path.exists():
             seen.add(_check_complete(path))
         time.sleep(0.05)
-    assert all(c.returncode == 0 for c in children)
+    for c in children:
+        c.join()
+    assert all(c.exitcode == 0 for c in children)
     assert _check_complete(path) in (5, 6) and seen <= {5, 6}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
 
