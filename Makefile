@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 CONFIG ?= configs/local.yaml
 RESULTS ?= results
 
-.PHONY: run test test-fast coverage lint docs-screenshot torch-floor system-deps ceph-deps browser-deps install \
+.PHONY: run test test-fast coverage lint docs-screenshot torch-floor system-deps ceph-deps browser-deps mpi-deps slurm-deps install \
 	clean-venv gpu-smoke
 
 system-deps:  ## what the default sweep needs from the OS packages: fio (with its libaio and liburing), python3-venv
@@ -20,6 +20,16 @@ ceph-deps:  ## Debian's Ceph (~200 MB), for the one-host Ceph (`make ceph-up`) a
 	@command -v ceph-mon >/dev/null 2>&1 || { $(SUDO) apt-get update && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends \
 	  ceph ceph-mon ceph-osd ceph-mgr radosgw ceph-common ceph-mds ceph-fuse; }
+
+mpi-deps:  ## Debian's Open MPI (mpirun), for `launcher: mpirun` and its tests
+	@command -v mpirun >/dev/null 2>&1 || { $(SUDO) apt-get update && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends openmpi-bin; }
+
+slurm-deps:  ## Debian's Slurm and munge (3.5 MB, 13 MB on disk), for the one-host Slurm (`gdsbench slurm up`) and its tests
+	@command -v slurmd >/dev/null 2>&1 && command -v slurmctld >/dev/null 2>&1 && command -v srun >/dev/null 2>&1 && \
+	  command -v munged >/dev/null 2>&1 || { $(SUDO) apt-get update && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y --no-install-recommends \
+	  slurmd slurmctld slurm-client munge; }
 
 browser-deps:  ## Debian's Chromium, headless: the HTML report's browser tests and its screenshot
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update && \
@@ -62,7 +72,7 @@ PYTEST_PARALLEL ?= -n $(shell echo $$(( $$(nproc) + 2 ))) --dist worksteal
 # The lint runs beside the tests (its output held and printed after theirs); either failing fails the target.
 LINT_LOG := $(VENV)/lint.log
 
-test: install ceph-deps browser-deps  ## ruff, mypy and the whole test suite (Ceph's and Chromium's tests too), side by side
+test: install ceph-deps browser-deps mpi-deps slurm-deps  ## ruff, mypy and the whole test suite (Ceph's and Chromium's tests too), side by side
 	@$(MAKE) --no-print-directory lint > $(LINT_LOG) 2>&1 & lint=$$!; \
 	  $(VENV)/bin/pytest $(PYTEST_PARALLEL); tests=$$?; \
 	  wait $$lint; linted=$$?; cat $(LINT_LOG); \

@@ -69,6 +69,13 @@ def cli() -> None:
     metavar="PATH",
     help="The gdsio executable (else the config's `gdsio`, $GDSIO, PATH, /usr/local/cuda*/gds/tools).",
 )
+@click.option(
+    "--launcher",
+    default=None,
+    metavar="NAME",
+    help="How distributed checkpoint cases start their ranks, over the config's `launcher:` name: "
+    "local (torchrun here), torchrun, srun or mpirun.",
+)
 def sweep(
     config_file: Path | None,
     output: Path,
@@ -76,6 +83,7 @@ def sweep(
     skip_failed: bool,
     dry_run: bool,
     gdsio_path: str | None,
+    launcher: str | None,
 ) -> None:
     """Run the sweep described by CONFIG_FILE (a YAML file; see configs/)."""
     from gdsbench import config as config_mod
@@ -88,6 +96,8 @@ def sweep(
         raise UsageError(f"--gdsio {gdsio_path}: no executable file there")
     if gdsio_path:
         config = dataclasses.replace(config, options={**config.options, "gdsio": gdsio_path})
+    if launcher:
+        config = config_mod.with_launcher(config, launcher)
     if dry_run:
         cli_sweep.print_plan(config)
         return
@@ -381,14 +391,19 @@ def ceph() -> None:
     """A one-host Ceph for tests and demos: mon, mgr, one OSD, radosgw (S3), CephFS; loopback only, auth off."""
 
 
-_CEPH_DIR = click.option(
-    "--dir",
-    "directory",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("/var/tmp/gdsbench-ceph"),
-    show_default=True,
-    help="The cluster's data directory (all it makes lives there).",
-)
+def _data_dir(default: str) -> Any:
+    """A testbed cluster's --dir option: its data directory, where all it makes lives."""
+    return click.option(
+        "--dir",
+        "directory",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path(default),
+        show_default=True,
+        help="The cluster's data directory (all it makes lives there).",
+    )
+
+
+_CEPH_DIR = _data_dir("/var/tmp/gdsbench-ceph")
 
 
 @ceph.command("up")
@@ -425,6 +440,63 @@ def ceph_down(directory: Path) -> None:
     from gdsbench.testbeds import ceph as ceph_local
 
     removed = ceph_local.down(directory)
+    click.echo("\n".join(removed) if removed else f"nothing to remove: no cluster in {directory}")
+
+
+@cli.command("import")
+@click.argument("summaries", nargs=-1, required=True, type=click.Path(path_type=Path))
+@_folder("--output", "-o", "results", "Folder for the results CSV and its sidecar.")
+@click.option(
+    "--checkpoints",
+    type=click.IntRange(1, 1000),
+    default=10,
+    show_default=True,
+    help="Checkpoints per phase (summary.json does not record it; the rules' CLOSED runs take 10).",
+)
+def import_summaries(summaries: tuple[Path, ...], output: Path, checkpoints: int) -> None:
+    """Import MLPerf Storage / DLIO checkpointing summary.json files as one results CSV (and sidecar) that
+    report, compare and qualify read beside gdsbench's runs; print its path."""
+    from gdsbench import mlperf_import
+
+    click.echo(str(mlperf_import.import_files(summaries, output, checkpoints)))
+
+
+@cli.group()
+def slurm() -> None:
+    """A one-host Slurm for tests and demos: slurmctld, one slurmd and a munged of its own, on 127.0.0.1."""
+
+
+_SLURM_DIR = _data_dir("/var/tmp/gdsbench-slurm")
+
+
+@slurm.command("up")
+@_SLURM_DIR
+def slurm_up(directory: Path) -> None:
+    """Bring the cluster up (root; installs Debian's Slurm and munge if missing); a failure or Ctrl-C undoes it.
+    Prints `export SLURM_CONF=...` (eval it) for srun, sbatch and sinfo."""
+    import shlex
+
+    from gdsbench.testbeds import slurm as slurm_local
+
+    with cli_sweep.terminate_as_interrupt():  # SIGTERM too: up undoes its steps, no daemon is left running
+        if slurm_local.install():
+            err.print("installed Debian's Slurm and munge packages")
+        slurm_local.check_can_make(directory.absolute())
+        cluster = slurm_local.up(directory)
+    ctld, slurmd = cluster.ports
+    click.echo(f"node {cluster.nodename} ({cluster.cpus} CPUs, {cluster.memory_mib} MiB), partition {cluster.partition}; "
+               f"slurmctld 127.0.0.1:{ctld}, slurmd 127.0.0.1:{slurmd}", err=True)  # fmt: skip
+    click.echo(f"`gdsbench slurm down --dir {cluster.directory}` removes it; for srun, sbatch, sinfo:", err=True)
+    click.echo(f"export SLURM_CONF={shlex.quote(str(cluster.conf))}")
+
+
+@slurm.command("down")
+@_SLURM_DIR
+def slurm_down(directory: Path) -> None:
+    """Cancel the cluster's jobs, stop and remove what `slurm up` made in --dir (nothing else)."""
+    from gdsbench.testbeds import slurm as slurm_local
+
+    removed = slurm_local.down(directory)
     click.echo("\n".join(removed) if removed else f"nothing to remove: no cluster in {directory}")
 
 

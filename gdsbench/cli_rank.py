@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from gdsbench import config
+from gdsbench import config, rank_env
 from gdsbench.errors import ConfigError
 from gdsbench.runners.checkpoint import rank
 from gdsbench.runners.checkpoint.rank_job import RankJob
@@ -45,10 +45,27 @@ def parser() -> argparse.ArgumentParser:
         "checkpoint_size)",
     )
     p.add_argument("--warmup", type=int, default=1, help="unmeasured saves before the measured one")
+    p.add_argument(
+        "--rendezvous",
+        default="",
+        help="HOST:PORT where rank 0 listens for the others (MASTER_ADDR/MASTER_PORT, where the launcher set none; "
+        "':PORT' under srun: the step's first node)",
+    )
+    p.add_argument(
+        "--join-timeout",
+        type=float,
+        default=1800.0,
+        help="seconds a rank waits for every other to join, and for any collective (a node that never joins)",
+    )
     return p
 
 
 def parse(argv: list[str]) -> RankJob:
+    """The job alone (parse_with_args)."""
+    return parse_with_args(argv)[0]
+
+
+def parse_with_args(argv: list[str]) -> tuple[RankJob, argparse.Namespace]:
     """The job: the case, from its key (parsed by the config's own keys, every value it leaves out at its
     default), and where to work."""
     p = parser()
@@ -65,12 +82,23 @@ def parse(argv: list[str]) -> RankJob:
             "--case: name checkpoint_size (each node generates the workload preset at that size), or give "
             "--workload-file"
         )
-    return job
+    return job, args
 
 
 def main(argv: list[str]) -> int:
-    """Parse the job, then run it on this rank."""
-    return rank.execute(parse(argv))
+    """Parse the job, place this rank as its launcher says (torchrun, srun, mpirun, a Kubernetes Indexed Job),
+    then run it."""
+    job, args = parse_with_args(argv)
+    try:
+        os.environ.update(rank_env.torch_variables(os.environ, job.world_size, args.rendezvous, first_node))
+    except rank_env.RankEnvError as exc:
+        raise SystemExit(f"gdsbench.cli_rank: {exc}") from None
+    return rank.execute(job, args.join_timeout)
+
+
+def first_node() -> str:
+    """The rendezvous host where only its port was given: the Slurm step's first node."""
+    return rank_env.slurm_first_node(os.environ)
 
 
 if __name__ == "__main__":

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gdsbench import runners
+from gdsbench import launchers, runners
 from gdsbench.cases import CORE_AXES, Case, Pattern, Transfer, cross_product, matches, plain, unique
 from gdsbench.columns import Column
-from gdsbench.errors import ConfigError
+from gdsbench.errors import ConfigError, UsageError
 from gdsbench.hosts import HostError, parse_hosts
 from gdsbench.keys import (
     Key,
@@ -98,7 +98,7 @@ SWEEP_KEYS: dict[str, Key] = {
     )
 }
 
-STRUCTURE_KEYS = ("matrix", "exclude", "checks", "hosts", "allow_flags")
+STRUCTURE_KEYS = ("matrix", "exclude", "checks", "hosts", "launcher", "allow_flags")
 
 
 @dataclass(frozen=True)
@@ -216,6 +216,7 @@ def from_dict(document: Any, source: str, default_name: str = "sweep") -> SweepC
     settings = {name: _setting(source, name, key, document) for name, key in SWEEP_KEYS.items()}
     settings["name"] = settings["name"] or default_name
     settings["hosts"] = _hosts(source, document.get("hosts"))
+    settings["launch"] = launch_setting(source, document.get("launcher", "local"))
     options = {name: _setting(source, name, key, document) for name, key in option_keys.items() if name in document}
     excludes = _excludes(source, document.get("exclude", []))
     cases = tuple(expand(source, document.get("matrix"), options, excludes))
@@ -250,6 +251,25 @@ def _hosts(source: str, value: Any) -> tuple:
         return parse_hosts(value, base=Path(source).parent)
     except HostError as exc:
         raise ConfigError(source, exc.where, exc.expected, exc.got) from None
+
+
+def launch_setting(source: str, value: Any) -> launchers.Launch:
+    """How distributed checkpoint cases start their ranks (`launcher:`, a name or a mapping; local by default)."""
+    try:
+        return launchers.parse(value)
+    except launchers.LaunchError as exc:
+        raise ConfigError(source, exc.where, exc.expected, exc.got) from None
+
+
+def with_launcher(config: SweepConfig, name: str) -> SweepConfig:
+    """The config with its `launcher:` named `name` on the command line (its other launcher settings kept)."""
+    current = config.raw.get("launcher", "local")
+    value = {**current, "name": name} if isinstance(current, Mapping) else name
+    try:
+        launch = launchers.parse(value, where="--launcher")
+    except launchers.LaunchError as exc:
+        raise UsageError(str(exc)) from None
+    return replace(config, settings={**config.settings, "launch": launch}, raw={**config.raw, "launcher": value})
 
 
 def _setting(source: str, name: str, key: Key, document: Mapping[str, Any]) -> Any:

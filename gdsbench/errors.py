@@ -34,3 +34,8 @@ class TargetError(GdsbenchError):
     """The target directory cannot be used (not a directory, not writable)."""
 
     exit_code = 2
+
+
+class SummaryError(UsageError):
+    """A file given to `gdsbench import` is not a DLIO checkpointing summary.json it can read: names the file, the
+    key and what was expected."""

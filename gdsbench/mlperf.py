@@ -171,8 +171,13 @@ class Geometry:
         return sum(t.nbytes for t in self.rank_tensors(rank))
 
     def total_bytes(self) -> int:
-        """Bytes every rank of this run writes together per checkpoint."""
-        return sum(self.rank_bytes(rank) for rank in range(self.world_size))
+        """Bytes every rank of this run writes together per checkpoint. A rank's bytes depend only on its place in
+        its model replica and on whether that replica is the first, so whole replicas are counted from two."""
+        mp, replicas = self.model_parallel, self.world_size // self.model_parallel
+        if replicas < 2 or self.world_size % mp:
+            return sum(self.rank_bytes(rank) for rank in range(self.world_size))
+        first, other = (sum(self.rank_bytes(rank) for rank in range(i * mp, (i + 1) * mp)) for i in (0, 1))
+        return first + (replicas - 1) * other
 
     def _writes_model(self, rank: int) -> bool:
         """ZeRO 1 and 2 write the model from the first data-parallel replica only."""
@@ -306,11 +311,19 @@ def cache_rule(data_bytes: int, memory_bytes: int, cache: str) -> str:
     """The rules' condition on a read phase, for its row: below 3x the client's memory the caches must be
     cleared first (the case's `cache` says whether they were)."""
     share = f"{data_bytes / GIB:.1f} GiB read per host vs 3x memory = {3 * memory_bytes / GIB:.0f} GiB"
+    return f"{share}: {cache_verdict(data_bytes, memory_bytes, cache)}"
+
+
+def cache_verdict(data_bytes: float, memory_bytes: float, cache: str) -> str:
+    """Whether a read phase meets the rules' cache condition: beyond 3x memory, or caches cleared first (`cache`
+    cold or cold-machine; warm: not cleared; '': not recorded, as in an imported DLIO summary)."""
     if data_bytes >= 3 * memory_bytes:
-        return f"{share}: beyond the page cache, no clearing needed by the rules"
+        return "beyond the page cache, no clearing needed by the rules"
     if cache == "warm":
-        return f"{share}: the rules ask caches cleared first; this warm read does not follow them"
-    return f"{share}: caches cleared first, as the rules ask"
+        return "the rules ask caches cleared first; this warm read does not follow them"
+    if not cache:
+        return "the rules ask caches cleared first; whether they were is not recorded"
+    return "caches cleared first, as the rules ask"
 
 
 def source_rank(rank: int, world_size: int, ranks_per_node: int) -> int:

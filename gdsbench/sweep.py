@@ -127,6 +127,7 @@ def context(config: SweepConfig, csv_path: Path | None) -> RunContext:
         raw_dir=results.raw_dir(csv_path) if csv_path else None,
         series_ms=series_window_ms(config),
         status_interval=config.status_interval or None,
+        launch=config.launch,
     )
 
 
@@ -386,7 +387,11 @@ def metadata(config: SweepConfig, run_id: str) -> dict[str, Any]:
         "schema_version": results.SCHEMA_VERSION,
         "config_file": str(Path(config.source).resolve()),
         "config": dict(config.raw),
-        "settings": {**config.settings, "hosts": [host.label for host in config.hosts]},
+        "settings": {
+            **config.settings,
+            "hosts": [host.label for host in config.hosts],
+            "launch": config.launch.record(),
+        },
         "cases": len(config.cases),
         "columns": records(declared(config).values()),
         "environment": environment(RECORDED_ENV),
@@ -397,7 +402,7 @@ def metadata(config: SweepConfig, run_id: str) -> dict[str, Any]:
 
 #: Environment variables that change what a run does (ckptio's IOOptions, cuFile, kvikio, threads, the S3 endpoint
 #: the s3 engines fall back to; never the credentials).
-RECORDED_ENV = ("GDSBENCH_", "CKPTIO_", "CUFILE_", "KVIKIO_", "OMP_NUM_THREADS", "AWS_ENDPOINT_URL")
+RECORDED_ENV = ("GDSBENCH_", "CKPTIO_", "CUFILE_", "KVIKIO_", "OMP_NUM_THREADS", "AWS_ENDPOINT_URL", "SLURM_")
 
 
 def environment(prefixes: tuple[str, ...]) -> dict[str, str]:

@@ -17,12 +17,8 @@ import pytest
 
 from gdsbench import trusted
 from gdsbench.testbeds import ceph
+from gdsbench.testbeds.daemons import alive as _alive
 from tests.conftest import CEPH_LOCK, ceph_test_dir
-
-
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    return ceph._alive(pid)
 
 
 def _installed() -> None:

@@ -17,8 +17,9 @@ DATA = Path(__file__).parent / "data"
 # The many child processes of the suite (the CLI, torchrun's ranks, tools) reuse compiled modules: an environment
 # with PYTHONDONTWRITEBYTECODE set (this machine's) made every child compile gdsbench and ckptio again.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-#: The fio-server fixtures (servers, short_dir) and the shared Ceph cluster (ceph_cluster) for every test module.
-pytest_plugins = ["tests.fio_servers", "tests.ceph_cluster"]
+#: The fio-server fixtures (servers, short_dir) and the shared Ceph and Slurm clusters (ceph_cluster, slurm_cluster)
+#: for every test module.
+pytest_plugins = ["tests.fio_servers", "tests.ceph_cluster", "tests.slurm_cluster"]
 
 
 def _odirect_reason() -> str | None:
@@ -54,7 +55,7 @@ PROBES = {
 
 #: Measured (pytest --durations) at 2 s or more on the 2-core VM: process start-ups (torch, gloo, torchrun,
 #: fio servers, kills) and real sweeps. Marked `slow`: `make test-fast` leaves them out, `make test` runs all.
-SLOW_MODULES = ("test_dcp_ranks.py", "test_multinode.py", "test_multihost.py", "test_fio_client_live.py",
+SLOW_MODULES = ("test_dcp_ranks.py", "test_multihost.py", "test_fio_client_live.py",
                 "test_smoke.py", "test_benchmark_scripts.py", "test_notebook.py", "test_e2e.py", "test_durability.py")  # fmt: skip
 SLOW_TESTS = (
     "test_ctrl_c_or_sigterm_keeps_every_finished_row",
@@ -105,7 +106,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 reasons[name] = probe()
             if reasons[name]:
                 item.add_marker(pytest.mark.skip(reason=f"{name}: {reasons[name]}"))
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # longest first: no slow test comes last
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    items[:] = spread_slow(items, workers)
+
+
+def spread_slow(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """The tests in the order that starts every xdist worker on its share of the slow modules (a module's tests kept
+    together, so its module fixtures are built once), the fast tests after: worksteal first hands worker k the k-th
+    of `workers` contiguous blocks; with every slow test first, one worker got them all and the others stole only
+    fast ones from its tail."""
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    fast = [item for item in items if item.get_closest_marker("slow") is None]
+    sizes, left = [], len(items)
+    for k in range(workers):  # as worksteal's first schedule splits the pending tests
+        sizes.append(left // (workers - k))
+        left -= sizes[-1]
+    blocks: list[list[pytest.Item]] = [[] for _ in sizes]
+    modules: dict[Path, list[pytest.Item]] = {}
+    for item in slow:
+        modules.setdefault(item.path, []).append(item)
+    for group in sorted(modules.values(), key=len, reverse=True):  # the largest module first, to the least loaded
+        while group:
+            k = min(range(len(blocks)), key=lambda b: len(blocks[b]) if len(blocks[b]) < sizes[b] else len(items))
+            room = sizes[k] - len(blocks[k])
+            blocks[k] += group[:room]
+            group = group[room:]
+    for k, size in enumerate(sizes):
+        need = size - len(blocks[k])
+        blocks[k] += fast[:need]
+        fast = fast[need:]
+    return [item for block in blocks for item in block]
 
 
 @pytest.fixture(autouse=True)
@@ -120,19 +150,40 @@ def _wide_text(monkeypatch: pytest.MonkeyPatch) -> None:
 CEPH_LOCK = Path("/var/tmp/gdsbench-ceph-test.lock")
 
 
+#: tests/test_slurm.py's shared one-host Slurm (tests/slurm_cluster.py), handled as the Ceph cluster is.
+SLURM_LOCK = Path("/var/tmp/gdsbench-slurm-test.lock")
+
+
 def ceph_test_dir(config: pytest.Config) -> Path:
     """This run's shared Ceph directory, named after the controller (an xdist worker's parent) or this process."""
-    return Path(f"/var/tmp/gdsbench-ceph-test-{os.getppid() if hasattr(config, 'workerinput') else os.getpid()}")
+    return _testbed_dir(config, "ceph")
+
+
+def slurm_test_dir(config: pytest.Config) -> Path:
+    """This run's shared Slurm directory, named as the Ceph one is."""
+    return _testbed_dir(config, "slurm")
+
+
+def _testbed_dir(config: pytest.Config, kind: str) -> Path:
+    """/var/tmp/gdsbench-<kind>-test-<the controller's pid (an xdist worker's parent) or this process's>."""
+    return Path(f"/var/tmp/gdsbench-{kind}-test-{os.getppid() if hasattr(config, 'workerinput') else os.getpid()}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The controller (or a run without xdist) takes this run's shared Ceph cluster down, once, at the very end."""
-    directory = ceph_test_dir(session.config)
-    if not hasattr(session.config, "workerinput") and directory.exists():
+    """The controller (or a run without xdist) takes this run's shared Ceph and Slurm clusters down, once, at the
+    very end."""
+    if hasattr(session.config, "workerinput"):
+        return
+    if (directory := ceph_test_dir(session.config)).exists():
         from gdsbench.testbeds import ceph
 
         ceph.down(directory)
         CEPH_LOCK.unlink(missing_ok=True)
+    if (directory := slurm_test_dir(session.config)).exists():
+        from gdsbench.testbeds import slurm
+
+        slurm.down(directory)
+        SLURM_LOCK.unlink(missing_ok=True)
 
 
 @pytest.fixture

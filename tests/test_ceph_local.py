@@ -20,16 +20,12 @@ from pathlib import Path
 import pytest
 
 from gdsbench.testbeds import ceph
+from gdsbench.testbeds.daemons import alive as _alive
 from tests.ceph_cluster import _installed
 
 MiB = 1 << 20
 pytestmark = pytest.mark.slow
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (Ceph daemons, /etc/ceph, ceph-fuse)")
-
-
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    return ceph._alive(pid)
 
 
 def _rados(ceph_cluster: ceph.Cluster, *args: str) -> None:

@@ -450,7 +450,7 @@ def test_a_failed_torchrun_is_named_by_its_root_cause(recorded, expected):
     """Real torchrun 2.13 output (tests/data/torchrun/die.py: rank 1 SIGKILLed, or raising while rank 0 waits in a
     barrier): the row's error names the failing rank and its own error, not rank 0's `Connection closed by peer`
     nor the banner of `=` signs torchrun ends with."""
-    from gdsbench.runners.checkpoint.distributed import launcher_failure
+    from gdsbench.launchers.torchrun import launcher_failure
 
     stderr = (ROOT / "tests" / "data" / "torchrun" / f"{recorded}.stderr").read_text()
     assert launcher_failure(stderr, 1) == expected

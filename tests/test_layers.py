@@ -71,6 +71,10 @@ FORBIDDEN = {
         "gdsbench.qualify",
         "gdsbench.compare",
     ),
+    # launchers build the commands that start ranks; rank_env places a rank from its launcher's variables: neither
+    # knows an engine, a sweep or a report (the runners and the config read them, never the other way round)
+    "gdsbench.launchers": ("gdsbench.runners", "gdsbench.sweep", "gdsbench.config", "gdsbench.report", "gdsbench.cli"),
+    "gdsbench.rank_env": ("gdsbench.runners", "gdsbench.sweep", "gdsbench.config", "gdsbench.report", "gdsbench.cli"),
     # checks judge results with the config's keys; they run nothing themselves
     "gdsbench.qualify": ("gdsbench.sweep", "gdsbench.cli", "gdsbench.runners", "gdsbench.sysinfo"),
 }

@@ -55,3 +55,9 @@ def test_ceph_is_installed_for_its_cluster_and_its_tests(target):
 def test_make_test_installs_chromium_for_the_browser_tests():
     assert "browser-deps" in prerequisites("test")
     assert "apt-get install -y chromium" in make("-n", "browser-deps")
+
+
+def test_make_test_installs_slurm_for_its_one_host_cluster_and_make_run_does_not():
+    assert "slurm-deps" in prerequisites("test") and "slurm-deps" not in prerequisites("run")
+    planned = make("-n", "slurm-deps")
+    assert "--no-install-recommends" in planned and "slurmd slurmctld slurm-client munge;" in planned

@@ -201,6 +201,7 @@ def checkpoint_rows(frame: pd.DataFrame) -> pd.DataFrame:
                         **fio.iloc[0].to_dict(),
                         "engine": engine,
                         "pattern": pattern,
+                        "ceiling": "fio",  # the checkpoint engines' declared trait (fio's own rows: none)
                         "io_size": float("nan"),
                         "threads": float("nan"),
                         "iodepth": float("nan"),

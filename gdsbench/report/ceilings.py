@@ -140,6 +140,14 @@ def _median(group: pd.DataFrame, column: str) -> float:
     return float(group[column].median()) if column in group else float("nan")
 
 
+def bounded(rows: pd.DataFrame) -> pd.Series:
+    """Rows whose traits name their ceiling (`ceiling` empty: nothing of their run bounds them, as an imported
+    DLIO summary's rows: `gdsbench import`)."""
+    if "ceiling" not in rows:
+        return pd.Series(True, index=rows.index)
+    return rows["ceiling"].notna() & (rows["ceiling"] != "")
+
+
 def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     """Each checkpoint engine's median bandwidth as a ratio to fio's ceiling of the same run and pattern
     (x_fio; x_s3, the s3 engine's best, for checkpoints in an object store), to fio's best non-durable write
@@ -150,7 +158,7 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     ok = frame[frame["status"] == "ok"]
     rows = []
     for (run_id, host), run in ok.groupby(["run_id", "host"], sort=False):
-        ckpt = run[run["pattern"].isin(list(CEILINGS))]
+        ckpt = run[run["pattern"].isin(list(CEILINGS)) & bounded(run)]
         if ckpt.empty:
             continue
         ckpt = ckpt.assign(label=engine_labels(ckpt))

@@ -1,23 +1,28 @@
 """Runs of the MLPerf Storage checkpoint geometry in the rules' terms, engines side by side: per phase (write,
 read) the slowest rank's throughput, the longest rank's duration and the aggregate, in binary units, the mean
-over repetitions (the rules average their five runs). Runs of the geometry, never MLPerf results."""
+over repetitions (the rules average their five runs), and the read's cache condition (report.mlperf_cache).
+gdsbench's runs of the geometry are never MLPerf results; imported DLIO summaries (gdsbench import) sit beside them."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
 from gdsbench import mlperf
-from gdsbench.report import ceilings, tables
+from gdsbench.report import ceilings, mlperf_cache, tables
 from gdsbench.report.derived import Derived, Inputs
 from gdsbench.units import GIB
 
-TITLE = f"MLPerf Storage checkpoint geometry ({mlperf.RULES}; runs of the geometry, not MLPerf results)"
+TITLE = f"MLPerf Storage checkpoint geometry ({mlperf.RULES}; gdsbench's runs of the geometry are not MLPerf results)"
 PHASES = {"save": "write", "load": "read"}
 FIGURES = ("min_rank_bw_bytes", "max_rank_seconds", "bw_bytes")
 
 
-def geometry_runs(frame: pd.DataFrame) -> pd.DataFrame:
-    """One row per run, host, geometry, engine and rank count: each phase's figures, the mean over repetitions."""
+def geometry_runs(frame: pd.DataFrame, metas: Mapping[str, Mapping[str, Any]] | None = None) -> pd.DataFrame:
+    """One row per run, host, geometry, engine and rank count: each phase's figures, the mean over repetitions,
+    and the read's cache condition (`metas`: the sidecars by source, for the machines' memory)."""
     ok = frame[frame["status"] == "ok"] if "status" in frame else frame
     if "workload" not in ok or "min_rank_bw_bytes" not in ok:
         return pd.DataFrame()
@@ -25,7 +30,7 @@ def geometry_runs(frame: pd.DataFrame) -> pd.DataFrame:
     if rows.empty:
         return pd.DataFrame()
     # one label for a variant's write and read phases: the parameters that tell variants apart, whatever the phase
-    phases = rows.drop(columns=["world_size", "scale"], errors="ignore").assign(pattern="phase")
+    phases = rows.drop(columns=["workload", "world_size", "scale"], errors="ignore").assign(pattern="phase")
     rows = rows.assign(label=ceilings.engine_labels(phases))
     keys = ["run_id", "host", "workload", "label", "world_size", "scale", "checkpoints"]
     out = []
@@ -36,13 +41,14 @@ def geometry_runs(frame: pd.DataFrame) -> pd.DataFrame:
             part = group[group["pattern"] == pattern]
             row[f"{phase}_n"] = len(part)
             row.update({f"{phase}_{f}": float(part[f].mean()) if len(part) else float("nan") for f in FIGURES})
+        row["read_caches"] = mlperf_cache.judge(group[group["pattern"] == "load"], metas or {})
         out.append(row)
     return pd.DataFrame(out)
 
 
 def geometry_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the table: GiB/s and seconds as the rules report them."""
-    where = tables.varying(found, ["run_id", "host"])
+    where = [c for c in ("run_id", "host") if found[c].nunique(dropna=False) > 1]
     header = [
         *map(tables.header_of, where),
         "geometry",
@@ -56,6 +62,7 @@ def geometry_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tu
         "read min rank GiB/s",
         "read max rank s",
         "read GiB/s",
+        "read caches",
     ]
     rows = [
         [
@@ -66,6 +73,7 @@ def geometry_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tu
             r["engine"],
             str(int(r["checkpoints"])) if not tables.missing(r["checkpoints"]) else "-",
             *(_figure(r[f"{phase}_{f}"], f) for phase in PHASES.values() for f in FIGURES),
+            r["read_caches"],
         ]
         for _, r in found.iterrows()
     ]
@@ -87,7 +95,15 @@ def _scale(value: float) -> str:
 
 def _compute(inputs: Inputs) -> pd.DataFrame:
     """The geometry table's figures (geometry_runs)."""
-    return geometry_runs(inputs.frame)
+    return geometry_runs(inputs.frame, inputs.metas)
 
 
-TABLE = Derived("mlperf_geometry", TITLE, _compute, geometry_rows, "engine")
+TABLE = Derived(
+    "mlperf_geometry",
+    TITLE,
+    _compute,
+    geometry_rows,
+    "engine",
+    {"read caches": mlperf_cache.MEANING},
+    mlperf_cache.notes,
+)

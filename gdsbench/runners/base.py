@@ -21,6 +21,7 @@ from gdsbench.columns import TEXT, Column, Traits
 from gdsbench.errors import ToolError
 from gdsbench.hosts import Host
 from gdsbench.keys import Key
+from gdsbench.launchers.base import Launch
 
 
 class Sample(NamedTuple):
@@ -161,6 +162,7 @@ class RunContext:
     host_facts: dict[str, dict[str, Any]] = field(default_factory=dict)  # what fio's servers told of themselves
     resources: Resources = field(default_factory=Resources)  # what the sweep must undo at its end
     fill_failures: dict[str, str] = field(default_factory=dict)  # engine -> why the sweep's fill step failed
+    launch: Launch = field(default_factory=Launch)  # how distributed checkpoint cases start their ranks
 
 
 def axes_of(core: Iterable[str], options: Iterable[Key]) -> frozenset[str]:
@@ -251,6 +253,51 @@ def run_tool(
         interrupt_group(proc, output, interrupt_grace)
         raise
     return subprocess.CompletedProcess(argv, proc.returncode, output.text(1), output.text(2))
+
+
+def run_tools(
+    argvs: list[list[str]], timeout: float, env: Mapping[str, str] | None = None, settle: float = 30.0
+) -> list[subprocess.CompletedProcess]:
+    """Run several commands at once (a launcher on every node) as run_tool runs one: all by `timeout` (ToolError
+    past it), each in a session of its own. Once one has failed the others get `settle` seconds to end (their
+    peers' loss reaches them through the rendezvous), then are stopped; every one's result is returned."""
+    procs: list[subprocess.Popen] = []
+    try:
+        for argv in argvs:
+            procs.append(_start(argv, env, None, False))
+        outputs = [_Output(proc, None) for proc in procs]
+        _drain_all(outputs, time.monotonic() + timeout, settle)
+    except subprocess.TimeoutExpired as late:
+        for proc in procs:
+            if proc.returncode is None:
+                interrupt_group(proc)
+        raise ToolError(f"{Path(str(late.cmd[0])).name} timed out after {timeout:g}s") from None
+    except BaseException:  # a timeout, a start that failed, Ctrl-C: stop every command still running
+        for proc in procs:
+            if proc.returncode is None:
+                interrupt_group(proc)
+        raise
+    return [subprocess.CompletedProcess(p.args, p.returncode, o.text(1), o.text(2)) for p, o in zip(procs, outputs)]
+
+
+def _drain_all(outputs: list[_Output], deadline: float, settle: float) -> None:
+    """Read every command's output until all have ended (TimeoutExpired past `deadline`); once one failed, stop
+    the others `settle` seconds later."""
+    pending, stop_at = list(outputs), deadline
+    while pending:
+        for output in list(pending):
+            try:
+                output.drain(min(stop_at, time.monotonic() + 0.05))
+                pending.remove(output)
+                if output.proc.returncode:
+                    stop_at = min(stop_at, time.monotonic() + settle)
+            except subprocess.TimeoutExpired:
+                if time.monotonic() < stop_at:
+                    continue
+                if stop_at == deadline:
+                    raise subprocess.TimeoutExpired(output.proc.args, 0) from None
+                interrupt_group(output.proc, output)
+                pending.remove(output)
 
 
 def run_polled(

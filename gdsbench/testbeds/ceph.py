@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -27,6 +26,11 @@ from typing import Any
 from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
 from gdsbench.sysinfo.storage import MOUNTS, parse_mounts
+from gdsbench.testbeds.daemons import argv_of as _argv
+from gdsbench.testbeds.daemons import free_port as _free_port
+from gdsbench.testbeds.daemons import owned_by_us, stop_daemons
+from gdsbench.testbeds.daemons import read_pid as _read_pid
+from gdsbench.testbeds.datadir import DataDir
 from gdsbench.testbeds.journal import Journal, undone_on_failure
 
 DEFAULT_DIR = Path("/var/tmp/gdsbench-ceph")
@@ -142,7 +146,7 @@ def up(directory: Path = DEFAULT_DIR, *, rgw: bool = True, cephfs: bool = True) 
     made = Made(str(directory), str(uuid.uuid4()), mon, check_can_make(directory))
     made.rgw_port = _free_port() if rgw else None
     with undone_on_failure(lambda: down(directory)):
-        _make_directory(directory)
+        _data_dir(directory).make()
         _journal(made.directory).record(made, "directory")
         _start_mon(made)
         _start(made, "mgr.x", ["ceph-mgr", "-i", "x"])
@@ -171,12 +175,7 @@ def check_can_make(directory: Path) -> int:
     if os.geteuid() != 0:
         raise CephError("needs root (daemons, /etc/ceph, ceph-fuse): run it as root, or with sudo")
     directory = trusted.safe_path(directory)
-    if os.path.lexists(directory):
-        trusted.check_owned(directory)  # not one others made (the default lives in world-writable /var/tmp)
-    if (directory / STATE).exists():
-        raise CephError(f"a cluster is already up in {directory}; `gdsbench ceph down --dir {directory}` removes it")
-    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-        raise CephError(f"{directory} exists and is not an empty directory: give another --dir")
+    _data_dir(directory).check_can_make()
     if len(str(directory)) > LONGEST_DIR:
         raise CephError(f"{directory}: too long for the unix sockets under it (at most {LONGEST_DIR} characters)")
     parent = next(p for p in (directory, *directory.parents) if p.exists())
@@ -184,24 +183,6 @@ def check_can_make(directory: Path) -> int:
     if free // 2 < BLOCK_MIN:
         raise CephError(f"{parent}: {free / GiB:.1f} GiB free; the OSD's sparse file needs {2 * BLOCK_MIN // GiB}")
     return min(free // 2, BLOCK_MAX) // GiB * GiB
-
-
-def _make_directory(directory: Path) -> None:
-    """The data directory (or the empty one of ours given), then gdsbench's marker in it, made anew."""
-    try:
-        directory.mkdir(mode=0o755, parents=True)  # never writable by others, whatever the umask
-    except FileExistsError:
-        trusted.check_folder(directory)  # made since check_can_make: by whom?
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    with os.fdopen(os.open(directory / MARKER, flags, 0o644), "w") as out:
-        out.write("made by gdsbench ceph up; `gdsbench ceph down` removes this directory\n")
-
-
-def _free_port() -> int:
-    """A loopback TCP port free now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 #: ceph.conf's settings (docs/ceph.md): loopback only, auth off, pools of size 1 and few PGs, one BlueStore OSD.
@@ -385,9 +366,14 @@ def _s3_user(made: Made) -> None:
     )
 
 
+def _data_dir(directory: Path | str) -> DataDir:
+    """The cluster's data directory: its marker and journal."""
+    return DataDir(Path(directory), "ceph", CephError)
+
+
 def _journal(directory: Path | str) -> Journal:
     """The journal of what `up` made in `directory`: its state file."""
-    return Journal(Path(directory) / STATE)
+    return _data_dir(directory).journal
 
 
 def _cluster(made: Made) -> Cluster:
@@ -430,13 +416,9 @@ def _load_state(directory: Path) -> Made:
 
 def down(directory: Path = DEFAULT_DIR) -> list[str]:
     """Undo what the state file says `up` made: unmount, stop the daemons, the /etc/ceph link, the directory."""
-    directory = Path(directory).absolute()
-    if not os.path.lexists(directory / MARKER):
-        if _journal(directory).exists():
-            raise CephError(f"{directory} has a state file but no gdsbench marker: not ours, left alone")
+    if (folder := _data_dir(Path(directory).absolute()).ours()) is None:
         return []
-    directory = trusted.check_folder(directory)  # others could have made it, or planted what it holds
-    trusted.check_owned(directory / MARKER)
+    directory = folder
     made = _load_state(directory) if _journal(directory).exists() else Made(str(directory), "", "", 0)
     removed = []
     if made.mount and made.mount in _mounts():  # ceph-fuse exits once unmounted (pitfall 10)
@@ -469,59 +451,15 @@ def _stop_daemons(made: Made) -> list[str]:
     """Stop the pid files' daemons one by one, last started first, then any process left with our conf."""
     # radosgw and the MDS hang on an OSD stopped under them, an OSD waits 5 s on a stopped monitor.
     daemons = {pid: Path(f).stem for f in made.pidfiles if (pid := _read_pid(Path(f))) and _started(pid, made.conf)}
-    for pid in reversed(daemons):
-        _stop([pid])
-    pids = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
-    strays = {pid: argv[0] for pid in pids if _started(pid, made.conf) and (argv := _argv(pid))}
-    _stop(list(strays))
-    return [f"stopped {daemons[pid]} (pid {pid})" for pid in reversed(daemons)] + [
-        f"stopped {name} (pid {pid}, no pid file)" for pid, name in strays.items()
-    ]
+    return stop_daemons(daemons, lambda pid: _started(pid, made.conf), STOP_TIMEOUT)
 
 
-def _stop(pids: list[int]) -> None:
-    """SIGTERM each process, SIGKILL those left after STOP_TIMEOUT, and wait until every one has exited."""
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT
-    while any(map(_alive, pids)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    for pid in filter(_alive, pids):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    while any(map(_alive, pids)):
-        time.sleep(0.05)
-
-
-def _read_pid(pidfile: Path) -> int | None:
-    """The pid in a pid file, or None."""
-    with contextlib.suppress(OSError, ValueError):
-        return int(pidfile.read_text().strip())
-    return None
-
-
-def _argv(pid: int) -> list[str]:
-    """A process's arguments ([] when it is gone)."""
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    return []
-
-
-def _started(pid: int, conf: str) -> bool:
-    """Process `pid` is one `up` starts: `<ceph binary> -c <conf> ...`, run by us (not merely naming the conf)."""
+def _started(pid: int, conf: str) -> str | None:
+    """The binary, where process `pid` is one `up` starts: `<ceph binary> -c <conf> ...`, run by us (not merely
+    naming the conf); else None."""
     argv = _argv(pid)
-    with contextlib.suppress(OSError):
-        ours = os.stat(f"/proc/{pid}").st_uid == os.geteuid()
-        return ours and len(argv) > 2 and Path(argv[0]).name in BINARIES and argv[1:3] == ["-c", conf]
-    return False
-
-
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie (no init may reap the daemons for a while)."""
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    return False
+    ours = owned_by_us(pid) and len(argv) > 2 and Path(argv[0]).name in BINARIES and argv[1:3] == ["-c", conf]
+    return argv[0] if ours else None
 
 
 def _mounts() -> list[str]:

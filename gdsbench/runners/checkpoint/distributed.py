@@ -17,20 +17,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
-import sys
+import statistics
 import tempfile
-import uuid
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gdsbench import mlperf, workloads
+from gdsbench import launchers, mlperf, workloads
 from gdsbench.cases import Case, Pattern
-from gdsbench.columns import Column
+from gdsbench.columns import TEXT, Column
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, one_of, positive_int
-from gdsbench.runners.base import Measurement, RunContext, run_tool
+from gdsbench.launchers import Launch, Program
+from gdsbench.runners.base import Measurement, RunContext, run_tools
 from gdsbench.runners.checkpoint import cycle, train
 from gdsbench.runners.checkpoint.base import CheckpointRunner, disk_bytes, workload_spec
 from gdsbench.runners.checkpoint.conditions import level_memory
@@ -40,13 +39,19 @@ SHM = Path("/dev/shm")
 RANK_PROGRAM = "gdsbench.cli_rank"  # the module torchrun starts on every rank (above the config: it parses the case)
 LAYOUTS = ("sharded", "replicated")
 EXECUTORS = ("thread", "process")
-ROOT_CAUSE = "Root Cause (first observed failure):"  # torchrun's failure summary
 CODECS = ("none", "zstd", "blosc", "blosc-fast")
 SAVE_LOAD = ("save", "load")
+JOIN_SHARE = 0.9  # of a case's timeout, how long ranks wait for each other (to join, in a collective)
 
 #: Options every distributed engine takes, beside the shared checkpoint options.
 DISTRIBUTED_OPTIONS: tuple[Key, ...] = (
-    Key("world_size", positive_int, "a positive integer", 1, "ranks, launched by torchrun on this host"),
+    Key(
+        "world_size",
+        positive_int,
+        "a positive integer",
+        1,
+        "ranks, started by the sweep's launcher (local: torchrun here)",
+    ),
     Key(
         "async",
         boolean,
@@ -125,48 +130,60 @@ def measured_cost(ranks: list[dict[str, Any]], **figures: Any) -> dict[str, Any]
     return {**cost, "figures": figures}
 
 
-def launcher_failure(stderr: str, returncode: int) -> str:
-    """Why torchrun's ranks failed, from its output: the root cause it names (rank, exit code or signal) and that
-    rank's last error line (`[rank1]: RuntimeError: ...`), not the banner of `=` signs its output ends with."""
-    lines = [line.strip() for line in stderr.splitlines()]
-    root = "\n".join(lines[lines.index(ROOT_CAUSE) :]) if ROOT_CAUSE in lines else ""
-    fields = dict(re.findall(r"^(rank|exitcode)\s*:\s*(.+?)\s*$", root, re.MULTILINE))
-    rank = fields.get("rank", "").split(" ")[0]
-    error_line = r"\[rank" + (rank or r"\d+") + r"\]:\s*[\w.]*(Error|Exception)\b"
-    errors = [line for line in lines if re.match(error_line, line)]
-    cause = f"rank {rank} exited {fields['exitcode']}" if "exitcode" in fields else ""
-    telling = [*errors[-1:], cause]
-    if not any(telling):
-        telling = [next((line for line in reversed(lines) if line.strip("=-")), "")]
-    return "; ".join(filter(None, telling)) or f"torchrun exited {returncode}"
+def with_nodes(measured: Measurement, ranks: list[dict[str, Any]], launch: Launch, case: Case) -> Measurement:
+    """The measurement with the launcher, the nodes its ranks ran on and the slowest of them (its index and host,
+    its slowest rank's time per checkpoint); where ranks ran on several nodes, each node's figures in the note."""
+    nodes: dict[int, list[dict[str, Any]]] = {}
+    for r in ranks:
+        nodes.setdefault(int(r.get("node", 0)), []).append(r)
+    timed = {n: t for n, rs in nodes.items() if (t := node_seconds(rs, case)) is not None}
+    slowest = max(timed, key=lambda n: timed[n]) if timed else None
+    figures = {
+        "launcher": launch.name,
+        "nodes": len(nodes),
+        "slowest_node": None if slowest is None else f"{slowest} ({nodes[slowest][0].get('host', '')})",
+        "slowest_node_seconds": None if slowest is None else timed[slowest],
+    }
+    note = (
+        "; per node: " + ", ".join(node_text(n, nodes[n], timed.get(n)) for n in sorted(nodes))
+        if len(nodes) > 1
+        else ""
+    )
+    return replace(measured, figures={**measured.figures, **figures}, note=(measured.note or "") + note)
+
+
+def node_seconds(ranks: list[dict[str, Any]], case: Case) -> float | None:
+    """A node's time per checkpoint: its longest rank's, as the rules time ranks (the mean over checkpoints), else
+    its slowest rank's whole phase; None where its ranks timed nothing."""
+    if all("durations" in r for r in ranks):
+        return cycle.rank_metrics(ranks).max_rank_seconds
+    if all("seconds" in r for r in ranks):
+        count = case.get("checkpoints", 1) if case.pattern is not Pattern.TRAIN else 1
+        return max(r["seconds"] for r in ranks) / count
+    return None
+
+
+def node_text(node: int, ranks: list[dict[str, Any]], seconds: float | None) -> str:
+    """One node's figures for a row's note: its host, its ranks, their bytes per checkpoint (where every rank
+    says), its longest rank's time and its ranks' fastest and slowest."""
+    numbers = sorted(r["rank"] for r in ranks)
+    span = f"rank {numbers[0]}" if len(numbers) == 1 else f"ranks {numbers[0]}-{numbers[-1]}"
+    moved = [r.get("own_bytes") or r.get("read_bytes") for r in ranks]
+    size = f" {num2str(sum(moved), unit='B')}" if all(isinstance(b, int) for b in moved) else ""  # type: ignore[arg-type]
+    times = [statistics.fmean(r["durations"]) for r in ranks if r.get("durations")]
+    spread = f", rank means {min(times):.3f}-{max(times):.3f} s" if len(times) > 1 else ""
+    took = "" if seconds is None else f" longest {seconds:.3f} s"
+    return f"node {node} ({ranks[0].get('host', '')}) {span}{size}{took}{spread}"
+
+
+def rank_errors(out: Path) -> list[str]:
+    """What each rank that left the job said, from the files it wrote before it left (`rank-N.error`)."""
+    return [f"{p.stem}: {p.read_text()}" for p in sorted(out.glob("rank-*.error"))]
 
 
 def create_private(path: Path) -> BinaryIO:
     """A new file at `path` (mode 0600) open for writing: never an existing one, nor one through a link."""
     return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600), "wb")
-
-
-def free_port() -> int:
-    """A TCP port free on the loopback interface now (torchrun's rendezvous binds it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def launcher(ranks: int, port: int, nodes: int = 1, endpoint: str = "127.0.0.1") -> list[str]:
-    """torchrun's arguments (python -m torch.distributed.run) for `ranks` ranks per node on `nodes` nodes,
-    meeting at a c10d rendezvous on `endpoint:port` (loopback for one host), then the rank program."""
-    return [
-        "-m",
-        "torch.distributed.run",
-        f"--nnodes={nodes}",
-        f"--nproc-per-node={ranks}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={endpoint}:{port}",
-        f"--rdzv-id=gdsbench-{uuid.uuid4().hex[:12]}",
-        "-m",
-        RANK_PROGRAM,
-    ]
 
 
 @dataclass(frozen=True)
@@ -196,6 +213,10 @@ class DistributedRunner(CheckpointRunner):
             "the slowest rank's own bytes/s per checkpoint, mean over them (MLPerf Storage)",
         ),
         Column("compression_ratio", "ratio", "bytes / bytes_on_disk"),
+        Column("launcher", "", "how the ranks started: local (torchrun here), torchrun, srun or mpirun", TEXT),
+        Column("nodes", "count", "nodes the ranks ran on (the launcher's node index)"),
+        Column("slowest_node", "", "the node whose last rank finished last: its index and host", TEXT),
+        Column("slowest_node_seconds", "s", "that node's time: its longest rank's per checkpoint (mean over them)"),
     )
 
     def __init__(self) -> None:
@@ -240,10 +261,19 @@ class DistributedRunner(CheckpointRunner):
         return kind.reason(case.get("world_size"), case.get("scale", 1.0), case.get("layout"), train)
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
-        """The launcher's command with the rank program's arguments, then the case's conditions."""
+        """The launcher's command with the rank program's arguments (the first node's, where each node has one),
+        then the case's conditions."""
         shared = None if workloads.kind(case.get("workload")).own_tensors else SHM / "<workload>.pt"
         job = self._job(case, self.path(case, ctx), shared, "<out>", self.warmup(case))
-        return [sys.executable, *launcher(case.get("world_size"), 0), *job, "#", *super().command(case, ctx)[3:]]
+        commands = launchers.get(ctx.launch.name).commands(
+            ctx.launch, case.get("world_size"), Program(RANK_PROGRAM, tuple(job)), 0
+        )
+        more = ["#", f"the same on each of {len(commands)} nodes"] if len(commands) > 1 else []
+        return [*commands[0], *more, "#", *super().command(case, ctx)[3:]]
+
+    def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
+        """Why the sweep's launcher cannot start the case's ranks here."""
+        return launchers.get(ctx.launch.name).unavailable(ctx.launch, case.get("world_size"))
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Save or load the case's workload `checkpoints` times in a row, on `world_size` ranks, and measure it."""
@@ -271,7 +301,7 @@ class DistributedRunner(CheckpointRunner):
             memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
             kind = workloads.kind(case.get("workload"))
             notes.append(kind.load_note(workload.nbytes * case.get("checkpoints"), memory, case.get("cache")))
-        return self._measurement(case, workload, path, figures, notes)
+        return with_nodes(self._measurement(case, workload, path, figures, notes), figures, ctx.launch, case)
 
     def warmup(self, case: Case) -> int:
         """Unmeasured saves before a measured save phase, as the workload's kind says (one for a preset, none for
@@ -322,7 +352,8 @@ class DistributedRunner(CheckpointRunner):
             "CPU and RSS of the whole loop, every rank",
         ]
         measured = train.measurement(figures, workload.nbytes, notes)
-        return replace(measured, **measured_cost(ranks, **measured.figures, bytes_on_disk=disk_bytes(self.files(path))))
+        cost = measured_cost(ranks, **measured.figures, bytes_on_disk=disk_bytes(self.files(path)))
+        return with_nodes(replace(measured, **cost), ranks, ctx.launch, case)
 
     def _workload_file(self, spec: workloads.WorkloadSpec, ctx: RunContext) -> tuple[Path, WorkloadFacts]:
         """The workload as a torch.save file in shared memory, written once per sweep (ours: removed at cleanup),
@@ -354,23 +385,30 @@ class DistributedRunner(CheckpointRunner):
     def _launch(
         self, case: Case, ctx: RunContext, path: Path, shared: Path | None, warmup: int
     ) -> list[dict[str, Any]]:
-        """Run the ranks through torchrun; return every rank's figures, or raise the first rank's error."""
+        """Start the ranks through the sweep's launcher; return every rank's figures, or raise the first failure
+        (a rank's own error, else the launcher's message, with the node where each node has a command)."""
+        launch = ctx.launch
+        launcher = launchers.get(launch.name)
         with tempfile.TemporaryDirectory(prefix="gdsbench-ranks-") as out:
-            argv = [
-                sys.executable,
-                *launcher(case.get("world_size"), free_port()),
-                *self._job(case, path, shared, out, warmup),
-            ]
+            join = ["--join-timeout", f"{ctx.timeout * JOIN_SHARE:g}"]  # a rank says who never came, before the limit
+            job = (*self._job(case, path, shared, out, warmup), *join)
+            commands = launcher.commands(
+                launch, case.get("world_size"), Program(RANK_PROGRAM, job), launcher.port(launch)
+            )
             try:
-                proc = run_tool(argv, timeout=ctx.timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                done = run_tools(commands, timeout=ctx.timeout, env=launchers.environment())
             except ToolError as exc:  # a timeout: say which rank left the job, and why, when one did
-                left = [f"{p.stem}: {p.read_text()}" for p in sorted(Path(out).glob("rank-*.error"))]
-                raise ToolError("; ".join([str(exc), *left])) from None
+                raise ToolError("; ".join([f"{self.name}: {exc}", *rank_errors(Path(out))])) from None
             gathered = Path(out) / "ranks.json"
             ranks = json.loads(gathered.read_text()) if gathered.is_file() else []
-        errors = [r["error"] for r in ranks if "error" in r]
-        if errors or proc.returncode != 0 or len(ranks) != case.get("world_size"):
-            raise ToolError(f"{self.name}: {errors[0] if errors else launcher_failure(proc.stderr, proc.returncode)}")
+            left = rank_errors(Path(out))
+        reported = [r["error"] for r in ranks if "error" in r]  # every rank reached the gather: its own words
+        failed = [(n, p) for n, p in enumerate(done) if p.returncode != 0]
+        if reported or failed or len(ranks) != case.get("world_size"):
+            where = f"node {failed[0][0]}: " if failed and len(done) > 1 else ""
+            said = [where + launcher.failure(failed[0][1].stderr, failed[0][1].returncode)] if failed else []
+            why = reported[:1] or [*said, *left[:1]] or ["no figures gathered"]  # a rank that died: who, then why
+            raise ToolError(f"{self.name}: " + "; ".join(why))
         return ranks
 
     def _job(self, case: Case, path: Path, shared: Path | None, out: str, warmup: int) -> list[str]:

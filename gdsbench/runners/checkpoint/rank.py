@@ -15,6 +15,7 @@ cache as the case says. Rank 0 gathers every rank's figures into `<out>/ranks.js
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import socket
@@ -302,23 +303,36 @@ def quiet_but_direct() -> None:
     warnings.simplefilter("error", DirectIOFallbackWarning)
 
 
-def execute(job: RankJob) -> int:
-    """Join the process group torchrun set up (gloo on CPU, NCCL beside it on CUDA), run the job, gather
-    every rank's figures (or errors) on rank 0, which writes them for the launcher."""
+def where(rank: int) -> dict[str, Any]:
+    """A rank's place for its figures: its rank, host, node index and the launcher that started it."""
+    node = int(os.environ.get("GROUP_RANK", "0"))
+    return {"rank": rank, "host": socket.gethostname(), "node": node, "launcher": os.environ.get("GDSBENCH_LAUNCHER")}
+
+
+def execute(job: RankJob, join_timeout: float = 1800.0) -> int:
+    """Join the process group (env://: gloo on CPU, NCCL beside it on CUDA; every rank joined within
+    `join_timeout`, each collective done within it), run the job, gather every rank's figures (or errors) on
+    rank 0, which writes them for the launcher."""
     from torch.distributed.checkpoint.api import CheckpointException
 
     quiet_but_direct()
-    dist.init_process_group("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo")
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    try:
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=join_timeout))
+    except (RuntimeError, ValueError) as exc:  # torch's DistStoreError: a peer never joined, a port taken
+        address = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        who = f"rank {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')}"
+        raise SystemExit(f"gdsbench.cli_rank: {who}: joining at {address} failed: {exc}") from None
     if dist.get_world_size() != job.world_size:
-        raise SystemExit(f"--case says world_size={job.world_size}, torchrun started {dist.get_world_size()} ranks")
+        raise SystemExit(f"--case says world_size={job.world_size}, the launcher started {dist.get_world_size()}")
     rank, generated = dist.get_rank(), None
     if job.workload_file is None and not job.kind.own_tensors:  # ranks that draw their own tensors map none
         generated = node_workload(job)
         job = replace(job, workload_file=str(generated))
     try:
-        figures = {"rank": rank, "host": socket.gethostname(), **run(job)}
+        figures = {**where(rank), **run(job)}
     except (Exception, CheckpointException) as exc:
-        figures = {"rank": rank, "host": socket.gethostname(), "error": failure(exc)}
+        figures = {**where(rank), "error": failure(exc)}
         # at once, before the gather: if a peer never reaches it (stuck in a collective this rank left), the
         # launcher's timeout still finds why this rank left
         Path(job.out).mkdir(parents=True, exist_ok=True)
