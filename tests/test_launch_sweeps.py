@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 import yaml
+from click.testing import CliRunner, Result
 
+from gdsbench.cli import cli
+from gdsbench.config import load as load_config
 from gdsbench.launchers import free_port
 from tests.helpers import data_rows
 
@@ -27,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MATRIX = {"engine": ["dcp_fast"], "pattern": ["save", "load"], "world_size": [2], "workload": ["mlperf-llama3-8b"],
           "scale": ["1/8192"], "checkpoints": [2], "threads": [2]}  # fmt: skip
 ALLOWED = ["too_short"]  # a few MiB per checkpoint: the rows are tested for what they carry, not for speed
+SAVE = {**MATRIX, "pattern": ["save"]}
 CHECKS = [
     {"where": {"pattern": "save"}, "min_rank_bw": "1MiB/s", "allow_flags": ALLOWED},
     {"where": {"pattern": "save"}, "max_rank_time": "60s", "allow_flags": ALLOWED},
@@ -54,10 +58,10 @@ def only_csv(out: Path) -> Path:
     return csv_path
 
 
-def check_rows(csv_path: Path, launcher: str, nodes: int) -> list[dict[str, str]]:
+def check_rows(csv_path: Path, launcher: str, nodes: int, patterns: tuple[str, ...]) -> list[dict[str, str]]:
     """The sweep's rows: one per case, ok, the launcher and its nodes recorded, the rules' per-rank metrics."""
     rows = data_rows(csv_path)
-    assert [(r["pattern"], r["status"]) for r in rows] == [("save", "ok"), ("load", "ok")], rows
+    assert [(r["pattern"], r["status"]) for r in rows] == [(p, "ok") for p in patterns], rows
     for row in rows:
         assert (row["launcher"], row["nodes"]) == (launcher, str(nodes))
         assert float(row["min_rank_bw_bytes"]) > 0 and float(row["max_rank_seconds"]) > 0
@@ -66,11 +70,9 @@ def check_rows(csv_path: Path, launcher: str, nodes: int) -> list[dict[str, str]
     return rows
 
 
-def judged(config: Path, csv_path: Path) -> dict[str, Any]:
-    """qualify's outcomes of the config's checks on the results."""
-    done = gdsbench("qualify", str(config), "--results", str(csv_path), "--format", "json")
-    assert done.returncode == 0, done.stdout + done.stderr
-    return json.loads(done.stdout)
+def in_process(*args: str) -> Result:
+    """A gdsbench command run in this process (report, compare, qualify of files: no start-up to pay)."""
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 def test_torchrun_on_two_nodes_reads_back_across_nodes_and_report_compare_qualify_read_its_rows(tmp_path):
@@ -80,40 +82,37 @@ def test_torchrun_on_two_nodes_reads_back_across_nodes_and_report_compare_qualif
     done = gdsbench("sweep", str(config), "-o", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr[-3000:]
     csv_path = only_csv(tmp_path / "out")
-    rows = check_rows(csv_path, "torchrun", 2)
+    rows = check_rows(csv_path, "torchrun", 2, ("save", "load"))
     assert "read back across nodes: rank 0 <- 1, rank 1 <- 0" in rows[1]["note"]
-    local = gdsbench("sweep", str(config), "--launcher", "local", "--dry-run")
-    assert [r["case"] for r in rows] == [
-        line.split("] ", 1)[1] for line in local.stdout.splitlines() if line.startswith("[")
-    ]
-    outcomes = judged(config, csv_path)
-    assert [o["status"] for o in outcomes["checks"]] == ["pass", "pass"], outcomes
-    report = gdsbench("report", str(csv_path))
-    assert report.returncode == 0 and "MLPerf" in report.stdout, report.stdout + report.stderr
+    assert [r["case"] for r in rows] == [case.key for case in load_config(config).cases]  # the local launcher's too
+    judged = in_process("qualify", str(config), "--results", str(csv_path), "--format", "json")
+    outcomes = json.loads(judged.stdout)
+    assert judged.exit_code == 0 and [o["status"] for o in outcomes["checks"]] == ["pass", "pass"], outcomes
+    report = in_process("report", str(csv_path))
+    assert report.exit_code == 0 and "MLPerf" in report.stdout, report.stdout
     table = report.stdout[report.stdout.index("Ranks across nodes") :].splitlines()
     assert any(line.split()[:6] == ["dcp_fast", "save", "1", "torchrun", "2", rows[0]["slowest_node"].split()[0]]
                for line in table), table  # fmt: skip
-    compared = gdsbench("compare", str(csv_path), str(csv_path))
-    assert compared.returncode == 0, compared.stdout + compared.stderr
+    assert in_process("compare", str(csv_path), str(csv_path)).exit_code == 0
     assert not [p for p in (tmp_path / "target").rglob("*") if p.is_file()], "the sweep removes what it wrote"
 
 
 def test_mpirun_gives_the_same_rows(tmp_path):
     if shutil.which("mpirun") is None:
         pytest.skip("mpirun is not installed (make test installs Open MPI)")
-    config = launch_config(tmp_path, "mpirun")
+    config = launch_config(tmp_path, "mpirun", matrix=SAVE)  # a load places its ranks alike (the torchrun test's)
     done = gdsbench("sweep", str(config), "-o", str(tmp_path / "out"))
     assert done.returncode == 0, done.stderr[-3000:]
-    check_rows(only_csv(tmp_path / "out"), "mpirun", 1)
+    check_rows(only_csv(tmp_path / "out"), "mpirun", 1, ("save",))
 
 
 def test_srun_on_the_one_host_slurm_gives_the_same_rows(tmp_path, slurm_cluster):
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}, **slurm_cluster.env()}
-    config = launch_config(tmp_path, "srun")
+    config = launch_config(tmp_path, "srun", matrix=SAVE)
     done = gdsbench("sweep", str(config), "-o", str(tmp_path / "out"), env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    check_rows(only_csv(tmp_path / "out"), "srun", 1)
-    too_many = launch_config(tmp_path, {"name": "srun", "nodes": 2}, matrix={**MATRIX, "pattern": ["save"]})
+    check_rows(only_csv(tmp_path / "out"), "srun", 1, ("save",))
+    too_many = launch_config(tmp_path, {"name": "srun", "nodes": 2}, matrix=SAVE)
     started = time.monotonic()
     done = gdsbench("sweep", str(too_many), "-o", str(tmp_path / "refused"), env=env)
     [row] = data_rows(only_csv(tmp_path / "refused"))
