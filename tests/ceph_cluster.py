@@ -5,8 +5,6 @@ free (fio's ceph engines read only that file)."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import subprocess
@@ -15,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gdsbench import trusted
 from gdsbench.testbeds import ceph
-from gdsbench.testbeds.daemons import alive as _alive
 from tests.conftest import CEPH_LOCK, ceph_test_dir
+from tests.shared_testbed import shared_cluster
 
 
 def _installed() -> None:
@@ -35,19 +32,7 @@ def ceph_cluster(request: pytest.FixtureRequest) -> Iterator[ceph.Cluster]:
     if os.geteuid() != 0:
         pytest.skip("needs root (Ceph daemons, /etc/ceph, ceph-fuse)")
     directory = ceph_test_dir(request.config)
-    lock = os.open(CEPH_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)  # /var/tmp: no link
-    with os.fdopen(lock, "r+"):
-        trusted.check_owned(CEPH_LOCK, os.fstat(lock))
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        _installed()
-        for stale in Path("/var/tmp").glob("gdsbench-ceph-test-*"):  # left by a run that was killed
-            if stale != directory and not Path(f"/proc/{stale.name.rsplit('-', 1)[1]}").exists():
-                with contextlib.suppress(trusted.UntrustedError):  # one others made: left alone
-                    ceph.down(stale)
-        found = ceph.attach(directory)
-        if found is None or len(found.pids()) != len(found.pidfiles) or not all(map(_alive, found.pids())):
-            ceph.down(directory)  # an unfinished `up` or a dead daemon: start again
-            found = ceph.up(directory)
+    found = shared_cluster(ceph, CEPH_LOCK, directory, prepare=_installed)
     yield found
 
 
