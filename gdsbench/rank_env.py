@@ -36,22 +36,23 @@ class Place:
 def _int(env: Mapping[str, str], name: str) -> int:
     """A launcher's variable as a non-negative integer; RankEnvError naming it otherwise."""
     value = env.get(name, "")
-    if not value.isdigit():
+    if not (value.isascii() and value.isdigit() and len(value) <= 18):
         raise RankEnvError(f"{name}={value!r}: expected a non-negative integer")
     return int(value)
 
 
 def slurm_tasks_on_node(spec: str, node: int) -> int:
     """Tasks on the step's `node`-th node from SLURM_STEP_TASKS_PER_NODE ('2(x3),1': 2 on each of 3 nodes, then 1)."""
-    counts: list[int] = []
+    left = node
     for part in spec.split(","):
-        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
+        match = re.fullmatch(r"(\d{1,18})(?:\(x(\d{1,18})\))?", part.strip())
         if not match:
             raise RankEnvError(f"SLURM_STEP_TASKS_PER_NODE={spec!r}: expected counts such as 2(x3),1")
-        counts += [int(match[1])] * int(match[2] or 1)
-    if node >= len(counts):
-        raise RankEnvError(f"SLURM_STEP_TASKS_PER_NODE={spec!r} names no node {node}")
-    return counts[node]
+        repeats = int(match[2] or 1)
+        if left < repeats:
+            return int(match[1])
+        left -= repeats
+    raise RankEnvError(f"SLURM_STEP_TASKS_PER_NODE={spec!r} names no node {node}")
 
 
 def _torchrun(env: Mapping[str, str], world_size: int) -> Place:
@@ -126,7 +127,7 @@ def torch_variables(
     if rendezvous and "MASTER_ADDR" not in env:
         host, _, port = rendezvous.rpartition(":")
         host = host.strip("[]")
-        if not port.isdigit():
+        if not (port.isascii() and port.isdigit() and 0 < int(port[:6]) <= 65535):
             raise RankEnvError(f"--rendezvous {rendezvous!r}: expected HOST:PORT")
         if not host and first_node is None:
             raise RankEnvError(f"--rendezvous {rendezvous!r}: no host given, and no launcher names the first node")

@@ -76,10 +76,18 @@ def test_variables_that_contradict_the_case_or_themselves_are_named(env, world_s
 def test_a_rendezvous_without_a_port_or_a_host_is_refused():
     with pytest.raises(rank_env.RankEnvError, match="expected HOST:PORT"):
         rank_env.torch_variables({}, 1, "node0")
+    with pytest.raises(rank_env.RankEnvError, match="expected HOST:PORT"):
+        rank_env.torch_variables({}, 1, "node0:70000")
     with pytest.raises(rank_env.RankEnvError, match="no launcher names the first node"):
         rank_env.torch_variables({}, 1, ":29500")
     with pytest.raises(rank_env.RankEnvError, match="outside a Slurm step"):
         rank_env.slurm_first_node({})
+
+
+def test_slurms_compressed_layout_is_read_without_expanding_it():
+    assert rank_env.slurm_tasks_on_node("2(x99999999999999),1", 99999999999999) == 1  # a MemoryError before
+    with pytest.raises(rank_env.RankEnvError, match="expected a non-negative integer"):
+        rank_env.place({**RANK_VARIABLES["srun"], "SLURM_NTASKS": "9" * 5000}, 4)  # int()'s digit limit before
 
 
 @given(st.lists(st.integers(1, 64), min_size=1, max_size=12))
@@ -105,6 +113,8 @@ def test_the_launcher_setting_is_a_name_or_a_mapping():
     ("value", "said"),
     [
         ("pdsh", "launcher.name: expected one of local, torchrun, srun, mpirun (got 'pdsh')"),
+        ({"name": ["srun"]}, "launcher.name: expected one of local, torchrun, srun, mpirun (got ['srun'])"),
+        ({"name": {"srun": 1}}, "launcher.name: expected one of"),
         ({"name": "srun", "hosts": ["a"]}, "launcher.hosts: expected a list of hosts (for torchrun, mpirun)"),
         ({"name": "mpirun", "hosts": ["-oProxyCommand=sh"]}, "launcher.hosts[0]: expected a host name or an IP"),
         ({"name": "mpirun", "hosts": ["a b"]}, "launcher.hosts[0]: expected a host name"),

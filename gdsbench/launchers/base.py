@@ -140,7 +140,7 @@ def parse(value: Any, known: Mapping[str, Launcher], where: str = "launcher") ->
     if unknown:
         raise LaunchError(f"{where}.{unknown[0]}", "one of name, nodes, hosts, port, partition")
     name = value.get("name", "local")
-    if name not in known:
+    if not isinstance(name, str) or name not in known:
         raise LaunchError(f"{where}.name", "one of " + ", ".join(known), name)
     hosts = value.get("hosts") or []
     if not isinstance(hosts, list) or (hosts and not known[name].takes_hosts):
