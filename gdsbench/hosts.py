@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import ipaddress
 import re
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,3 +208,10 @@ def read_host_list(path: Path, where: str = "hosts") -> Iterator[tuple[str, str]
     for number, line in enumerate(lines, 1):
         for token in line.split("#", 1)[0].split():
             yield f"{path}:{number}", token
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface now (a test server, a testbed's daemon or a rendezvous binds it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

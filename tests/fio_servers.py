@@ -16,15 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gdsbench.hosts import Host, HostKind
+from gdsbench.hosts import Host, HostKind, free_port
 from gdsbench.serve import server_argv, wait_listening
-
-
-def free_port() -> int:
-    """A loopback TCP port nobody listens on now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def stop_session(proc: subprocess.Popen) -> None:

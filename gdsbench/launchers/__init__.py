@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gdsbench.hosts import free_port
 from gdsbench.launchers import local, mpirun, srun, torchrun
-from gdsbench.launchers.base import Launch, Launcher, LaunchError, Program, environment, free_port
+from gdsbench.launchers.base import Launch, Launcher, LaunchError, Program, environment
 from gdsbench.launchers.base import parse as parse_with
 
 LAUNCHERS: dict[str, Launcher] = {module.LAUNCHER.name: module.LAUNCHER for module in (local, torchrun, srun, mpirun)}

@@ -10,11 +10,13 @@ import shutil
 import socket
 import sys
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from gdsbench.errors import GdsbenchError
+from gdsbench.hosts import free_port
 
 #: Host names that mean this machine (a torchrun node there starts without ssh).
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -60,13 +62,13 @@ class Program:
         return [self.python, "-m", self.module, *self.args, *extra]
 
 
-class Launcher:
+class Launcher(ABC):
     """A way to start a case's ranks: declares its name, summary and the tool it runs, and builds the commands
     (one per node for torchrun, one in all for srun and mpirun) that start them."""
 
     name: ClassVar[str]
     summary: ClassVar[str]
-    tool: ClassVar[str]  # the executable it runs (found on PATH)
+    tool: ClassVar[str]  # the executable it runs (found on PATH; '': only this Python)
     takes_hosts: ClassVar[bool] = False  # whether `hosts:` names its nodes
     telling: ClassVar[str] = r"(?i)\berror\b"  # the lines of its output that say why ranks failed
 
@@ -81,11 +83,11 @@ class Launcher:
 
     def needs(self, launch: Launch) -> str | None:
         """The tool this launch runs, to be found on PATH (None: only this Python)."""
-        return self.tool
+        return self.tool or None
 
+    @abstractmethod
     def commands(self, launch: Launch, world_size: int, program: Program, port: int) -> list[list[str]]:
         """The commands that start `world_size` ranks of `program`, meeting at `port`."""
-        raise NotImplementedError
 
     def failure(self, stderr: str, returncode: int) -> str:
         """Why the ranks failed, as the launcher said it: its last telling lines (`telling`), else its last line."""
@@ -100,13 +102,6 @@ class Launcher:
     def port(self, launch: Launch) -> int:
         """The rendezvous port: the configured one, else one free on this host now."""
         return launch.port or free_port()
-
-
-def free_port() -> int:
-    """A TCP port free on the loopback interface now (a rendezvous binds it)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def is_local(host: str) -> bool:

@@ -29,7 +29,7 @@ def launched(inputs: Inputs) -> pd.DataFrame:
     rows = rows.assign(label=ceilings.engine_labels(rows))
     out = []
     for (run_id, host, label, pattern), group in rows.groupby(["run_id", "host", "label", "pattern"], sort=False):
-        middle = group.sort_values("bw_bytes").iloc[(len(group) - 1) // 2]  # the median repetition (the lower)
+        middle = tables.median_row(group)
         out.append(
             {
                 "run_id": run_id,

@@ -95,10 +95,7 @@ def median_rows(frame: pd.DataFrame, groups: list[str]) -> list[tuple[tuple, dic
     ok = frame[frame["status"] == "ok"]
     picked = []
     for values, group in ok.groupby(groups, dropna=False, sort=False):
-        ordered = group.sort_values("bw_bytes", kind="stable")
-        picked.append(
-            (values if isinstance(values, tuple) else (values,), ordered.iloc[(len(ordered) - 1) // 2].to_dict())
-        )
+        picked.append((values if isinstance(values, tuple) else (values,), tables.median_row(group).to_dict()))
     return picked
 
 

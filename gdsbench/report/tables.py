@@ -125,6 +125,11 @@ def identity(groups: list[str], table: pd.DataFrame) -> list[str]:
     return varying(table, groups) or fallback
 
 
+def median_row(group: pd.DataFrame, by: str = "bw_bytes") -> pd.Series:
+    """A group's median repetition by `by` (the lower middle one when their count is even), ties in row order."""
+    return group.sort_values(by, kind="stable").iloc[(len(group) - 1) // 2]
+
+
 def header_of(column: str) -> str:
     """A group column's header: `run` for run_id (its cells are run labels)."""
     return RUN if column == "run_id" else column

@@ -44,7 +44,7 @@ def straggler_notes(frame: pd.DataFrame, groups: list[str], labels: dict[str, st
     ok = frame[(frame["status"] == "ok") & frame["straggler"].notna() & frame["spread_seconds"].notna()]
     notes = []
     for values, group in ok.groupby(groups, dropna=False, sort=False):
-        median = group.sort_values("spread_seconds", kind="stable").iloc[(len(group) - 1) // 2]
+        median = tables.median_row(group, "spread_seconds")
         fleet = str(median.get("host")) == AGGREGATE
         share = STRAGGLER_SHARE * float(median["seconds"]) if not fleet else 0.0
         if median["spread_seconds"] <= share:  # finished together: nobody straggled

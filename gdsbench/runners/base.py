@@ -267,15 +267,12 @@ def run_tools(
             procs.append(_start(argv, env, None, False))
         outputs = [_Output(proc, None) for proc in procs]
         _drain_all(outputs, time.monotonic() + timeout, settle)
-    except subprocess.TimeoutExpired as late:
+    except BaseException as stopped:  # a timeout, a start that failed, Ctrl-C: stop every command still running
         for proc in procs:
             if proc.returncode is None:
                 interrupt_group(proc)
-        raise ToolError(f"{Path(str(late.cmd[0])).name} timed out after {timeout:g}s") from None
-    except BaseException:  # a timeout, a start that failed, Ctrl-C: stop every command still running
-        for proc in procs:
-            if proc.returncode is None:
-                interrupt_group(proc)
+        if isinstance(stopped, subprocess.TimeoutExpired):
+            raise ToolError(f"{Path(str(stopped.cmd[0])).name} timed out after {timeout:g}s") from None
         raise
     return [subprocess.CompletedProcess(p.args, p.returncode, o.text(1), o.text(2)) for p, o in zip(procs, outputs)]
 

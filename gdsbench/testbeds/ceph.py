@@ -25,9 +25,9 @@ from typing import Any
 
 from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
+from gdsbench.hosts import free_port as _free_port
 from gdsbench.sysinfo.storage import MOUNTS, parse_mounts
 from gdsbench.testbeds.daemons import argv_of as _argv
-from gdsbench.testbeds.daemons import free_port as _free_port
 from gdsbench.testbeds.daemons import owned_by_us, stop_daemons
 from gdsbench.testbeds.daemons import read_pid as _read_pid
 from gdsbench.testbeds.datadir import DataDir
@@ -397,9 +397,8 @@ def _cluster(made: Made) -> Cluster:
 
 def attach(directory: Path = DEFAULT_DIR) -> Cluster | None:
     """The cluster `up` finished in `directory`, or None (none there, or one whose `up` did not finish)."""
-    directory = Path(directory).absolute()
-    made = _load_state(trusted.check_folder(directory)) if _journal(directory).exists() else None
-    return _cluster(made) if made and made.complete else None
+    made = _data_dir(Path(directory).absolute()).finished(_load_state)
+    return _cluster(made) if made else None
 
 
 def _load_state(directory: Path) -> Made:

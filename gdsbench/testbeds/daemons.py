@@ -6,17 +6,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-
-def free_port() -> int:
-    """A loopback TCP port free now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def read_pid(pidfile: Path) -> int | None:

@@ -6,8 +6,10 @@ can write, nor a link (gdsbench/trusted.py)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
@@ -51,6 +53,12 @@ class DataDir:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
         with os.fdopen(os.open(self.marker, flags, 0o644), "w") as out:
             out.write(f"made by gdsbench {self.kind} up; `gdsbench {self.kind} down` removes this directory\n")
+
+    def finished(self, load_state: Callable[[Path], Any]) -> Any | None:
+        """What an `up` that finished made here, as `load_state` reads it from the trusted folder; None where there
+        is no state, or its `up` did not finish (`complete`)."""
+        made = load_state(trusted.check_folder(self.path)) if self.journal.exists() else None
+        return made if made is not None and made.complete else None
 
     def ours(self) -> Path | None:
         """The directory for `down` to undo, once trusted, or None where it holds nothing of ours (no marker)."""

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
-from gdsbench.testbeds.daemons import alive, argv_of, free_port, owned_by_us, read_pid, stop_daemons
+from gdsbench.hosts import free_port
+from gdsbench.testbeds.daemons import alive, argv_of, owned_by_us, read_pid, stop_daemons
 from gdsbench.testbeds.datadir import DataDir
 from gdsbench.testbeds.journal import Journal, undone_on_failure
 
@@ -296,9 +297,8 @@ def _cluster(made: Made) -> Cluster:
 
 def attach(directory: Path = DEFAULT_DIR) -> Cluster | None:
     """The cluster `up` finished in `directory`, or None (none there, or one whose `up` did not finish)."""
-    directory = Path(directory).absolute()
-    made = _load_state(trusted.check_folder(directory)) if _journal(directory).exists() else None
-    return _cluster(made) if made and made.complete else None
+    made = _data_dir(Path(directory).absolute()).finished(_load_state)
+    return _cluster(made) if made else None
 
 
 def _load_state(directory: Path) -> Made:
