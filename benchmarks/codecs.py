@@ -15,7 +15,14 @@ work, it times `--threads` is what compression would reach on that many idle cor
   train       computed, not run: bf16 weights + fp32 master + both moments (bytes 1:2:2:2), a mixed-precision
               training checkpoint
 
+`--save DIR` compares each codec with a save of the same tensors instead: the codec alone (every chunk encoded
+by `--threads` threads, as above) and `dcp.save` through ckptio's Writer with that compression (one process,
+O_DIRECT, durable, `--save-threads` I/O threads, each into a new checkpoint in a private folder under DIR, the
+one before removed, untimed), interleaved, medians of `--reps`; `save/codec` is the save's rate over the
+codec's, `per CPU` the codec's CPU seconds over the save's (what the save would reach on idle cores).
+
     python benchmarks/codecs.py --size 256M --threads 2 --disk-bw 706M
+    python benchmarks/codecs.py --size 512M --kinds mixed --codecs blosc --save /var/tmp/gdsbench --reps 5
 """
 
 from __future__ import annotations
@@ -23,9 +30,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -33,7 +43,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 import torch
-from ckptio import codec
+from ckptio import IOOptions, Writer, codec
 
 from gdsbench import workloads
 from gdsbench.units import parse_size
@@ -104,20 +114,75 @@ def composition(kind: str, tensors: list[torch.Tensor]) -> str:
     return f"{kind}: {len(tensors)} tensors, {total / 2**20:.1f} MiB ({shares})"
 
 
-def timed(run: Callable[[], object], reps: int) -> tuple[float, float]:
-    """Median wall and CPU seconds of `run` over `reps`, after one untimed warm-up.
+def interleaved(
+    runs: dict[str, Callable[[], object]], reps: int, after: Callable[[], object] = lambda: None
+) -> dict[str, tuple[float, float]]:
+    """Median wall and CPU seconds of each run over `reps` rounds in which the runs take turns, after one untimed
+    warm-up round; `after` runs untimed after every call (cleanup).
 
     CPU seconds (every thread of this process) are what a shared machine's neighbours cannot inflate much:
     bytes per CPU-second times the threads is what the codec would reach on that many idle cores.
     """
-    run()
-    walls, cpus = [], []
-    for _ in range(reps):
-        start, start_cpu = time.perf_counter(), time.process_time()
-        run()
-        walls.append(time.perf_counter() - start)
-        cpus.append(time.process_time() - start_cpu)
-    return statistics.median(walls), statistics.median(cpus)
+    samples: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in runs}
+    for rep in range(reps + 1):
+        for name, run in runs.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            run()
+            wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+            after()
+            if rep:
+                samples[name][0].append(wall)
+                samples[name][1].append(cpu)
+    return {name: (statistics.median(walls), statistics.median(cpus)) for name, (walls, cpus) in samples.items()}
+
+
+def timed(run: Callable[[], object], reps: int) -> tuple[float, float]:
+    """Median wall and CPU seconds of `run` over `reps`, after one untimed warm-up."""
+    return interleaved({"run": run}, reps)["run"]
+
+
+def save_line(
+    name: str, tensors: list[torch.Tensor], parts: list[tuple[memoryview, int]], args: argparse.Namespace
+) -> str:
+    """The codec alone and a DCP save through ckptio's Writer with it, on the same chunks, interleaved: one line."""
+    import torch.distributed.checkpoint as dcp
+
+    c = codec.get(name, threads=1)
+    state = {f"t{i}": t for i, t in enumerate(tensors)}
+    options = IOOptions(threads=args.save_threads, chunk_bytes=args.chunk, backend="direct")
+    folder = tempfile.mkdtemp(prefix="codecs-save-", dir=args.save)
+    writer = Writer(os.path.join(folder, "ckpt"), options=options, compression=name)
+    saved: list[str] = []
+
+    def encode_all() -> None:
+        """Every chunk encoded on --threads threads, as measure() does."""
+        with ThreadPoolExecutor(args.threads) as pool:
+            list(pool.map(lambda part: c.encode(*part), parts))
+
+    def save() -> None:
+        """A new checkpoint directory each time, as a training loop's saves."""
+        saved.append(os.path.join(folder, f"ckpt{len(saved)}"))
+        dcp.save(state, storage_writer=writer, checkpoint_id=saved[-1])
+
+    def remove_older() -> None:
+        """Delete all but the last checkpoint, untimed (the Writer holds the last one's file until the next save:
+        deleting that would make the next save pay for freeing its blocks when it lets go of it)."""
+        for path in saved[:-1]:
+            shutil.rmtree(path, ignore_errors=True)
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
+            times = interleaved({"codec": encode_all, "save": save}, args.reps, remove_older)
+    finally:
+        writer.close()
+        shutil.rmtree(folder, ignore_errors=True)
+    gib = sum(raw.nbytes for raw, _ in parts) / 2**30
+    (codec_s, codec_cpu), (save_s, save_cpu) = times["codec"], times["save"]
+    rates = [gib * 2**30 / 1e9 / s for s in (codec_s, save_s)]
+    text = f"{name:<11} {rates[0]:9.2f} {codec_cpu / gib:11.2f} {rates[1]:9.2f} {save_cpu / gib:11.2f}"
+    per_cpu = codec_cpu / save_cpu if save_cpu else float("nan")
+    return text + f" {rates[1] / rates[0]:10.2f} {per_cpu:7.2f} {1 - writer.stats.stored_bytes / (gib * 2**30):7.1%}"
 
 
 def measure(name: str, data: str, parts: list[tuple[memoryview, int]], args: argparse.Namespace) -> Row:
@@ -206,12 +271,34 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--kinds", default="bf16,fp32,exp_avg,exp_avg_sq,mixed", help="comma-separated data kinds")
     p.add_argument("--disk-bw", type=parse_size, help="disk write bandwidth in bytes/s (fio), e.g. 706M")
     p.add_argument("--json", help="also write the rows to this file")
+    p.add_argument("--save", metavar="DIR", help="compare each codec with a DCP save into a new folder under DIR")
+    p.add_argument("--save-threads", type=int, help="the save's I/O threads (ckptio's default)")
     return p.parse_args(argv)
+
+
+def compare_saves(args: argparse.Namespace) -> int:
+    """--save: each codec alone against a DCP save with it, on each data kind."""
+    args.save_threads = args.save_threads or IOOptions().threads
+    print(header(args) + f"; save: ckptio Writer, {args.save_threads} I/O threads, O_DIRECT, durable")
+    for kind in args.kinds.split(","):
+        tensors = kinds(args.size)[kind]()
+        parts = list(chunks(tensors, args.chunk))
+        print(composition(kind, tensors))
+        print(
+            f"{'codec':<11} {'codec GB/s':>9} {'CPU-s/GiB':>11} {'save GB/s':>9} {'CPU-s/GiB':>11} {'save/codec':>10} {'per CPU':>7} {'saved':>7}"
+        )
+        for name in args.codecs.split(","):
+            print(save_line(name, tensors, parts, args), flush=True)
+        del tensors, parts
+    print(f"load average after: {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Measure every codec on every kind, print the table (and the computed training checkpoint)."""
     args = parse(argv)
+    if args.save:
+        return compare_saves(args)
     names = args.codecs.split(",")
     builders = kinds(args.size)
     print(header(args))

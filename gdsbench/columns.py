@@ -10,6 +10,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 TEXT, NUMBER = "text", "number"
+#: A value the run was made with, not a figure (a library's option): recorded on the row and in the sidecar,
+#: never aggregated by reports nor gated by qualify.
+SETTING = "setting"
 #: Where an engine's I/O goes: files in the target directory, objects of an object store, a Ceph cluster's
 #: objects or images (fio's rados and rbd ioengines).
 FILES, OBJECTS, CLUSTER = "files", "objects", "cluster"

@@ -315,9 +315,17 @@ def expand(source: str, matrix: Any, options: Mapping[str, Any], excludes: list[
     for index, block in enumerate(blocks):
         where = f"matrix[{index}]" if isinstance(matrix, list) else "matrix"
         for point in cross_product(_axes(source, where, block, options)):
+            point = left_to_library(point, {*block, *options})
             if not any(matches(point, rule) for rule in excludes):
                 cases.append(_case(point))
     return unique(cases)
+
+
+def left_to_library(point: Mapping[str, Any], given: set[str]) -> dict[str, Any]:
+    """The point with None for each axis the config does not give that its engine leaves to its library
+    (Runner.library_defaults: ckptio's threads): the library's own default runs, and the row records its value."""
+    left = [n for n in getattr(runners.get(point["engine"]), "library_defaults", ()) if n not in given]
+    return {**point, **dict.fromkeys(left)}
 
 
 def _axes(source: str, where: str, block: Any, options: Mapping[str, Any]) -> dict[str, list[Any]]:

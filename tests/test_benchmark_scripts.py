@@ -75,3 +75,26 @@ def test_cpu_profile_ranks_a_recorded_profile(tmp_path: Path) -> None:
     assert "100 samples of busy threads inside" in out
     assert re.search(r"^ 50\.0%  checksum", out, re.M) and re.search(r"^ 30\.0%  copy", out, re.M)
     assert re.search(r"^ 20\.0%  write syscalls", out, re.M)
+
+
+def test_async_blocking_times_each_part_against_the_copy_and_cleans_up(disk_tmp: Path) -> None:
+    out = run("benchmarks/async_blocking.py", "--dir", str(disk_tmp), "--size", "16M", "--rounds", "2", "--idle", "0")
+    medians = dict(re.findall(r"^  (blocking|before|stage\(\)|after|host copy)\s+([\d.]+) ms  x[\d.]+", out, re.M))
+    assert set(medians) == {"blocking", "before", "stage()", "after", "host copy"}
+    assert float(medians["blocking"]) >= float(medians["stage()"]) > 0
+    assert re.search(r"^blocking / host copy: x[\d.]+ \(median of per-round ratios\)$", out, re.M)
+    assert list(disk_tmp.iterdir()) == []
+
+
+def test_load_phases_splits_a_dcp_load_in_every_condition_and_cleans_up(disk_tmp: Path) -> None:
+    out = run("benchmarks/load_phases.py", "--dir", str(disk_tmp), "--size", "16M", "--reps", "1")
+    for memory in ("fresh", "touched"):
+        for verify in ("True", "False"):
+            for phase in ("metadata", "planning", "reads", "total"):
+                assert re.search(rf"^{memory} verify={verify} {phase}\s+[\d.]+\s+[\d.]+\s+[\d.]+$", out, re.M), out
+    assert list(disk_tmp.iterdir()) == []
+
+
+def test_fresh_pages_times_first_touch_with_each_page_size() -> None:
+    out = run("benchmarks/fresh_pages.py", "--sizes", "4M", "8M")
+    assert len(re.findall(r"^\d+ MiB: GB/s huge \[[\d., ]+\] small \[[\d., ]+\]$", out, re.M)) == 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import re
@@ -23,13 +24,13 @@ DISTRIBUTED = {"dcp": "CPU_CACHED", "dcp_fast": "CPU_ONLY", "torch_save_ranks": 
 ROOT = Path(__file__).parent.parent
 
 
-def cases(engine: str, transfer: str, **axes) -> dict[Pattern, Case]:
-    """The save and load cases of one engine, expanded by the real config code."""
+def cases(engine: str, transfer: str, threads: int | None = 2, **axes) -> dict[Pattern, Case]:
+    """The save and load cases of one engine, expanded by the real config code (`threads` None: left out)."""
     block = {
         "engine": [engine],
         "pattern": ["save", "load"],
         "transfer": [transfer],
-        "threads": [2],
+        **({} if threads is None else {"threads": [threads]}),
         **{k: [v] for k, v in axes.items()},
     }
     document = {"checkpoint_size": SIZE, "workload": "llama3-8b", "dtype": "mixed", "matrix": block}
@@ -39,6 +40,18 @@ def cases(engine: str, transfer: str, **axes) -> dict[Pattern, Case]:
 @pytest.fixture
 def ctx(disk_tmp: Path) -> RunContext:
     return RunContext(directory=disk_tmp, file_size=16 << 20)
+
+
+#: IOOptions fields ckptio picks by a measurement when the options are built ("auto"): two processes may differ.
+MEASURED_OPTIONS = ("fresh_pages",)
+
+
+def options_of(figures: dict, expected) -> tuple[dict, dict]:
+    """A row's io_<field> columns by field, and `expected`'s fields (those ckptio measures taken from the row:
+    IOOptions checks they are valid choices)."""
+    measured = {name: figures[f"io_{name}"] for name in MEASURED_OPTIONS if hasattr(expected, name)}
+    fields = dataclasses.asdict(dataclasses.replace(expected, **measured))
+    return {name: figures[f"io_{name}"] for name in fields}, fields
 
 
 def workload_bytes() -> int:
@@ -100,22 +113,30 @@ def test_a_train_case_checkpoints_restores_and_reports_what_its_checkpoints_cost
 
 
 @pytest.mark.parametrize("engine", ["dcp_fast"])
-def test_distributed_engines_save_and_load_on_two_ranks(engine, ctx):
+def test_distributed_engines_save_and_load_on_two_ranks(engine, ctx, monkeypatch):
     """Two torchrun ranks save their shards and load them back verified (two checkpoints in a row, each in its
     own folder); the rows say what each rank wrote per checkpoint, what the caller waited, the disk use, the
     rules' per-rank figures; every file and folder, the shared workload included, is cleaned up. dcp_fast only:
     the ranks' machinery is every distributed engine's, dcp's save and load through it run in
-    test_benchmark_scripts (cpu_profile), torch_save_ranks' in test_mlperf (a sweep of the geometry)."""
+    test_benchmark_scripts (cpu_profile), torch_save_ranks' in test_mlperf (a sweep of the geometry).
+    The config leaves threads out: the ranks run at ckptio's default, CKPTIO_THREADS here, and the rows say so."""
+    from ckptio import IOOptions
+
+    monkeypatch.setenv("CKPTIO_THREADS", "3")
     runner = runners.get(engine)
     count = 2
-    save_case, load_case = cases(engine, DISTRIBUTED[engine], world_size=2, checkpoints=count).values()
+    save_case, load_case = cases(engine, DISTRIBUTED[engine], None, world_size=2, checkpoints=count).values()
     assert runner.unavailable(save_case, ctx) is None
     saved, loaded = runner.run(save_case, ctx), runner.run(load_case, ctx)
     assert saved.bytes == loaded.bytes == count * workload_bytes()
     assert 0 < saved.blocking_seconds <= saved.seconds and loaded.blocking_seconds is None
     assert saved.figures["bytes_on_disk"] >= saved.bytes and 0.9 < saved.figures["compression_ratio"] <= 1.0
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # IOOptions() as each rank builds it: one of two on this host
     for row in (saved, loaded):
         assert 0 < row.figures["max_rank_seconds"] <= row.seconds and row.figures["min_rank_bw_bytes"] > 0
+        recorded, used = options_of(row.figures, IOOptions())  # the ranks' Writer and Reader: the environment's 3
+        assert recorded == used and used["threads"] == 3
+        assert sweep._row(save_case, 1, "r", **row.row())["threads"] == 3
     if count == 2:
         assert sorted(p.name for p in runner.path(save_case, ctx).iterdir()) == ["checkpoint-0", "checkpoint-1"]
     shares = re.search(r"written per rank: ([\d.]+)KiB, ([\d.]+)KiB", saved.note)
@@ -125,6 +146,20 @@ def test_distributed_engines_save_and_load_on_two_ranks(engine, ctx):
     assert list(ctx.directory.iterdir()) == [] and not list(Path("/dev/shm").glob(f"gdsbench-workload.{os.getpid()}.*"))
 
 
+def test_a_row_takes_rank_0s_io_options_and_its_note_says_how_other_ranks_differ():
+    """Ranks on nodes with other cores (or a measured choice) resolve other defaults: the row holds rank 0's."""
+    from gdsbench.runners.base import Measurement
+    from gdsbench.runners.checkpoint.distributed import with_options
+
+    ours, theirs = {"threads": 4, "backend": "auto"}, {"threads": 8, "backend": "auto"}
+    ranks = [{"rank": 0, "io_options": ours}, {"rank": 1, "io_options": ours}, {"rank": 2, "io_options": theirs}]
+    m = with_options(Measurement(bytes=1, seconds=1.0, bw_bytes=1.0, note="saved"), ranks)
+    assert m.figures == {"io_threads": 4, "io_backend": "auto"} and m.resolved == {"threads": 4}
+    assert m.note == "saved; IOOptions unlike rank 0's: rank 2 threads=8"
+    dcp_ranks = [{"rank": 0}, {"rank": 1}]  # DCP's own storage layer reports none
+    assert with_options(Measurement(bytes=1, seconds=1.0, bw_bytes=1.0), dcp_ranks).figures == {}
+
+
 @pytest.mark.parametrize(("engine", "is_async"), [("dcp_fast", True)])  # sync loops: the in-process test
 def test_distributed_train_steps_in_lockstep_and_restores_on_every_rank(engine, is_async, ctx):
     """Two ranks train with an all-reduce per step; an async save drains behind the steps (it stalls the
@@ -132,6 +167,7 @@ def test_distributed_train_steps_in_lockstep_and_restores_on_every_rank(engine, 
     runner = runners.get(engine)
     m = runner.run(train_case(engine, DISTRIBUTED[engine], world_size=2, threads=2, **{"async": is_async}), ctx)
     assert_a_train_row(m, 2)
+    assert m.resolved == {"threads": 2} and m.figures["io_threads"] == 2  # the matrix's threads, not ckptio's default
     assert "verified on every rank" in m.note and "an all-reduce on 2 ranks" in m.note
     if is_async:
         assert m.figures["stall_seconds"] < m.seconds
@@ -221,6 +257,8 @@ def test_command_names_the_api_threads_and_durability(ctx):
     assert saved[1].endswith(".save") and "IOOptions(threads=2, backend='direct')" in saved[1]
     assert "fsync=files+directory" in saved and "checkpoint_size=16M" in saved
     assert "cache=cold" in fast.command(load_case, ctx)
+    default = fast.command(cases("fastpersist", "CPU_ONLY", None)[Pattern.SAVE], ctx)  # threads left to ckptio
+    assert "IOOptions(backend='direct')" in default[1] and not any(a.startswith("threads=") for a in default)
     torch_case = cases("torch_save", "CPU_CACHED")[Pattern.SAVE]
     assert not any(a.startswith("threads=") for a in runners.get("torch_save").command(torch_case, ctx))
     assert torch_case.get("threads") is None  # torch.save has no I/O threads: not a parameter of its cases
@@ -325,10 +363,31 @@ def test_fastpersist_staging_sets_the_checkpointers_buffer_bytes(ctx):
     save_case, load_case = cases("fastpersist", "CPU_ONLY", staging="32M").values()
     assert save_case.get("staging") == 32 << 20 and "buffer_bytes=33554432)" in runner.command(save_case, ctx)[1]
     assert runner.run(save_case, ctx).bytes == workload_bytes()
-    staged = [ckpt.options.buffer_bytes for key, ckpt in runner._open.items() if key[-1] == 32 << 20]
+    staged = [ckpt.options.buffer_bytes for key, ckpt in runner._open.items() if key[5] == 32 << 20]
     assert staged == [32 << 20]
     assert runner.run(load_case, ctx).bytes == workload_bytes()
     assert cases("fastpersist", "CPU_ONLY")[Pattern.SAVE].get("staging") is None  # unset: the library's default
+    small = cases("fastpersist", "CPU_ONLY", staging="32M", fresh_pages="small")[Pattern.LOAD]
+    assert "fresh_pages='small'" in runner.command(small, ctx)[1]
+    assert runner.run(small, ctx).figures["io_fresh_pages"] == "small"  # a load into 4 KiB pages, said on the row
+    ctx.resources.cleanup()
+
+
+@pytest.mark.parametrize(("environment", "threads", "ran"), [(None, None, None), ("3", None, 3), ("3", 2, 2)])
+def test_fastpersist_rows_say_which_io_options_ran(environment, threads, ran, ctx, monkeypatch):
+    """Where the config leaves `threads` out, fastpersist runs at ckptio's own default (IOOptions() without threads:
+    CKPTIO_THREADS applies, as for a user, and the row's command says it); the matrix's threads wins over both. The
+    row's `threads` is the number that ran, and an `io_<field>` column holds each IOOptions field."""
+    from ckptio import IOOptions
+
+    for variable in ("CKPTIO_THREADS", "GDSBENCH_IO_THREADS"):
+        monkeypatch.delenv(variable, raising=False)
+    if environment is not None:
+        monkeypatch.setenv("CKPTIO_THREADS", environment)
+    row, _ = sweep._measure(sweep.Step(cases("fastpersist", "CPU_ONLY", threads)[Pattern.SAVE], 1), ctx, "r")
+    recorded, used = options_of(row, IOOptions(backend="direct", threads=ran or IOOptions().threads))
+    assert row["status"] == "ok" and row["threads"] == used["threads"] and recorded == used
+    assert row["command"].startswith(f"CKPTIO_THREADS={environment} python-api" if environment else "python-api")
     ctx.resources.cleanup()
 
 

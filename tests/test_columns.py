@@ -35,6 +35,8 @@ def test_a_figure_the_engine_does_not_declare_is_refused() -> None:
         check_figures(s3, Measurement(bytes=MiB, seconds=1.0, bw_bytes=MiB, figures={"bogus": 1}))
     with pytest.raises(ToolError, match="fio measured requests"):
         check_figures(runners.get("fio"), measured)
+    with pytest.raises(ToolError, match="s3 resolved threads, which it does not leave to its library"):
+        check_figures(s3, Measurement(bytes=MiB, seconds=1.0, bw_bytes=MiB, resolved={"threads": 4}))
 
 
 def test_rows_carry_the_traits_their_engine_declares() -> None:
@@ -122,3 +124,16 @@ def test_declared_figures_keep_their_place_in_the_header_and_out_of_the_sidecar(
     assert header[header.index("lat_p999_us") + 1 :][: len(spread)] == spread
     assert len(set(header)) == len(header) and header[len(results.COLUMNS)] == "requests"
     assert list(sweep.declared(s3_config(tmp_path))) == ["requests"]  # what the report shows as a figure column
+
+
+def test_the_io_options_an_engine_ran_with_are_settings_never_figures() -> None:
+    """Every IOOptions field is recorded (io_<field>), but as a setting: reports do not take its median as a
+    figure and qualify offers no min_/max_ gate on it."""
+    from gdsbench import qualify
+    from gdsbench.columns import SETTING
+    from gdsbench.runners.checkpoint import io_options
+
+    columns = io_options.columns()
+    assert columns and {c.kind for c in columns} == {SETTING}
+    assert "io_threads" in {c.name for c in columns}
+    assert not [name for name in qualify.declared_limits() if name.endswith("_io_threads")]

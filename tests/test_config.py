@@ -168,6 +168,19 @@ def test_exclude_compares_parsed_values_and_defaults_fill_in():
     )
 
 
+def test_engines_on_ckptio_leave_the_threads_a_matrix_omits_to_ckptio():
+    """A matrix without threads: engines built on ckptio declare it their library's (None in the case: IOOptions()
+    picks at run time), the others run at 1; a matrix's threads wins; either case travels as its key."""
+    blocks = [
+        {"engine": ["fastpersist", "dcp_fast", "dcp", "kvikio"], "pattern": ["save"]},
+        {"engine": ["dcp_fast"], "pattern": ["load"], "threads": [2]},
+    ]
+    cases = config.from_dict(with_(matrix=blocks, checkpoint_size="16M"), "s.yaml").cases
+    threads = [(c.engine, c.get("threads")) for c in cases]
+    assert threads == [("fastpersist", None), ("dcp_fast", None), ("dcp", 1), ("kvikio", 1), ("dcp_fast", 2)]
+    assert all(config.case_from_key(c.key) == c for c in cases)
+
+
 def test_matrix_blocks_and_duplicates():
     block = {"engine": ["fio"], "pattern": ["read"], "io_size": ["1M"]}
     cases = config.from_dict(with_(matrix=[block, block, {**block, "io_size": ["2M"]}]), "s.yaml").cases

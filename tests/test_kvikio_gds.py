@@ -150,7 +150,7 @@ def test_kvikio_probe_of_a_broken_kvikio_says_why(monkeypatch):
 
 
 def test_cuda_map_location_without_gds_says_which_path(monkeypatch):
-    load_mod = importlib.import_module("ckptio.load")
+    load_mod = importlib.import_module("ckptio.loading")
     monkeypatch.setattr(gds, "unavailable", lambda: "no CUDA device")
     backend, how = load_mod._device_backend(IOOptions(backend="auto"))
     assert (

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -239,3 +240,33 @@ def test_qualify_judges_the_rules_metrics_on_the_sample_run(entry: dict, status:
     rows = results.load(sorted((Path(__file__).parents[1] / "results/sample/mlperf-checkpoint").glob("*.csv")))
     outcome = qualify.evaluate(qualify.parse_check("x.yaml", "checks[0]", entry), rows)
     assert outcome.status == status and said in outcome.message + outcome.details
+
+
+def test_a_loads_check_is_neither_the_phases_time_nor_its_cpu_and_a_failed_one_passes_its_barrier() -> None:
+    """Load bandwidth once included the comparison with what was saved (torch.equal of every tensor): the phase
+    now stops at the barrier after every rank's load, and the check runs paused between two barriers."""
+    from gdsbench.runners.resources import Usage
+
+    barriers: list[str] = []
+
+    def load(_: Path) -> tuple[float, float]:
+        time.sleep(0.05)
+        return 0.05, 0.05
+
+    def check(_: Path) -> None:
+        end = time.thread_time() + 0.3
+        while time.thread_time() < end:
+            pass
+
+    with Usage() as usage:
+        phase = cycle.run_phase([Path("a"), Path("b")], load, lambda: barriers.append("b"), check, usage.paused)
+    assert 0.1 <= phase.seconds < 0.25 and usage.cpu_seconds is not None and usage.cpu_seconds < 0.15
+    assert len(barriers) == 1 + 2 * 3 + 1  # opening, (before each load, around each check), closing
+
+    def wrong(_: Path) -> None:
+        raise RuntimeError("tensor 'w' differs")
+
+    barriers.clear()
+    with pytest.raises(RuntimeError, match="differs"):
+        cycle.run_phase([Path("a")], load, lambda: barriers.append("b"), wrong)
+    assert len(barriers) == 4  # opening, before the load, around the check: a failing rank meets its peers

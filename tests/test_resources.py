@@ -30,6 +30,17 @@ def test_a_busy_loop_is_counted_once_by_the_process_and_by_the_machine():
     assert usage.machine_cpu_seconds is not None and usage.machine_cpu_seconds >= 0.42
 
 
+def test_work_done_paused_is_left_out_of_both_figures():
+    """A load's check against what was saved runs `paused`: only the load's own work counts."""
+    with Usage() as usage:
+        spin(0.2)
+        with usage.paused():
+            spin(0.4)
+    # machine CPU: the same subtraction, with the neighbours' work in it
+    assert usage.cpu_seconds == pytest.approx(0.2, abs=0.08)
+    assert usage.machine_cpu_seconds is not None and usage.machine_cpu_seconds >= 0.12
+
+
 def test_a_child_that_was_waited_for_is_counted_and_a_sleep_is_not():
     child = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass"
     with Usage() as usage:

@@ -80,18 +80,26 @@ class Measurement:
     raw: str | None = field(default=None, repr=False, compare=False)  # the tool's output, kept beside the CSV
     series: tuple[Sample, ...] = field(default=(), repr=False, compare=False)  # time series, stored apart
     figures: Mapping[str, Any] = field(default_factory=dict)  # the engine's declared columns (Runner.columns)
+    # case parameters a config may leave to the engine's library (Runner.library_defaults): the values it ran with
+    resolved: Mapping[str, Any] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
-        """The measurement as flat result columns (the raw output and the series are stored apart)."""
-        apart = ("raw", "series", "figures")
-        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name not in apart}, **self.figures}
+        """The measurement as flat result columns (the raw output and the series are stored apart), with the
+        parameters the library chose (they replace the case's None)."""
+        apart = ("raw", "series", "figures", "resolved")
+        core = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in apart}
+        return {**core, **self.resolved, **self.figures}
 
 
 def check_figures(runner: Runner, measurement: Measurement) -> Measurement:
-    """The measurement, once its figures are all columns its runner declares; ToolError naming one that is not."""
+    """The measurement, once its figures are all columns its runner declares and what it resolved are parameters the
+    runner leaves to its library; ToolError naming one that is not."""
     undeclared = sorted(set(measurement.figures) - {column.name for column in runner.columns})
     if undeclared:
         raise ToolError(f"{runner.name} measured {', '.join(undeclared)}, which it does not declare (Runner.columns)")
+    unasked = sorted(set(measurement.resolved) - set(getattr(runner, "library_defaults", ())))
+    if unasked:
+        raise ToolError(f"{runner.name} resolved {', '.join(unasked)}, which it does not leave to its library")
     return measurement
 
 

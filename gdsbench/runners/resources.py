@@ -14,9 +14,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +47,26 @@ class Usage:
             self._sampler = threading.Thread(target=self._sample, name="gdsbench-rss", daemon=True)
             self._sampler.start()
         self._cpu, self._machine = process_cpu(), machine_cpu()
+        self._left_out = [0.0, 0.0]  # process and machine CPU seconds spent `paused`
         return self
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Leave a block's CPU out of the figures (a load's check against what was saved is not the load)."""
+        cpu, machine = process_cpu(), machine_cpu()
+        try:
+            yield
+        finally:
+            self._left_out[0] += process_cpu() - cpu
+            if machine is not None:
+                self._left_out[1] += (machine_cpu() or machine) - machine
 
     def __exit__(self, *exc: object) -> None:
         cpu, machine = process_cpu(), machine_cpu()
-        self.cpu_seconds = cpu - self._cpu
-        self.machine_cpu_seconds = None if machine is None or self._machine is None else machine - self._machine
+        self.cpu_seconds = cpu - self._cpu - self._left_out[0]
+        self.machine_cpu_seconds = (
+            None if machine is None or self._machine is None else machine - self._machine - self._left_out[1]
+        )
         if self._sampler is not None:
             self._stop.set()
             self._sampler.join()

@@ -241,3 +241,84 @@ def test_defaults_follow_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     for cores, threads in ((1, 4), (2, 4), (12, 12), (256, 32)):
         monkeypatch.setattr(options, "usable_cores", lambda c=cores: c)
         assert IOOptions().threads == threads
+
+
+@pytest.mark.parametrize(
+    "variable, value, threads, prefault",
+    [
+        ("LOCAL_WORLD_SIZE", "4", 16, 8),  # torchrun: 4 ranks share the host's 64 cores
+        ("OMPI_COMM_WORLD_LOCAL_SIZE", "8", 8, 8),
+        ("SLURM_NTASKS_PER_NODE", "32", 4, 2),
+        ("LOCAL_WORLD_SIZE", "2(x3)", 32, 8),  # not a count: the host's own defaults
+        ("LOCAL_WORLD_SIZE", "0", 32, 8),
+    ],
+)
+def test_ranks_sharing_a_host_share_its_cores(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, threads: int, prefault: int
+) -> None:
+    from ckptio import options
+
+    monkeypatch.setattr(options, "usable_cores", lambda: 64)
+    monkeypatch.setattr(options, "numa_nodes", lambda: 1)
+    for name in options.LOCAL_RANKS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, value)
+    assert (IOOptions().threads, IOOptions().prefault_threads) == (threads, prefault)
+
+
+def _vm_flags(address: int) -> set[str]:
+    """The VmFlags of the mapping holding `address` (/proc/self/smaps: hg = MADV_HUGEPAGE, nh = NOHUGEPAGE)."""
+    inside = False
+    for line in pathlib.Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and head == "VmFlags:":
+            return set(line.split()[1:])
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.parametrize("pages, flag", [("huge", "hg"), ("small", "nh")])
+def test_fresh_pages_choose_the_pages_a_load_reads_into(tmp_path: pathlib.Path, pages: str, flag: str) -> None:
+    save({"w": torch.ones(1 << 20)}, tmp_path / "c.pt")
+    loaded = load(tmp_path / "c.pt", options=IOOptions(fresh_pages=pages))
+    assert torch.equal(loaded["w"], torch.ones(1 << 20)) and flag in _vm_flags(loaded["w"].data_ptr())
+
+
+#: A virtio balloon's `features` as this project's VM shows it (stats, deflate on OOM, free page reporting).
+BALLOON_FEATURES = "0110010100000000000000000000000010000000"
+
+
+@pytest.mark.parametrize("features, pages", [(BALLOON_FEATURES, "small"), ("0110000100", "huge"), (None, "huge")])
+def test_auto_fresh_pages_follow_the_balloons_free_page_reporting(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, features: str | None, pages: str
+) -> None:
+    """A sysfs tree in a test folder (the machine has one balloon): reporting on gives small pages, off or no
+    balloon huge ones, THP `never` small ones."""
+    from ckptio import memory
+
+    thp = tmp_path / "enabled"
+    thp.write_text("always [madvise] never\n")
+    if features is not None:
+        (tmp_path / "balloon" / "virtio0").mkdir(parents=True)
+        (tmp_path / "balloon" / "virtio0" / "features").write_text(features + "\n")
+    monkeypatch.setattr(memory, "BALLOON", str(tmp_path / "balloon"))
+    monkeypatch.setattr(memory, "THP_ENABLED", str(thp))
+    memory.faster_fresh_pages.cache_clear()
+    try:
+        assert memory.faster_fresh_pages() == pages
+        thp.write_text("always madvise [never]\n")
+        memory.faster_fresh_pages.cache_clear()
+        assert memory.faster_fresh_pages() == "small"
+    finally:
+        memory.faster_fresh_pages.cache_clear()
+
+
+def test_auto_fresh_pages_become_the_hosts_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The field holds what was chosen (rows record it); the environment and explicit values still win."""
+    assert IOOptions().fresh_pages in ("huge", "small") and IOOptions(fresh_pages="auto").fresh_pages != "auto"
+    monkeypatch.setenv("CKPTIO_FRESH_PAGES", "small")
+    assert (IOOptions().fresh_pages, IOOptions(fresh_pages="huge").fresh_pages) == ("small", "huge")
+    with pytest.raises(OptionError, match="fresh_pages"):
+        IOOptions(fresh_pages="giant")

@@ -262,6 +262,23 @@ def test_blosc_pieces_decode_with_the_default_codec() -> None:
     assert blosc2.get_cbuffer_sizes(blob)[0] == 65_536  # whole fp32 elements per piece
 
 
+@pytest.mark.parametrize("name", CODECS)
+def test_encoded_parts_copied_into_place_are_the_encoded_chunk(name: str) -> None:
+    """encode_parts (blosc's own: several pieces and the trailer; the others' encode) copied back to back into a
+    buffer are exactly encode's bytes, and decode bit-exact; a buffer too small is refused."""
+    c = BloscCodec(piece_bytes=65_536 + 1) if name == "blosc" else codec.get(name)
+    data = raw(with_payloads(realistic(torch.float32, 100_001)))
+    parts = codec.encode_parts(c, data, 4)
+    pieces = {"blosc": -(-data.nbytes // 65_536), "blosc-fast": 1}  # blosc2 chunks, then the trailer
+    assert len(parts) == (pieces[name] + 1 if name in pieces else 1)
+    out = bytearray(data.nbytes + 4096)
+    size = codec.copy_parts(parts, memoryview(out), c.descriptor)
+    assert bytes(out[:size]) == bytes(c.encode(data, 4))
+    assert bytes(c.decode(bytes(out[:size]), data.nbytes, 4)) == data.tobytes()
+    with pytest.raises(CodecError, match="does not fit"):
+        codec.copy_parts(parts, memoryview(bytearray(size - 1)), c.descriptor)
+
+
 @pytest.mark.slow
 def test_blosc_splits_chunks_above_its_2gib_limit() -> None:
     """A chunk larger than one blosc2 chunk can hold is split into 1 GiB pieces and decoded back in place."""

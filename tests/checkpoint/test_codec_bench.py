@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,18 @@ def test_codec_benchmark_reports_every_codec_and_kind(tmp_path: Path) -> None:
     assert saved[("blosc", "bf16")] > saved[("zstd", "bf16")] > 15
     assert re.search(r"^mixed: \d+ tensors, [\d.]+ MiB \(bfloat16 \d+%, float32 \d+%\)$", done.stdout, re.M)
     assert len(json.loads(out_json.read_text())) == 3 * len(KINDS)
+
+
+def test_codec_benchmark_compares_each_codec_with_a_save_of_the_same_tensors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--save: the codec alone and a DCP save with it, one line each (rates, CPU per GiB, ratios, bytes saved),
+    and the save's private folder removed afterwards."""
+    bench = runpy.run_path(str(ROOT / "benchmarks" / "codecs.py"), run_name="codecs_bench")
+    argv = ["--size", "4M", "--chunk", "1M", "--reps", "1", "--codecs", "blosc", "--kinds", "mixed"]
+    assert bench["main"]([*argv, "--save", str(tmp_path), "--save-threads", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "save: ckptio Writer, 2 I/O threads, O_DIRECT, durable" in out
+    [row] = re.findall(r"^blosc" + r"\s+([\d.]+)" * 6 + r"\s+([\d.]+)%$", out, re.M)
+    assert all(float(value) > 0 for value in row) and 15 < float(row[-1]) < 40  # mixed: ~27% saved
+    assert list(tmp_path.iterdir()) == []

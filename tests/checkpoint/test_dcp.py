@@ -3,6 +3,7 @@ and tensor named, safe metadata, atomic overwrites, and async saves (one in flig
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import time
@@ -239,6 +240,49 @@ def test_async_saves_keep_one_in_flight_and_reuse_their_buffers(tmp_path: Path) 
     assert events == ["staged", "write start", "write end", "staged", "write start", "write end"]
     assert writer._local["staged"]["fp32"].data_ptr() == kept
     assert load(tmp_path / "ckpt")["step"] == 99
+
+
+def test_an_async_save_stages_an_exact_copy_the_caller_may_change_at_once(tmp_path: Path) -> None:
+    """What async_save returns after is a copy: every dtype, a strided view, a tensor larger than one copy job,
+    tensors in a list; the caller zeroing every tensor and changing every value right after (the write starts
+    0.5 s later) changes nothing saved: the checkpoint loads bit-exact as it was at the call."""
+    sd = state() | {
+        "big": torch.randn(5 << 20, generator=torch.Generator().manual_seed(8)),  # 20 MiB: more than one job
+        "view": random_tensor((64, 50), torch.float32, 9)[:, ::3],
+        "layers": [random_tensor((100,), torch.float32, 10), random_tensor((3, 4), torch.bfloat16, 11)],
+    }
+    expected = copy.deepcopy(sd)
+    writer = SlowWriter(tmp_path / "ckpt", options=SMALL, trace=[])
+    future = dcp.async_save(sd, storage_writer=writer, no_dist=True)
+    for value in [*sd.values(), *sd["layers"]]:
+        if isinstance(value, torch.Tensor):
+            value.zero_()
+    sd["meta"]["names"].append("c")
+    sd["layers"].append(torch.ones(1))
+    future.result()
+    out = load(tmp_path / "ckpt", expected)
+    assert_bits(out | {"layers": None}, expected | {"layers": None})
+    assert [t.tolist() for t in out["layers"]] == [t.tolist() for t in expected["layers"]]
+
+
+def test_an_async_save_may_add_a_plain_value_beside_the_same_tensors(tmp_path: Path) -> None:
+    """The staging buffers depend on the tensors only: a later save with one more plain value reuses them
+    (torch's companion copy refused a changed key set) and saves the new value; a tensor of a new shape
+    gets new buffers."""
+    writer = Writer(tmp_path / "ckpt", options=SMALL)
+    sd = {"w": torch.arange(10.0)}
+    dcp.async_save(sd, storage_writer=writer, no_dist=True).result()
+    kept = writer._local["staged"]["w"].data_ptr()
+    dcp.async_save({**sd, "epoch": 3}, storage_writer=writer, no_dist=True).result()
+    assert writer._local["staged"]["w"].data_ptr() == kept
+    out = {"w": torch.zeros(10), "epoch": 0}
+    dcp.load(out, storage_reader=Reader(tmp_path / "ckpt"), no_dist=True)
+    assert out["epoch"] == 3 and torch.equal(out["w"], torch.arange(10.0))
+    dcp.async_save({"w": torch.arange(12.0), "epoch": 4}, storage_writer=writer, no_dist=True).result()
+    assert writer._local["staged"]["w"].shape == (12,)
+    out = {"w": torch.zeros(12), "epoch": 0}
+    dcp.load(out, storage_reader=Reader(tmp_path / "ckpt"), no_dist=True)
+    assert out["epoch"] == 4 and torch.equal(out["w"], torch.arange(12.0))
 
 
 @pytest.mark.needs_root

@@ -61,3 +61,17 @@ def test_the_sdist_carries_py_typed_and_the_docs(tmp_path):
     assert {"src/ckptio/py.typed", "docs/api.md", "docs/format.md", "README.md"} <= names
     with zipfile.ZipFile(wheel) as whl:
         assert "ckptio/py.typed" in whl.namelist()
+
+
+def test_the_options_import_without_torch_and_the_functions_stay_functions() -> None:
+    """`from ckptio import IOOptions` (a tool reading its fields) costs no torch import; the names that need torch
+    come on first use, and stay the functions whatever internal module was imported before them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom ckptio import IOOptions\nassert 'torch' not in sys.modules, 'torch imported'\n"
+        "import ckptio.inspect, ckptio\nassert callable(ckptio.save) and callable(ckptio.load), (ckptio.save, ckptio.load)\n"
+        "assert ckptio.Checkpointer.__name__ == 'Checkpointer'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

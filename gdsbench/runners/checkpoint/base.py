@@ -130,6 +130,7 @@ class CheckpointRunner(abc.ABC):
     packages: tuple[Package, ...] = (TORCH,)  # the modules the engine needs, checked before its cases run
     modules: tuple[str, ...] = ("torch",)  # imported before the first measured call, so it never pays for them
     threaded = False  # whether the `threads` axis is the engine's I/O thread count
+    library_defaults: frozenset[str] = frozenset()  # axes a config's omission leaves to the library (None in the case)
     suffix = ".pt"
     marker: str | None = None  # a checkpoint is a directory, complete once this file exists (None: one file)
     traits = Traits(FILES, ceiling="fio")  # held to fio's best write (saves) or read (loads) of the run
@@ -209,7 +210,7 @@ class CheckpointRunner(abc.ABC):
         """The API call and the conditions of a case, readable in --dry-run and in the results."""
         spec = workload_spec(case, ctx)
         argv = ["python-api", self.call(case), str(self.path(case, ctx))]
-        argv += [f"threads={case.get('threads')}"] if self.threaded else []
+        argv += [f"threads={case.get('threads')}"] if self.threaded and case.get("threads") is not None else []
         sized = workloads.kind(spec.source).words(spec.size, spec.dtype, case.get("scale"), case.get("checkpoints"))
         argv += [f"workload={spec.source}", *sized, f"seed={spec.seed}"]
         argv += ["fsync=files+directory"] if case.pattern is Pattern.SAVE else [f"cache={case.get('cache')}"]

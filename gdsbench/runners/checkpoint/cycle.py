@@ -4,7 +4,8 @@ The MLPerf Storage checkpoint rules measure a phase of N checkpoints per rank: e
 the slowest rank, and each rank's throughput (its bytes over its own time), the slowest rank counting.
 Here a phase is: a barrier, then for every checkpoint a barrier and this rank's save (or load) timed on its
 own, then a closing barrier; the phase's wall time runs from the first barrier to the last (bytes of every
-rank over it: the aggregate). Checkpoint i of N lives in `checkpoint-i` of the case's directory (N = 1: the
+rank over it: the aggregate), less the time of a load's check against what was saved (between barriers, after
+every rank's load). Checkpoint i of N lives in `checkpoint-i` of the case's directory (N = 1: the
 directory itself, as a single save always has).
 Per row, as the rules aggregate a run: `max_rank_seconds` is the mean over checkpoints of the longest rank's
 duration, `min_rank_bw_bytes` the mean over checkpoints of the slowest rank's throughput. A rank's duration
@@ -13,9 +14,11 @@ for DCP engines includes DCP's collectives (planning, the commit): a rank is don
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,21 +47,42 @@ One = Callable[[Path], tuple[float, float]]
 
 
 def run_phase(
-    directories: Sequence[Path], one: One, barrier: Callable[[], None], between: Callable[[Path], None] = lambda _: None
+    directories: Sequence[Path],
+    one: One,
+    barrier: Callable[[], None],
+    check: Callable[[Path], None] | None = None,
+    untimed: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> Phase:
-    """Every checkpoint between barriers, each timed by `one`; `between` runs after each, untimed (a load's
-    check against what was saved)."""
+    """Every checkpoint between barriers, each timed by `one`; `check` (a load's comparison with what was saved)
+    runs after every rank's checkpoint, between two barriers, inside `untimed` (the CPU accounting's pause), and
+    its time is left out of the phase's: the phase is the checkpoints' alone."""
     barrier()
     started = time.perf_counter()
-    durations, blocking = [], []
+    durations, blocking, left_out = [], [], 0.0
     for directory in directories:
         barrier()
         own, blocked = one(directory)
         durations.append(own)
         blocking.append(blocked)
-        between(directory)
+        if check is not None:
+            left_out += _checked(directory, check, barrier, untimed)
     barrier()
-    return Phase(time.perf_counter() - started, durations, blocking)
+    return Phase(time.perf_counter() - started - left_out, durations, blocking)
+
+
+def _checked(
+    directory: Path, check: Callable[[Path], None], barrier: Callable[[], None], untimed: Callable[[], Any]
+) -> float:
+    """Run `check` once every rank is there, every rank leaving together (a failed check raises after the
+    barrier, so no peer waits for it); the seconds from the first barrier's end to the second's."""
+    barrier()
+    with untimed():
+        began = time.perf_counter()
+        try:
+            check(directory)
+        finally:
+            barrier()
+        return time.perf_counter() - began
 
 
 def timed(fn: Callable[[], float | None]) -> tuple[float, float]:

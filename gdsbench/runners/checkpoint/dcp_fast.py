@@ -9,8 +9,10 @@ several ranks need once and sends it over the process group. Ranks launched by t
 from __future__ import annotations
 
 from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.columns import Column
 from gdsbench.keys import Key, boolean
 from gdsbench.runners.base import RunContext
+from gdsbench.runners.checkpoint import io_options
 from gdsbench.runners.checkpoint.base import CKPTIO, TORCH
 from gdsbench.runners.checkpoint.distributed import DistributedRunner
 from gdsbench.runners.checkpoint.fastpersist import odirect_reason
@@ -20,7 +22,8 @@ class DcpFast(DistributedRunner):
     """ckptio.Writer / Reader under DCP."""
 
     name = "dcp_fast"
-    environment = ("CKPTIO_", "GDSBENCH_IO_")  # IOOptions fields the environment overrides (recorded in rows)
+    environment = io_options.ENVIRONMENT  # IOOptions fields the environment overrides (recorded in rows)
+    library_defaults = io_options.LIBRARY_DEFAULTS
     description = "torch.distributed.checkpoint with ckptio.Writer/Reader (O_DIRECT, checksummed, codecs)"
     calls = {
         Pattern.SAVE: "torch.distributed.checkpoint.save(ckptio.Writer)",
@@ -37,6 +40,11 @@ class DcpFast(DistributedRunner):
             "loads: an item several ranks need is read by one rank and broadcast to the others",
         ),
     )
+
+    @property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        """Every distributed engine's columns and the IOOptions the ranks' Writer or Reader ran with."""
+        return (*super().columns, *io_options.columns())
 
     def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
         """The codec's library must be installed; O_DIRECT must work in the directory (the rows say O_DIRECT:

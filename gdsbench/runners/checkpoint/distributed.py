@@ -30,7 +30,7 @@ from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, one_of, positive_int
 from gdsbench.launchers import Launch, Program
 from gdsbench.runners.base import Measurement, RunContext, run_tools
-from gdsbench.runners.checkpoint import cycle, train
+from gdsbench.runners.checkpoint import cycle, io_options, train
 from gdsbench.runners.checkpoint.base import CheckpointRunner, disk_bytes, workload_spec
 from gdsbench.runners.checkpoint.conditions import level_memory
 from gdsbench.units import num2str, size_label
@@ -150,6 +150,28 @@ def with_nodes(measured: Measurement, ranks: list[dict[str, Any]], launch: Launc
         else ""
     )
     return replace(measured, figures={**measured.figures, **figures}, note=(measured.note or "") + note)
+
+
+def with_options(measured: Measurement, ranks: list[dict[str, Any]]) -> Measurement:
+    """The measurement with the IOOptions the ranks ran with, where they say (engines on ckptio): rank 0's on the row,
+    and in the note how other ranks' differ (a node with other cores resolves other defaults)."""
+    used = ranks[0].get("io_options")
+    if used is None:
+        return measured
+    figures = {**measured.figures, **io_options.figures(used)}
+    note = (measured.note or "") + options_note(used, ranks)
+    return replace(measured, figures=figures, resolved=io_options.resolved(used), note=note)
+
+
+def options_note(used: dict[str, Any], ranks: list[dict[str, Any]], most: int = 4) -> str:
+    """The ranks (the first `most`) whose IOOptions differ from rank 0's `used`, and how, for a row's note."""
+    differ = [
+        f"rank {r.get('rank')} " + ", ".join(f"{k}={v}" for k, v in r["io_options"].items() if used.get(k) != v)
+        for r in ranks
+        if r.get("io_options") not in (None, used)
+    ]
+    more = f" (and {len(differ) - most} ranks more)" if len(differ) > most else ""
+    return "; IOOptions unlike rank 0's: " + "; ".join(differ[:most]) + more if differ else ""
 
 
 def node_seconds(ranks: list[dict[str, Any]], case: Case) -> float | None:
@@ -301,7 +323,8 @@ class DistributedRunner(CheckpointRunner):
             memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
             kind = workloads.kind(case.get("workload"))
             notes.append(kind.load_note(workload.nbytes * case.get("checkpoints"), memory, case.get("cache")))
-        return with_nodes(self._measurement(case, workload, path, figures, notes), figures, ctx.launch, case)
+        measured = with_options(self._measurement(case, workload, path, figures, notes), figures)
+        return with_nodes(measured, figures, ctx.launch, case)
 
     def warmup(self, case: Case) -> int:
         """Unmeasured saves before a measured save phase, as the workload's kind says (one for a preset, none for
@@ -353,7 +376,7 @@ class DistributedRunner(CheckpointRunner):
         ]
         measured = train.measurement(figures, workload.nbytes, notes)
         cost = measured_cost(ranks, **measured.figures, bytes_on_disk=disk_bytes(self.files(path)))
-        return with_nodes(replace(measured, **cost), ranks, ctx.launch, case)
+        return with_nodes(with_options(replace(measured, **cost), ranks), ranks, ctx.launch, case)
 
     def _workload_file(self, spec: workloads.WorkloadSpec, ctx: RunContext) -> tuple[Path, WorkloadFacts]:
         """The workload as a torch.save file in shared memory, written once per sweep (ours: removed at cleanup),

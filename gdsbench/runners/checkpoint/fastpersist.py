@@ -3,8 +3,9 @@
 A Checkpointer per checkpoint path and options, kept across the case's repetitions as a training
 run keeps one (its staging buffers are reused; with `recycle`, saves overwrite the previous
 generation's blocks) and closed when the sweep ends. Parallel positional writes/reads on `threads`
-workers: O_DIRECT for CPU_ONLY (a refused O_DIRECT fails the case instead of falling back
-silently), buffered for CPU_CACHED; every load verifies its checksums.
+workers (ckptio's default where the config leaves them out: io_options): O_DIRECT for CPU_ONLY (a
+refused O_DIRECT fails the case instead of falling back silently), buffered for CPU_CACHED; every load
+verifies its checksums; rows record the IOOptions each case ran with.
 Options: recycle (Checkpointer(recycle=True)), load_into (load_into: fill existing tensors),
 mmap (load_mmap: map the file and fault it in with parallel readahead, CPU_CACHED only).
 """
@@ -14,18 +15,22 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from gdsbench import sysinfo, workloads
 from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.columns import Column
 from gdsbench.keys import Key, boolean, one_of, size
-from gdsbench.runners.base import RunContext
+from gdsbench.runners.base import Measurement, RunContext
+from gdsbench.runners.checkpoint import io_options
 from gdsbench.runners.checkpoint.base import CKPTIO, EXPECTED_ERRORS, TORCH, InProcessRunner
 from gdsbench.runners.checkpoint.conditions import initialised_like
 
 BACKENDS = {Transfer.CPU_ONLY: "direct", Transfer.CPU_CACHED: "buffered"}
 WARMUP_SAVES = 2  # a recycling Checkpointer's third save is the first to find a spare to overwrite
+OpenKey = tuple[Path, int | None, str, bool, str, int | None, str]  # what tells a case's Checkpointer apart (_key)
 
 
 @functools.lru_cache(maxsize=8)
@@ -43,7 +48,8 @@ class FastPersist(InProcessRunner):
     """ckptio through a Checkpointer."""
 
     name = "fastpersist"
-    environment = ("CKPTIO_", "GDSBENCH_IO_")  # IOOptions fields the environment overrides (recorded in rows)
+    environment = io_options.ENVIRONMENT  # IOOptions fields the environment overrides (recorded in rows)
+    library_defaults = io_options.LIBRARY_DEFAULTS
     description = "ckptio: parallel O_DIRECT (CPU_ONLY) or buffered (CPU_CACHED) saves and loads, checksummed"
     calls = {
         Pattern.SAVE: "ckptio.Checkpointer.save",
@@ -85,6 +91,14 @@ class FastPersist(InProcessRunner):
             "a save's staging memory (IOOptions.buffer_bytes); unset: the library's default",
         ),
         Key(
+            "fresh_pages",
+            one_of("auto", "huge", "small"),
+            "auto, huge or small",
+            "auto",
+            "the pages of a load's new memory (IOOptions.fresh_pages): transparent huge pages, 4 KiB pages, or "
+            "whichever ckptio measures faster at start (the row's io_fresh_pages says which)",
+        ),
+        Key(
             "mmap",
             boolean,
             "true or false",
@@ -95,7 +109,12 @@ class FastPersist(InProcessRunner):
     )
 
     def __init__(self) -> None:
-        self._open: dict[tuple[Path, int, str, bool, str, int | None], Any] = {}  # _key(case, path) -> Checkpointer
+        self._open: dict[OpenKey, Any] = {}  # _key(case, path) -> Checkpointer
+
+    @property
+    def columns(self) -> tuple[Column, ...]:  # type: ignore[override]
+        """Every checkpoint engine's columns and the IOOptions the Checkpointer ran with."""
+        return (*super().columns, *io_options.columns())
 
     def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
         """The installed library must import; mmap loads read through the page cache; CPU_ONLY needs O_DIRECT."""
@@ -113,7 +132,9 @@ class FastPersist(InProcessRunner):
         """The Checkpointer and the method a case uses, with its options."""
         flush = f", flush={case.get('flush')!r}" if case.get("flush") != "end" else ""
         staging = f", buffer_bytes={case.get('staging')}" if case.get("staging") else ""
-        options = f"IOOptions(threads={case.get('threads')}, backend={BACKENDS[case.transfer]!r}{flush}{staging})"
+        staging += f", fresh_pages={case.get('fresh_pages')!r}" if case.get("fresh_pages") != "auto" else ""
+        threads = "" if case.get("threads") is None else f"threads={case.get('threads')}, "
+        options = f"IOOptions({threads}backend={BACKENDS[case.transfer]!r}{flush}{staging})"
         recycle = ", recycle=True" if case.get("recycle") else ""
         if case.pattern is Pattern.TRAIN:
             return super().call(case)
@@ -134,15 +155,22 @@ class FastPersist(InProcessRunner):
 
     def checkpointer(self, case: Case, path: Path, ctx: RunContext) -> Any:
         """The Checkpointer of this path and options, opened once and closed when the sweep ends."""
-        from ckptio import Checkpointer, IOOptions
+        from ckptio import Checkpointer
 
         key = _key(case, path)
         if key not in self._open:
             staging = {"buffer_bytes": key[5]} if key[5] else {}
-            options = IOOptions(threads=key[1], backend=key[2], flush=key[4], **staging)
+            options = io_options.build(key[1], backend=key[2], flush=key[4], fresh_pages=key[6], **staging)
             self._open[key] = Checkpointer(path, options=options, recycle=key[3])
             ctx.resources.close_at_end(lambda: self._open.pop(key).close())
         return self._open[key]
+
+    def run(self, case: Case, ctx: RunContext) -> Measurement:
+        """Measure as every in-process engine does; the row adds the IOOptions the case's Checkpointer ran with."""
+        measured = super().run(case, ctx)
+        used = io_options.used(self._open_for(case, self.path(case, ctx)).options)
+        figures = {**measured.figures, **io_options.figures(used)}
+        return replace(measured, figures=figures, resolved=io_options.resolved(used))
 
     def prepare(self, case: Case, workload: workloads.Workload, path: Path, ctx: RunContext) -> Any:
         """Saves: a recycling Checkpointer first saves (unmeasured) until it has a spare to overwrite, as
@@ -191,10 +219,12 @@ class FastPersist(InProcessRunner):
         return self._open[_key(case, path)]
 
 
-def _key(case: Case, path: Path) -> tuple[Path, int, str, bool, str, int | None]:
-    """What tells a case's Checkpointer apart: its path, threads, backend, recycling, flush and staging."""
+def _key(case: Case, path: Path) -> OpenKey:
+    """What tells a case's Checkpointer apart: its path, threads (None: ckptio's default), backend, recycling, flush,
+    staging and fresh pages."""
     threads, backend = case.get("threads"), BACKENDS[case.transfer]
-    return path, threads, backend, bool(case.get("recycle")), case.get("flush"), case.get("staging")
+    recycle, flush, staging = bool(case.get("recycle")), case.get("flush"), case.get("staging")
+    return path, threads, backend, recycle, flush, staging, case.get("fresh_pages")
 
 
 def _load_method(case: Case) -> str:

@@ -32,7 +32,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultSavePlanner
 
-from gdsbench.runners.checkpoint import cycle
+from gdsbench.runners.checkpoint import cycle, io_options
 from gdsbench.runners.checkpoint.conditions import fsync_path, set_cache
 from gdsbench.runners.checkpoint.rank_job import RankJob
 from gdsbench.runners.checkpoint.rank_state import destination, local_tensors, preset_state, rank_state, same
@@ -47,19 +47,27 @@ def writer(job: RankJob) -> Any:
     """The engine's storage writer for the job."""
     if job.engine == "dcp":
         extensions = [_zstd()] if job.compression == "zstd" else None
-        return dcp.FileSystemWriter(job.path, thread_count=job.threads, sync_files=True, _extensions=extensions)
-    from ckptio import IOOptions, Writer
+        threads = job.threads or 1  # dcp's cases always carry threads
+        return dcp.FileSystemWriter(job.path, thread_count=threads, sync_files=True, _extensions=extensions)
+    from ckptio import Writer
 
-    return Writer(job.path, options=IOOptions(threads=job.threads), compression=job.compression)
+    return Writer(job.path, options=io_options.build(job.threads), compression=job.compression)
 
 
 def reader(job: RankJob) -> Any:
     """The engine's storage reader for the job."""
     if job.engine == "dcp":
         return dcp.FileSystemReader(job.path)
-    from ckptio import IOOptions, Reader
+    from ckptio import Reader
 
-    return Reader(job.path, options=IOOptions(threads=job.threads), broadcast=job.broadcast)
+    return Reader(job.path, options=io_options.build(job.threads), broadcast=job.broadcast)
+
+
+def options_used(storage: Any) -> dict[str, Any]:
+    """The IOOptions a ckptio Writer or Reader ran with, as the rank's `io_options` figure (none for DCP's own
+    storage layer and torch.save)."""
+    options = getattr(storage, "options", None)
+    return {} if options is None else {"io_options": io_options.used(options)}
 
 
 def _zstd() -> Any:
@@ -109,7 +117,8 @@ def dcp_saver(job: RankJob, state: dict[str, Any], storage: Any) -> cycle.One:
 
 
 def file_saver(state: dict[str, Any], rank: int) -> cycle.One:
-    """One durable torch.save of this rank's tensors into a file of its own (DLIO's checkpoint writer)."""
+    """One durable torch.save of this rank's tensors into a file of its own (DLIO's checkpoint writer), then rank 0's
+    marker once every rank's is durable (the checkpoint's commit, timed with it as DCP's is)."""
     local = local_tensors(state)
 
     def save(directory: Path) -> None:
@@ -119,6 +128,7 @@ def file_saver(state: dict[str, Any], rank: int) -> cycle.One:
             f.flush()
             os.fsync(f.fileno())
         fsync_path(directory)
+        mark_complete(directory)
 
     return lambda directory: cycle.timed(lambda: save(directory))
 
@@ -183,7 +193,7 @@ def train_loop(job: RankJob, state: dict[str, Any]) -> dict[str, Any]:
     if wrong:
         raise RuntimeError(f"rank {dist.get_rank()}: restored tensor {wrong!r} differs from the saved one")
     loop = {"steps": times.steps, "draining": times.draining, "stalls": times.stalls, "durable": times.durable}
-    return {**loop, "restore_seconds": restore, "step_reps": compute.reps, **usage.columns()}
+    return {**loop, "restore_seconds": restore, "step_reps": compute.reps, **options_used(storage), **usage.columns()}
 
 
 def run(job: RankJob) -> dict[str, Any]:
@@ -199,13 +209,12 @@ def run(job: RankJob) -> dict[str, Any]:
     figures: dict[str, Any] = {"host_copy_seconds": host_copy_seconds(state)} if job.asynchronous else {}
     storage = None if job.engine == FILE_ENGINE else writer(job)
     one = file_saver(state, rank) if storage is None else dcp_saver(job, state, storage)
-    after = mark_complete if storage is None else (lambda _: None)
     for _ in range(job.warmup):
         one(directories[0])
-        after(directories[0])
     with Usage() as usage:
-        phase = cycle.run_phase(directories, one, dist.barrier, after)
+        phase = cycle.run_phase(directories, one, dist.barrier)
     figures.update(phase.figures(), blocking_seconds=statistics.fmean(phase.blocking), own_bytes=own, **usage.columns())
+    figures.update(options_used(storage))
     stats = getattr(storage, "stats", None)
     if stats is not None:
         figures.update(
@@ -241,14 +250,16 @@ def load_phase(job: RankJob, directories: list[Path]) -> dict[str, Any]:
         if wrong:
             raise RuntimeError(f"rank {rank}: tensor {wrong!r} of {directory} differs from the one saved")
 
-    with Usage() as usage:
-        phase = cycle.run_phase(directories, lambda d: cycle.timed(lambda: load(d)), dist.barrier, check)
+    with Usage() as usage:  # the checks are neither the phase's time nor its CPU
+        one = lambda d: cycle.timed(lambda: load(d))  # noqa: E731
+        phase = cycle.run_phase(directories, one, dist.barrier, check, usage.paused)
     return {
         **phase.figures(),
         "own_bytes": own,
         "source_rank": source,
         "cache_note": note,
         "read_bytes": getattr(storage, "read_bytes", None),
+        **options_used(storage),
         **usage.columns(),
     }
 

@@ -32,7 +32,7 @@ class RankJob:
     executor: str  # where an async save persists: thread or process
     cache: str  # the page cache before a load
     checkpoint_size: int | None = None
-    threads: int = 1
+    threads: int | None = None  # None: the library's default (ckptio's IOOptions(); io_options)
     broadcast: bool = False
     checkpoints: int = 1
     scale: float = 1.0

@@ -18,23 +18,33 @@ the file. Nothing else is public.
 
 from typing import TYPE_CHECKING, Any
 
-from .api import load, load_into, load_mmap, save
 from .errors import CheckpointError
-from .manager import Checkpointer
 from .options import IOOptions
 
 if TYPE_CHECKING:  # imported on first use at run time (__getattr__); seen whole by type checkers
+    from .api import load, load_into, load_mmap, save
     from .dcp import Reader, Writer
+    from .manager import Checkpointer
 
-_DCP = ("Reader", "Writer")
+#: The names that need torch, by the module that has them: imported on first use, so `from ckptio import
+#: IOOptions` (a tool reading the options' fields) costs no torch import.
+_LAZY = {
+    "load": "api",
+    "load_into": "api",
+    "load_mmap": "api",
+    "save": "api",
+    "Checkpointer": "manager",
+    "Reader": "dcp",
+    "Writer": "dcp",
+}
 
 
 def __getattr__(name: str) -> Any:
-    """The DCP storage layer, imported on first use (torch.distributed.checkpoint is heavy to import)."""
-    if name in _DCP:
-        from . import dcp
+    """A name that needs torch, imported on first use (torch.distributed.checkpoint is heavy to import)."""
+    if name in _LAZY:
+        import importlib
 
-        return getattr(dcp, name)
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

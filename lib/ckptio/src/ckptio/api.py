@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 from typing import Any, TypeVar
 
-from .load import device_of, load_existing, load_mapped, load_new
+from .loading import device_of, load_existing, load_mapped, load_new
 from .location import refuse_url
 from .memory import StagingCache
 from .options import IOOptions, resolve
-from .save import save_to
+from .saving import save_to
 
 T = TypeVar("T")
 
@@ -87,8 +87,9 @@ def load_into(
 
     Every tensor of `state_dict` must exist in the checkpoint under the same key path ("a.b.0.c"),
     with the same dtype and shape; it is filled on its own device (CPU tensors that own their whole
-    storage are read straight into it through reused staging buffers: no new memory). Plain values
-    (step counters) are replaced where the containers are mutable.
+    storage are read straight into it where the device takes the address, else through reused staging
+    buffers: no new memory). Plain values (step counters) are replaced where the containers are mutable.
+    A load that fails (a corrupt chunk, a cut file) raises and leaves the tensors partly written.
 
     With `strict` (default), as `load_state_dict(strict=True)`: the checkpoint and `state_dict` must
     have the same key paths (a fresh optimizer's empty `state` against a checkpoint saved after a step

@@ -5,8 +5,8 @@ checkpoint's per-item record and data-file name (for tools that read or model DC
 from typing import TYPE_CHECKING, Any
 
 from .format import Index, StorageEntry, read_index
-from .load import Loaded
-from .save import Saved
+from .loading import Loaded
+from .saving import Saved
 from .tree import named_tensors
 
 if TYPE_CHECKING:

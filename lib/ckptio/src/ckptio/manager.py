@@ -13,11 +13,11 @@ import os
 from typing import Any, TypeVar
 
 from . import durable
-from .load import Loaded, device_of, load_existing, load_mapped, load_new
+from .loading import Loaded, device_of, load_existing, load_mapped, load_new
 from .location import refuse_url
 from .memory import StagingCache
 from .options import IOOptions, resolve
-from .save import Saved, save_to
+from .saving import Saved, save_to
 
 T = TypeVar("T")
 

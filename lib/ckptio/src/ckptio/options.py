@@ -1,7 +1,8 @@
 """IOOptions: every tuning knob of the checkpoint library in one frozen value, its defaults named once.
 
 Tuning changes speed, never results: a checkpoint saved with any options loads bit-exact with any
-other. Defaults follow the host the process runs on (the cores it may use, its NUMA nodes), and an
+other. Defaults follow the host the process runs on (the cores it may use, its NUMA nodes, how many ranks
+of the job share it), and an
 experiment can override each one without code changes through a `CKPTIO_<FIELD>` environment
 variable (e.g. `CKPTIO_THREADS=16`), read when an IOOptions is built. gdsbench 0.1's `GDSBENCH_IO_<FIELD>`
 is still read where the new name is not set.
@@ -15,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from .errors import OptionError
+from .memory import faster_fresh_pages
 
 MiB = 1 << 20
 BACKENDS = ("auto", "direct", "buffered", "gds")
 #: How a save makes its bytes durable: one fsync after the last write, or writeback started while the
 #: save is still writing so the final fsync finds little left to do (backends/posix.py; docs/benchmarks.md).
 FLUSHES = ("end", "overlap", "dsync")
+#: Pages of the new memory a load reads into: "auto" (resolved when the options are built: memory.faster_fresh_pages)
+PAGES = ("auto", "huge", "small")
 ENV_PREFIX = "CKPTIO_"
 #: Every prefix read, the first set one winning: this one, then gdsbench 0.1's.
 ENV_PREFIXES = (ENV_PREFIX, "GDSBENCH_IO_")
@@ -41,16 +45,30 @@ def numa_nodes() -> int:
     return max(1, len(found))
 
 
+#: Variables in which launchers say how many processes of the job share this host (torchrun, Open MPI, Slurm).
+LOCAL_RANKS = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
+
+
+def local_ranks() -> int:
+    """How many processes of this job share the host, as its launcher says (1 outside one, or unparsable)."""
+    for name in LOCAL_RANKS:
+        value = os.environ.get(name, "")
+        if value.isdigit() and 0 < int(value) <= 1 << 16:
+            return int(value)
+    return 1
+
+
 def default_threads() -> int:
-    """I/O threads: one per usable core, at least 4 (an I/O thread mostly waits on the device; NVMe
-    wants several requests in flight) and at most 32 (beyond, the GIL-held parts dominate)."""
-    return min(32, max(4, usable_cores()))
+    """I/O threads: one per usable core, shared among the job's ranks on this host, at least 4 (an I/O
+    thread mostly waits on the device; NVMe wants several requests in flight) and at most 32 (beyond,
+    the GIL-held parts dominate)."""
+    return min(32, max(4, usable_cores() // local_ranks()))
 
 
 def default_prefault_threads() -> int:
-    """Threads that fault in fresh destination memory ahead of reads: the cores of one NUMA node
-    (first touch is CPU work), at most 8."""
-    return max(1, min(8, usable_cores() // numa_nodes()))
+    """Threads that fault in fresh destination memory ahead of reads: the cores of one NUMA node (first
+    touch is CPU work), shared among the job's ranks on this host, at least 1, at most 8."""
+    return max(1, min(8, usable_cores() // numa_nodes() // local_ranks()))
 
 
 def _from_env(name: str, default: Any) -> Any:
@@ -77,7 +95,8 @@ class IOOptions:
     """How the checkpoint library moves bytes: speed only, never what is saved or loaded.
 
     Args:
-        threads: parallel I/O workers for saves and loads (default: usable cores, 4 to 32).
+        threads: parallel I/O workers for saves and loads (default: usable cores over the ranks sharing
+            the host, as the launcher says, 4 to 32).
         buffer_bytes: reusable aligned staging memory of every save and load (single file, Checkpointer,
             DCP Writer and Reader): as many buffers of one chunk (a file's own chunk when loading; plus a
             codec's margin when compressing) as fit, at least one, so a file whose chunk exceeds this
@@ -98,6 +117,10 @@ class IOOptions:
             mapping per larger storage (default 64 MiB).
         scratch_bytes: the most reshard scratch memory a DCP Reader holds at once; items needing more are
             read one by one (default 1 GiB).
+        fresh_pages: the pages of new memory a load reads into (`load`'s tensors): "huge" (transparent huge
+            pages), "small" (4 KiB pages, even where THP is `always`) or "auto" (the default: "small" where THP
+            is `never` or a virtio balloon reports free pages to the host, "huge" otherwise; the field then
+            holds the choice).
     """
 
     threads: int = _env_field(default_threads)
@@ -109,13 +132,17 @@ class IOOptions:
     overlap_bytes: int = _env_field(256 * MiB)
     span_bytes: int = _env_field(64 * MiB)
     scratch_bytes: int = _env_field(1024 * MiB)
+    fresh_pages: str = _env_field("auto")
 
     def __post_init__(self) -> None:
-        """Fill unset fields from the environment or the host, then validate every field."""
+        """Fill unset fields from the environment or the host, then validate every field; "auto" pages become
+        the measured choice."""
         for f in fields(self):
             if getattr(self, f.name) is None:
                 object.__setattr__(self, f.name, _from_env(f.name, f.metadata["default"]))
         _check(self)
+        if self.fresh_pages == "auto":
+            object.__setattr__(self, "fresh_pages", faster_fresh_pages())
 
     def with_(self, **changes: Any) -> IOOptions:
         """A copy with some fields changed (validated like the original)."""
@@ -135,6 +162,8 @@ def _check(o: IOOptions) -> None:
         raise OptionError(f"IOOptions.backend must be one of {BACKENDS}, not {o.backend!r}")
     if o.flush not in FLUSHES:
         raise OptionError(f"IOOptions.flush must be one of {FLUSHES}, not {o.flush!r}")
+    if o.fresh_pages not in PAGES:
+        raise OptionError(f"IOOptions.fresh_pages must be one of {PAGES}, not {o.fresh_pages!r}")
 
 
 def resolve(options: IOOptions | None) -> IOOptions:

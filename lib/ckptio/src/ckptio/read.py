@@ -1,12 +1,14 @@
 """Read strategies of a load: where each saved storage's bytes go, as read pieces for an I/O backend.
 
 - fresh host memory (`read_host`): storages grouped into spans of consecutive records, each span
-  one anonymous mapping advised to use huge pages that mirrors the file range, so every storage
+  one anonymous mapping (huge or small pages: IOOptions.fresh_pages) that mirrors the file range, so every storage
   starts page-aligned (O_DIRECT reads land in place, with no bounce buffer) and small neighbouring
   storages come with one read. Prefault threads fault the spans in ahead of the reads (first touch
   of fresh memory can cost more than the read). Tensors are `torch.frombuffer` views of the spans.
-- existing tensors (`read_host` with `placed`): each chunk lands in a reused staging buffer, is
-  verified there and copied into the destination (tensor memory is rarely aligned for O_DIRECT).
+- existing tensors (`read_host` with `placed`): a chunk lands straight in the destination where the
+  device takes its address (statx's O_DIRECT memory alignment: 4 bytes on NVMe, 512 on virtio) and is
+  verified there; otherwise in a reused staging buffer, verified there and copied into the destination.
+  The destinations' pages are faulted in ahead of the reads, in the kernel.
 - a copy-on-write mapping of the file (`map_storages`): page-cache pages faulted in by parallel
   readahead, verified as they arrive; no fresh memory to zero.
 - CUDA memory (`read_device`): new device tensors filled by a gds reader, verified on the host.
@@ -139,29 +141,32 @@ def _span_piece(index: fmt.Index, task: ReadTask, span: Span, base: int, verify:
 
 
 def _placed_piece(
-    index: fmt.Index, s: fmt.StorageEntry, k: int, dest: int, align: int, verify: bool
+    index: fmt.Index, s: fmt.StorageEntry, k: int, dest: int, reader: backends.Reader, verify: bool
 ) -> backends.ReadPiece:
-    """A read of chunk `k` of `s` into a staging buffer, verified there, then copied to `dest`."""
-    n = chunk_size(index, s, k)
-    offset = s.offset + k * index.chunk_bytes
+    """A read of chunk `k` of `s` straight into `dest` where the reader takes its address and the whole read
+    fits, else into a staging buffer, verified there, then copied to `dest`."""
+    n, start = chunk_size(index, s, k), k * index.chunk_bytes
+    offset, length = s.offset + start, round_up(n, reader.alignment)
+    in_place = (dest + start) % reader.memory_alignment == 0 and start + length <= s.nbytes
 
     def done(data: memoryview) -> None:
         _need(index, len(data), offset, n)
         if verify:
             check_chunk(index, s, k, data[:n])
-        copy(dest + k * index.chunk_bytes, address_of(data), n)
+        if not in_place:
+            copy(dest + start, address_of(data), n)
 
-    return backends.ReadPiece(offset, round_up(n, align), n, None, done)
+    return backends.ReadPiece(offset, length, n, dest + start if in_place else None, done)
 
 
 def read_host(
     index: fmt.Index, reader: backends.Reader, options: IOOptions, verify: bool, placed: dict[str, int]
 ) -> dict[str, torch.UntypedStorage]:
-    """Read every storage: those in `placed` (key -> address of existing memory) through staging
-    buffers into place, the rest into fresh huge-page spans prefaulted ahead of the reads."""
+    """Read every storage: those in `placed` (key -> address of existing memory) into place (straight or
+    through staging buffers), the rest into fresh spans; both prefaulted ahead of the reads."""
     verify = verify and index.checksum != "none"
     spans = plan_spans(tuple(s for s in index.storages if s.key not in placed), options.span_bytes)
-    maps = [huge_buffer(span.nbytes) for span in spans]
+    maps = [huge_buffer(span.nbytes, huge=options.fresh_pages == "huge") for span in spans]
     bases = [address_of(m) for m in maps]
     pieces = [
         _span_piece(index, t, spans[t.span], bases[t.span], verify)
@@ -170,8 +175,9 @@ def read_host(
     for s in index.storages:
         if s.key in placed:
             chunks = range(integrity.chunk_count(s.nbytes, index.chunk_bytes))
-            pieces += [_placed_piece(index, s, k, placed[s.key], reader.alignment, verify) for k in chunks]
-    prefaulter = Prefaulter(zip(bases, (len(m) for m in maps)), options.prefault_threads)
+            pieces += [_placed_piece(index, s, k, placed[s.key], reader, verify) for k in chunks]
+    within = [(address, s.nbytes) for s in index.storages if (address := placed.get(s.key)) is not None]
+    prefaulter = Prefaulter(zip(bases, (len(m) for m in maps)), options.prefault_threads, within)
     try:
         reader.read(sorted(pieces, key=lambda p: p.offset))
     finally:

@@ -1,6 +1,6 @@
 """I/O backends: each opens checkpoint files its own way and owns the loop that moves their bytes.
 
-The engines (save.py, load.py) decide *what* goes *where*: a list of pieces, each a file range with
+The engines (saving.py, loading.py) decide *what* goes *where*: a list of pieces, each a file range with
 the memory its bytes come from or go to and a callback that sees the bytes (checksums, placement).
 A backend decides *how*: open flags, alignment, threads, the system calls, and how the data becomes
 durable. Adding a backend (io_uring, a GDS write path) is adding one module and one registry line.

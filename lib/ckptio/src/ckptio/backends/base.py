@@ -22,7 +22,9 @@ class WritePiece:
     by this piece: a storage's sub-page tail may travel inside a neighbouring region.
 
     A piece whose size is known only once composed (a compressed chunk) has `offset` None: the writer
-    appends all the bytes `fill` returned after everything reserved, and tells `placed` where.
+    appends all the bytes `fill` returned after everything reserved, and tells `placed` where. Its
+    `prepare` (the encoding) runs before a staging buffer is borrowed, so it runs on every thread
+    however few buffers there are; `fill` then only copies the result.
     """
 
     offset: int | None
@@ -32,6 +34,7 @@ class WritePiece:
     fill: Callable[[Staging], memoryview]
     seen: Callable[[memoryview], None]
     placed: Callable[[int], None] | None = None
+    prepare: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,11 @@ class Reader(Protocol):
 
     @property
     def alignment(self) -> int:
-        """Offsets, lengths and addresses must be multiples of this (1: none)."""
+        """Offsets and lengths must be multiples of this (1: none)."""
+
+    @property
+    def memory_alignment(self) -> int:
+        """Addresses a piece reads into must be multiples of this (1: none)."""
 
     def read(self, pieces: Sequence[ReadPiece]) -> None:
         """Read every piece (in parallel) and hand each one's bytes to its `done`."""

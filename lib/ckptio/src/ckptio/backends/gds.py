@@ -89,6 +89,7 @@ class GdsReader:
     """The reads of one load into CUDA memory."""
 
     alignment = 4096
+    memory_alignment = 4096  # its pieces name device memory, never a host address
 
     def __init__(self, path: str, options: IOOptions, staging: StagingBuffers | None) -> None:
         import kvikio

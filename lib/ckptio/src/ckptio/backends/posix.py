@@ -1,8 +1,10 @@
 """POSIX positional I/O on a thread pool: O_DIRECT ("direct") and through the page cache ("buffered").
 
 Each worker takes the next piece, gets its bytes (from the tensor's own memory when aligned enough,
-else composed into a borrowed staging buffer), hands them to the piece's callback (checksums) and
-`pwrite`s them; reads `preadv` into place. pwrite, preadv and memmove release the GIL, so one
+else composed into a borrowed staging buffer, after the piece's `prepare`, e.g. its encoding, which
+needs no buffer and so runs on every worker), hands them to the piece's callback (checksums) and
+`pwrite`s them (an appended piece, a compressed chunk, is handed to a writing thread, one per staging
+buffer, so its worker goes on encoding instead of waiting for the disk); reads `preadv` into place. pwrite, preadv and memmove release the GIL, so one
 worker's copy overlaps the others' I/O.
 
 O_DIRECT: offsets, lengths and memory addresses must be multiples of 4096 (the page size, which also
@@ -22,18 +24,24 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import struct
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 
-from ..memory import StagingBuffers, round_up, view
+from ..memory import PAGE, Staging, StagingBuffers, round_up, view
 from ..options import IOOptions
 from ..parallel import run_parallel
 from .base import ReadPiece, WritePiece, read_full, write_all
 
 _libc = ctypes.CDLL(None, use_errno=True)
 SYNC_FILE_RANGE_WRITE = 2
+AT_EMPTY_PATH = 0x1000
+STATX_DIOALIGN = 0x2000
+STATX_SIZE = 256  # struct statx
+STATX_DIO_MEM_ALIGN = 152  # offset of stx_dio_mem_align (u32) in struct statx
 
 
 @dataclass(frozen=True)
@@ -95,27 +103,48 @@ class PosixWriter:
         return offset
 
     def write(self, pieces: Sequence[WritePiece]) -> None:
-        """Write the pieces on the thread pool."""
-        run_parallel([partial(self._write_piece, p) for p in pieces], self.options.threads, "ckptio-save")
+        """Write the pieces on the thread pool; appended pieces' bytes are written by a _Handoff's threads."""
+        handoff = _Handoff(self._write, self.staging) if any(p.offset is None for p in pieces) else None
+        jobs = [partial(self._write_piece, p, handoff) for p in pieces]
+        try:
+            run_parallel(jobs, self.options.threads, "ckptio-save")
+        except BaseException:
+            if handoff is not None:
+                handoff.wait()
+            raise
+        if handoff is not None and (error := handoff.wait()) is not None:
+            raise error
 
-    def _write_piece(self, piece: WritePiece) -> None:
+    def _write_piece(self, piece: WritePiece, handoff: _Handoff | None) -> None:
         """Write one piece from its own memory when aligned (address and length), else through a staging buffer."""
         aligned = piece.address is not None and piece.address % self.alignment == 0
         if aligned and piece.offset is not None and round_up(piece.write_nbytes, self.alignment) <= piece.nbytes:
             self._emit(piece, view(piece.address, piece.nbytes), piece.offset)  # type: ignore[arg-type]
             return
+        if piece.prepare is not None:
+            piece.prepare()  # CPU work that needs no buffer (encoding): not bounded by the staging buffers
+        if piece.offset is None:
+            assert handoff is not None, "write() makes a handoff where pieces are appended"
+            self._append_piece(piece, handoff)
+            return
         with self.staging.lend() as buf:
+            self._emit(piece, piece.fill(buf), piece.offset)
+
+    def _append_piece(self, piece: WritePiece, handoff: _Handoff) -> None:
+        """Compose an appended piece (all its bytes, padded in place), claim its offset and hand the buffer over
+        to be written, so this worker goes on with the next piece instead of waiting for the disk."""
+        assert piece.placed is not None, "an appended piece must say where it wants to hear its offset"
+        buf = self.staging.take()
+        try:
             data = piece.fill(buf)
-            if piece.offset is not None:
-                self._emit(piece, data, piece.offset)
-                return
-            padded = round_up(len(data), self.alignment)  # an appended piece: all its bytes, padded in place
+            padded = round_up(len(data), self.alignment)
             ctypes.memset(buf.address + len(data), 0, padded - len(data))
             piece.seen(data)
             offset = self._append(padded)
-            self._write(view(buf.address, padded), offset)
-            assert piece.placed is not None, "an appended piece must say where it wants to hear its offset"
-            piece.placed(offset)
+        except BaseException:
+            self.staging.give(buf)
+            raise
+        handoff.submit(buf, padded, offset, piece.placed)
 
     def _emit(self, piece: WritePiece, data: memoryview, offset: int) -> None:
         """Show the bytes to the piece's callback, then write its part (padded to the alignment)."""
@@ -142,6 +171,40 @@ class PosixWriter:
         if self._overlap:
             self._overlap.stop()
         os.close(self.fd)
+
+
+class _Handoff:
+    """Writes of appended pieces on threads of their own, one per staging buffer (a composed buffer is written
+    at once; composing waits for a free buffer), so the workers that encode never wait for the disk; the first
+    failure refuses later pieces and is returned by `wait`."""
+
+    def __init__(self, write: Callable[[memoryview, int], None], staging: StagingBuffers) -> None:
+        self._write_at = write
+        self._staging = staging
+        self._pool = ThreadPoolExecutor(staging.count, thread_name_prefix="ckptio-append")
+        self._error: BaseException | None = None
+
+    def submit(self, buf: Staging, nbytes: int, offset: int, placed: Callable[[int], None]) -> None:
+        """Write `nbytes` of `buf` at `offset` in the background, then tell `placed` and give the buffer back."""
+        if self._error is not None:
+            self._staging.give(buf)
+            raise self._error
+        self._pool.submit(self._write, buf, nbytes, offset, placed)
+
+    def _write(self, buf: Staging, nbytes: int, offset: int, placed: Callable[[int], None]) -> None:
+        """One background write; a failure is kept for `submit` and `wait`."""
+        try:
+            self._write_at(view(buf.address, nbytes), offset)
+            placed(offset)
+        except BaseException as e:
+            self._error = self._error or e
+        finally:
+            self._staging.give(buf)
+
+    def wait(self) -> BaseException | None:
+        """Wait for every write handed over; the first failure, if any."""
+        self._pool.shutdown(wait=True)
+        return self._error
 
 
 class _Overlap:
@@ -193,6 +256,7 @@ class PosixReader:
         self.fd = fd
         self.backend = backend
         self.alignment = backend.alignment
+        self.memory_alignment = dio_memory_alignment(fd) if backend.flags & os.O_DIRECT else 1
         self.options = options
         self.staging = staging
 
@@ -216,6 +280,16 @@ class PosixReader:
     def close(self) -> None:
         """Close the file."""
         os.close(self.fd)
+
+
+def dio_memory_alignment(fd: int) -> int:
+    """The alignment O_DIRECT needs of memory addresses for this file (statx STATX_DIOALIGN, Linux >= 6.1: 4
+    bytes on NVMe, 512 on virtio), the page size where the kernel does not say."""
+    buf = ctypes.create_string_buffer(STATX_SIZE)
+    if _libc.statx(fd, b"", AT_EMPTY_PATH, STATX_DIOALIGN, buf) != 0:
+        return PAGE
+    (mask,), (align,) = struct.unpack_from("I", buf, 0), struct.unpack_from("I", buf, STATX_DIO_MEM_ALIGN)
+    return align if mask & STATX_DIOALIGN and align else PAGE
 
 
 DIRECT = PosixBackend("direct", os.O_DIRECT, 4096)

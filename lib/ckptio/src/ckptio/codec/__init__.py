@@ -5,6 +5,7 @@
     blob = c.encode(t.view(torch.uint8).numpy(), t.element_size())
     ... write blob; record c.descriptor, len(blob), t.nbytes and the element size beside it ...
     codec.from_descriptor(descriptor).decode_into(blob, out, itemsize)   # out: writable, exactly nbytes
+    n = codec.copy_parts(codec.encode_parts(c, data, itemsize), staging, c.descriptor)  # blob without a join
 
 Every chunk decodes on its own (loads stay parallel across chunks and threads), codecs keep no state between
 calls and may be shared by threads, and their C libraries release the GIL while they work. Anything that cannot
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import cast
 
-from .base import Buffer, Codec, CodecError, CodecUnavailable
+from .base import Buffer, Codec, CodecError, CodecUnavailable, copy_parts, encode_parts
 
 # (level, threads) -> codec; (descriptor, threads) -> codec
 Factory = Callable[[int | None, int | None], Codec]
@@ -116,6 +117,8 @@ __all__ = [
     "CodecUnavailable",
     "Factory",
     "Parser",
+    "copy_parts",
+    "encode_parts",
     "from_descriptor",
     "get",
     "names",

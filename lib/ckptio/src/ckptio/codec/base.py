@@ -97,10 +97,35 @@ def no_level(codec: str, level: int | None) -> None:
 
 def seal(parts: list[Buffer]) -> bytes:
     """Concatenate encoded parts and append their xxh3-64, so corruption is caught before any C decoder runs."""
+    return b"".join(seal_parts(parts))
+
+
+def seal_parts(parts: list[Buffer]) -> list[Buffer]:
+    """`seal` without the concatenation: the parts, then their xxh3-64 trailer (a caller copies them once)."""
     digest = xxhash.xxh3_64()
     for part in parts:
         digest.update(part)
-    return b"".join([*parts, _SEAL.pack(digest.intdigest())])
+    return [*parts, _SEAL.pack(digest.intdigest())]
+
+
+def encode_parts(codec: Codec, data: Buffer, itemsize: int) -> list[Buffer]:
+    """A chunk encoded as parts whose concatenation is `codec.encode(data, itemsize)`: the codec's own
+    `encode_parts` where it has one (it saves a copy of the encoded bytes), else its `encode`."""
+    parts = getattr(codec, "encode_parts", None)
+    return list(parts(data, itemsize)) if parts is not None else [codec.encode(data, itemsize)]
+
+
+def copy_parts(parts: list[Buffer], out: memoryview, codec: str) -> int:
+    """Copy encoded parts back to back to the start of `out`; their total size, or CodecError if it overflows."""
+    views = [as_bytes(part) for part in parts]
+    total = sum(len(v) for v in views)
+    if total > len(out):
+        raise CodecError(f"{codec}: an encoded chunk of {total} bytes does not fit its {len(out)}-byte buffer")
+    at = 0
+    for v in views:
+        out[at : at + len(v)] = v
+        at += len(v)
+    return total
 
 
 def unseal(data: Buffer, codec: str) -> memoryview:

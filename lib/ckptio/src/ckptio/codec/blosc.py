@@ -29,7 +29,7 @@ from .base import (
     as_bytes,
     check_itemsize,
     check_size,
-    seal,
+    seal_parts,
     threads_of,
     unseal,
     writable_out,
@@ -103,11 +103,15 @@ class BloscCodec:
 
     def encode(self, data: Buffer, itemsize: int) -> bytes:
         """blosc2 chunks of at most `piece_bytes` each (whole elements), sealed with their xxh3."""
+        return b"".join(self.encode_parts(data, itemsize))
+
+    def encode_parts(self, data: Buffer, itemsize: int) -> list[Buffer]:
+        """`encode` as its parts (the blosc2 chunks, then the trailer), for a caller that copies them into place."""
         check_itemsize(itemsize, MAX_TYPESIZE)
         view = as_bytes(data)
         params = self._cparams(itemsize)
         step = max(itemsize, self.piece_bytes // itemsize * itemsize)
-        return seal([_compress(view[at : at + step], params) for at in range(0, len(view), step)])
+        return seal_parts([_compress(view[at : at + step], params) for at in range(0, len(view), step)])
 
     def decode(self, data: Buffer, nbytes: int, itemsize: int) -> bytearray:
         """A new buffer of exactly `nbytes`, decoded (see decode_into)."""

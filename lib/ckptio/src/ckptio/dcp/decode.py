@@ -67,18 +67,40 @@ def box_of(
     return rows
 
 
-def pieces(directory: str, want: Want, codec: Any, verify: bool) -> list[backends.ReadPiece]:
+def pieces(directory: str, want: Want, codec: Any, verify: bool, memory_alignment: int) -> list[backends.ReadPiece]:
     """Reads of every stored chunk overlapping [want.start, want.end), each verified, decoded and its
-    overlap copied to the destination."""
+    overlap copied to the destination; a raw chunk whose whole read fits the destination at an address the
+    reader takes (`memory_alignment`) is read straight into it, verified there, with no copy."""
     record = want.record
     out = []
     for k, (offset, stored) in enumerate(record.chunks):
         lo, hi = k * record.chunk_bytes, min((k + 1) * record.chunk_bytes, record.nbytes)
         if hi <= want.start or lo >= want.end:
             continue
+        target, length = want.address + lo - want.start, round_up(stored, ALIGN)
+        if codec is None and lo >= want.start and lo + length <= want.end and target % memory_alignment == 0:
+            done = _checker(directory, want, k, verify)
+            out.append(backends.ReadPiece(offset, length, stored, target, done))
+            continue
         done = _placer(directory, want, k, lo, hi, codec, verify)
-        out.append(backends.ReadPiece(offset, round_up(stored, ALIGN), stored, None, done))
+        out.append(backends.ReadPiece(offset, length, stored, None, done))
     return out
+
+
+def _checker(directory: str, want: Want, k: int, verify: bool) -> Callable[[memoryview], None]:
+    """What to do with stored chunk `k` once read in place: check it is whole and intact."""
+    record = want.record
+    offset, stored = record.chunks[k]
+    digest = integrity.digest_fn(record.checksum) if verify else None
+    path = f"{directory}/{record.file}"
+
+    def done(data: memoryview) -> None:
+        if len(data) < stored:
+            raise TruncatedCheckpoint(path, offset + stored, offset + len(data))
+        if digest and digest(data[:stored]) != record.digests[k]:
+            raise CorruptCheckpoint(path, want.fqn, f"chunk {k} ({stored} stored bytes at offset {offset})")
+
+    return done
 
 
 def _placer(
@@ -87,16 +109,11 @@ def _placer(
     """What to do with stored chunk `k` once read: check it is whole and intact, decode, copy the overlap."""
     record = want.record
     stored = record.chunks[k][1]
-    digest = integrity.digest_fn(record.checksum) if verify else None
+    check = _checker(directory, want, k, verify)
     path = f"{directory}/{record.file}"
 
     def done(data: memoryview) -> None:
-        if len(data) < stored:
-            raise TruncatedCheckpoint(path, record.chunks[k][0] + stored, record.chunks[k][0] + len(data))
-        if digest and digest(data[:stored]) != record.digests[k]:
-            raise CorruptCheckpoint(
-                path, want.fqn, f"chunk {k} ({stored} stored bytes at offset {record.chunks[k][0]})"
-            )
+        check(data)
         first, last = max(lo, want.start), min(hi, want.end)
         target = want.address + first - want.start
         if codec is None:

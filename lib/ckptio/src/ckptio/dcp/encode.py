@@ -2,8 +2,9 @@
 
 Raw items (codec "none", and DCP's byte items) are laid out up front, each at a 4 KiB-aligned
 offset, chunk by chunk, so aligned CPU memory goes to disk with no copy. Compressed items cannot be
-laid out before they are encoded: each chunk is encoded in a worker into a staging buffer and
-appended after the raw items wherever the file ends at that moment; its record keeps where. Every
+laid out before they are encoded: each chunk is encoded in a worker straight from the tensor's memory
+(every worker encodes at once: the codec holds no staging buffer), copied once into a staging buffer
+and appended after the raw items wherever the file ends at that moment; its record keeps where. Every
 chunk's stored bytes are hashed as they go by, so a flipped or missing byte is found on load.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 import torch
 
 from .. import backends, integrity
+from .. import codec as codecs
 from ..memory import Staging, StagingBuffers, copy, host_bytes, round_up, view
 from ..options import IOOptions
 from .records import ItemRecord
@@ -108,6 +110,7 @@ def write_items(
         else:
             laid += [_raw_piece(item, k, chunk, end, digest) for k in range(n_chunks)]
             end += round_up(item.nbytes, ALIGN)
+    pieces.sort(key=lambda piece: -piece.nbytes)  # largest first: the save ends on small chunks, no worker idle
     writer = backends.open_writer(path, options, staging, existing=existing)
     try:
         writer.reserve(end)
@@ -161,17 +164,22 @@ def _raw_piece(
 def _encoded_piece(
     item: _Item, k: int, chunk: int, codec: Any, digest: Callable[[memoryview], str] | None
 ) -> backends.WritePiece:
-    """Chunk `k` of an item, encoded in a worker and appended; the record learns where it went."""
+    """Chunk `k` of an item, encoded by a worker before it borrows a staging buffer (so every thread encodes),
+    copied into the buffer once and appended; the record learns where it went."""
     start = k * chunk
     n = min(chunk, item.nbytes - start)
+    encoded: list[codecs.Buffer] = []
     stored = [0]
 
+    def prepare() -> None:
+        encoded[:] = codecs.encode_parts(codec, item.host(start, n), item.itemsize)
+
     def fill(buf: Staging) -> memoryview:
-        encoded = memoryview(codec.encode(item.host(start, n), item.itemsize)).cast("B")
-        if len(encoded) > buf.nbytes:
-            raise ValueError(f"codec {codec.descriptor} expanded a {n}-byte chunk to {len(encoded)} bytes")
-        view(buf.address, len(encoded))[:] = encoded
-        return view(buf.address, len(encoded))
+        if not encoded:  # a writer that does not call prepare()
+            prepare()
+        size = codecs.copy_parts(encoded, view(buf.address, buf.nbytes), codec.descriptor)
+        encoded.clear()
+        return view(buf.address, size)
 
     def seen(data: memoryview) -> None:
         stored[0] = len(data)
@@ -181,4 +189,4 @@ def _encoded_piece(
     def placed(offset: int) -> None:
         item.chunks[k] = (offset, stored[0])
 
-    return backends.WritePiece(None, n, n, None, fill, seen, placed)
+    return backends.WritePiece(None, n, n, None, fill, seen, placed, prepare)

@@ -44,7 +44,7 @@ from .. import backends
 from .. import codec as codecs
 from ..errors import CheckpointError, InvalidCheckpoint, TruncatedCheckpoint
 from ..location import refuse_url
-from ..memory import StagingCache, host_bytes, round_up
+from ..memory import Prefaulter, StagingCache, host_bytes, round_up
 from ..options import IOOptions, resolve_host
 from .decode import ALIGN, Want, box_of, dtype_of, pieces, row_range
 from .metadata import current_commit, open_regular, read_commit, referenced_files
@@ -252,15 +252,19 @@ class Reader(StorageReader):
         return record.file, record.chunks[0][0] if record.chunks else 0
 
     def _read_batch(self, items: list[ReadItem], planner: LoadPlanner, cache: StagingCache) -> None:
-        """Plan the reads of a batch, run them file by file, then copy and commit each destination."""
+        """Plan the reads of a batch, run them file by file (the destinations faulted in ahead of them: first
+        touch in the kernel, not one fault per page), then copy and commit each destination."""
         placed = [self._want(ri, planner) for ri in items]
-        by_file: dict[str, list[backends.ReadPiece]] = defaultdict(list)
+        by_file: dict[str, list[Want]] = defaultdict(list)
         for want, _ in placed:
-            record = want.record
-            by_file[record.file] += pieces(str(self.path), want, self._codec(record.codec), self.verify)
+            by_file[want.record.file].append(want)
             self.read_bytes += want.end - want.start
-        for name, file_pieces in by_file.items():
-            self._read_file(name, file_pieces, cache)
+        prefaulter = Prefaulter((), self.options.prefault_threads, within=_cpu_ranges(want for want, _ in placed))
+        try:
+            for name, file_pieces in by_file.items():
+                self._read_file(name, file_pieces, cache)
+        finally:
+            prefaulter.join()
         for _, finish in placed:
             finish()
 
@@ -285,12 +289,19 @@ class Reader(StorageReader):
 
         return Want(record, fqn, start, end, scratch.data_ptr(), scratch), finish
 
-    def _read_file(self, name: str, file_pieces: list[backends.ReadPiece], cache: StagingCache) -> None:
-        """Run one data file's reads, in file order, on the options' backend."""
+    def _read_file(self, name: str, wants: list[Want], cache: StagingCache) -> None:
+        """Run one data file's reads for `wants`, in file order, on the options' backend."""
         staging = cache.within(self.options.buffer_bytes, self._slot_bytes)
         backend = "buffered" if self.options.backend == "buffered" else "direct"
         reader = backends.open_reader(f"/proc/self/fd/{self._files[name]}", self.options, staging, backend)
         try:
+            file_pieces = [
+                piece
+                for want in wants
+                for piece in pieces(
+                    str(self.path), want, self._codec(want.record.codec), self.verify, reader.memory_alignment
+                )
+            ]
             reader.read(sorted(file_pieces, key=lambda p: p.offset))
         finally:
             reader.close()
@@ -314,9 +325,7 @@ class Reader(StorageReader):
             whole = torch.empty(record.nbytes, dtype=torch.uint8)
             if entry.reader == self.rank:
                 want = Want(record, entry.index.fqn, 0, record.nbytes, whole.data_ptr(), whole)
-                self._read_file(
-                    record.file, pieces(str(self.path), want, self._codec(record.codec), self.verify), cache
-                )
+                self._read_file(record.file, [want], cache)
                 self.read_bytes += record.nbytes
             dist.broadcast(whole, src=entry.reader)
             for ri in mine.get(entry.index, []):
@@ -326,6 +335,15 @@ class Reader(StorageReader):
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
         """A directory holding a committed checkpoint."""
         return isinstance(checkpoint_id, (str, os.PathLike)) and (Path(checkpoint_id) / ".metadata").is_file()
+
+
+def _cpu_ranges(wants: Any) -> list[tuple[int, int]]:
+    """The host memory the wants' bytes land in (destinations and scratch), in read order."""
+    return [
+        (w.address, w.end - w.start)
+        for w in wants
+        if isinstance(w.owner, torch.Tensor) and w.owner.device.type == "cpu"
+    ]
 
 
 def _slot_of(records: Any, default: int) -> int:

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.staging import AsyncStager
@@ -39,13 +38,13 @@ from ..errors import AsyncSaveFailed
 from ..location import refuse_url
 from ..memory import StagingCache
 from ..options import IOOptions, resolve_host
-from ..tree import named_tensors
 from . import groups
 from .commit import commit, full_error
 from .encode import prepare, staging_bytes, write_items
 from .lock import create_held
 from .objects import check_saveable
 from .records import data_file
+from .stage import Copier, HostBuffers, layout_of, tensors_by_path
 
 DCP_VERSION = "1.0.0"
 
@@ -270,21 +269,19 @@ class Writer(StorageWriter, AsyncStager):
     # -- AsyncStager -----------------------------------------------------------------------------
 
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
-        """Copy the state dict into host buffers kept between saves (pinned where CUDA exists), after the
-        previous save's data is written; the caller blocks for the copy only."""
-        from torch.distributed._state_dict_utils import _copy_state_dict, _create_cpu_state_dict
-
+        """Copy the state dict into host buffers kept between saves (stage.py: pinned where CUDA exists, host
+        bytes moved by a few threads), after the previous save's data is written; the caller blocks for the copy."""
         in_flight = self._state("in_flight", _InFlight)
         in_flight.wait()
         groups.own_group(self._local)  # every rank, here, in the same order: the background save's group
         if in_flight.elsewhere:  # the last staged copy may still be read by the process writing it
             self._local.pop("staged", None)
-        layout = _layout(state_dict)
-        cached = self._local.get("staged")
-        if cached is None or self._local.get("layout") != layout:  # a new structure: new buffers
-            cached = _create_cpu_state_dict(state_dict, pin_memory=torch.cuda.is_available())
-            self._local.update(staged=cached, layout=layout)
-        staged = _Staged(_copy_state_dict(state_dict, cached))
+        tensors = dict(tensors_by_path(state_dict))
+        layout = layout_of(tensors)
+        buffers = self._local.get("staged")
+        if buffers is None or buffers.layout != layout:  # a new structure: new buffers
+            buffers = self._local["staged"] = HostBuffers(state_dict, layout)
+        staged = _Staged(buffers.fill(state_dict, tensors, self._state("copier", Copier)))
         in_flight.start(staged)
         return staged
 
@@ -292,14 +289,15 @@ class Writer(StorageWriter, AsyncStager):
         """Staging is synchronous: nothing to wait for."""
 
     def close(self) -> None:
-        """Wait for a save in flight, then free the staged copy and the staging buffers."""
+        """Wait for a save in flight, then free the staged copy, the staging buffers and the copying threads."""
         if "in_flight" in self._local:
             self._local["in_flight"]._idle.wait()
         self._local.pop("staged", None)
         self._release_file()
-        cache = self._local.pop("staging", None)
-        if cache is not None:
-            cache.close()
+        for name in ("staging", "copier"):
+            held = self._local.pop(name, None)
+            if held is not None:
+                held.close()
 
 
 def _saveable(write_item: Any, data: Any) -> Any:
@@ -307,11 +305,6 @@ def _saveable(write_item: Any, data: Any) -> Any:
     if isinstance(data, io.BytesIO):
         check_saveable(data, write_item.index.fqn)
     return data
-
-
-def _layout(state_dict: dict[str, Any]) -> tuple[tuple[str, tuple[int, ...], torch.dtype], ...]:
-    """What staged buffers depend on: every tensor's key path, shape and dtype."""
-    return tuple((name, tuple(t.shape), t.dtype) for name, t in named_tensors(state_dict))
 
 
 def _rank() -> int:
