@@ -55,7 +55,7 @@ BALLOON_REPORTS_FREE_PAGES = 5  # VIRTIO_BALLOON_F_REPORTING: the bit in a devic
 def faster_fresh_pages() -> str:
     """The pages new memory faults in faster with here: "small" where THP is `never`, or where a virtio balloon
     reports free pages to the host (it hands free 2-4 MiB blocks back, so a huge page's first touch waits for the
-    host to back all of it: 0.5-0.8 GB/s in this project's VM against 2.7 for small pages, docs/benchmarks.md);
+    host to back all of it: 0.5-0.8 GB/s in this project's VM against 2.1-3.2 for small pages, docs/benchmarks.md);
     "huge" otherwise (bare metal: one fault per 2 MiB). A timed probe cannot tell: memory freed moments ago is
     still backed, and any probe's own memory is."""
     try:
