@@ -28,21 +28,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-PHASES = ("metadata", "planning", "reads")
+from gdsbench.runners.resources import machine_cpu, process_cpu
+
 CONDITIONS = (("fresh", True), ("fresh", False), ("touched", True), ("touched", False))
 
 
-def machine_cpu() -> float:
-    """Busy seconds of every CPU since boot (/proc/stat: user, nice, system, irq, softirq)."""
-    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[:7])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
 def clock() -> tuple[float, float, float]:
-    """Wall, process CPU and machine CPU seconds now."""
-    times = os.times()
-    return time.perf_counter(), times.user + times.system, machine_cpu()
+    """Wall, process CPU and machine CPU seconds now (machine: /proc/stat's busy time, as a sweep's rows count it)."""
+    return time.perf_counter(), process_cpu(), machine_cpu() or 0.0
 
 
 def timed_reader(base: Any, spent: dict[str, list[float]]) -> Any:

@@ -99,8 +99,7 @@ class Copier:
             else:
                 dst.copy_(src)
         jobs = _slices(movable, SLICE_BYTES)
-        for _ in self._pool.map(_move, jobs) if self._pool is not None else map(_move, jobs):
-            pass  # every job done (a failure re-raised) before staging returns
+        list((self._pool.map if self._pool is not None else map)(_move, jobs))  # all done (or raised) on return
 
     def close(self) -> None:
         """Let the threads go."""
