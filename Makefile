@@ -46,7 +46,7 @@ $(VENV)/.installed-run: pyproject.toml lib/ckptio/pyproject.toml
 
 # ... and, for the tests and the other configs, the S3 clients and the test tools.
 $(VENV)/.installed: $(VENV)/.installed-run
-	$(PY) -m pip install --quiet -e "./lib/ckptio[codecs]" -e ".[checkpoint,s3,s3torch,test]"
+	$(PY) -m pip install --quiet -e "./lib/ckptio[codecs,s3]" -e ".[checkpoint,s3,s3torch,test]"
 	touch $@
 
 install: system-deps $(VENV)/.installed
@@ -96,7 +96,7 @@ FLOOR_VENV ?= .venv-floor
 torch-floor:  ## the checkpoint tests against the floor release of torch, in a venv of its own
 	python3 -m venv $(FLOOR_VENV)
 	$(FLOOR_VENV)/bin/pip install --quiet "$(TORCH_FLOOR)"
-	$(FLOOR_VENV)/bin/pip install --quiet -e "./lib/ckptio[codecs]" -e ".[checkpoint,s3,s3torch,test]"
+	$(FLOOR_VENV)/bin/pip install --quiet -e "./lib/ckptio[codecs,s3]" -e ".[checkpoint,s3,s3torch,test]"
 	$(FLOOR_VENV)/bin/python -c "import torch; print('torch', torch.__version__)"
 	$(FLOOR_VENV)/bin/pytest -q tests/checkpoint tests/test_workloads.py
 
@@ -126,11 +126,13 @@ ceph-up: install ceph-deps  ## a one-host Ceph: prints its monitor, S3 endpoint 
 ceph-down:  ## stop and remove the one-host Ceph of ceph-up
 	$(SUDO) $(VENV)/bin/gdsbench ceph down --dir $(CEPH_DIR)
 
-ceph-demo: install ceph-deps  ## the one-host Ceph's tiers beside the local disk: up, sweep both configs, report them together, down
+ceph-demo: install ceph-deps  ## the one-host Ceph's tiers beside the local disk, then the durability ladder beside its baselines (configs/tiers.yaml): up, sweep, report, down
 	$(SUDO) $(VENV)/bin/gdsbench ceph up --dir $(CEPH_DIR)
 	@set -a; . $(CEPH_DIR)/s3.env; set +a; \
 	  $(VENV)/bin/gdsbench sweep configs/ceph-local.yaml -o $(RESULTS)/ceph-local; a=$$?; \
 	  $(VENV)/bin/gdsbench sweep configs/ceph-local-disk.yaml -o $(RESULTS)/ceph-local; b=$$?; \
+	  $(VENV)/bin/gdsbench sweep configs/tiers.yaml -o $(RESULTS)/tiers; c=$$?; \
 	  $(SUDO) $(VENV)/bin/gdsbench ceph down --dir $(CEPH_DIR); \
 	  $(VENV)/bin/gdsbench report $$(ls -t $(RESULTS)/ceph-local/*.csv | head -n 2); \
-	  [ $$a -eq 0 ] && [ $$b -eq 0 ]
+	  $(VENV)/bin/gdsbench report $$(ls -t $(RESULTS)/tiers/*.csv | head -n 1); \
+	  [ $$a -eq 0 ] && [ $$b -eq 0 ] && [ $$c -eq 0 ]

@@ -133,6 +133,18 @@ def sweep(
     help="Evaluate the goodput model of train rows (Daly's interval, the goodput) at these mean times between "
     "failures, e.g. 1h,24h [default: the mtbf a row recorded, else 24h].",
 )
+@click.option(
+    "--mtbf-local",
+    default=None,
+    help="The durability ladder's model: mean time between failures a node-local copy survives (restored from the "
+    "local tier), e.g. 24h [default: 24h].",
+)
+@click.option(
+    "--mtbf-node",
+    default=None,
+    help="The durability ladder's model: mean time between failures only the object tier survives (a node lost), "
+    "e.g. 7d [default: 7d].",
+)
 def report(
     files: tuple[Path, ...],
     by: str | None,
@@ -141,24 +153,33 @@ def report(
     html_dir: Path | None,
     series_dir: Path | None,
     mtbf: str | None,
+    mtbf_local: str | None,
+    mtbf_node: str | None,
 ) -> None:
     """Summarise results CSVs: fio-style run-status lines and a table of medians with min-max."""
     from gdsbench import report as report_mod
     from gdsbench import results
     from gdsbench.report.goodput import parse_mtbf
+    from gdsbench.report.ladder import parse_levels
 
     at = parse_mtbf(mtbf) if mtbf is not None else ()
+    levels = parse_levels(mtbf_local, mtbf_node)
     frame = results.load(files)
     groups = [c.strip() for c in by.split(",") if c.strip()] if by else None
-    click.echo(report_mod.render(frame, groups, fmt, at), nl=False)
+    click.echo(report_mod.render(frame, groups, fmt, at, levels), nl=False)
     if plots_dir or html_dir:
-        _write_figures(frame, groups, plots_dir, html_dir, at)
+        _write_figures(frame, groups, plots_dir, html_dir, at, levels)
     if series_dir:
         _write_series(files, frame, series_dir)
 
 
 def _write_figures(
-    frame: Any, groups: list[str] | None, plots_dir: Path | None, html_dir: Path | None, mtbf: tuple[float, ...]
+    frame: Any,
+    groups: list[str] | None,
+    plots_dir: Path | None,
+    html_dir: Path | None,
+    mtbf: tuple[float, ...],
+    levels: tuple[tuple[float, float], ...] = (),
 ) -> None:
     """report --plots / --html: draw the figures once, write files, say where they went."""
     from gdsbench.report import html, plots
@@ -170,7 +191,7 @@ def _write_figures(
         err.print(f"figures: {len(written)} files in {plots_dir}")
     if html_dir:
         with _figure_progress("html") as tick:
-            err.print(f"html: {html.write(frame, html_dir, groups, figures, progress=tick, mtbf=mtbf)}")
+            err.print(f"html: {html.write(frame, html_dir, groups, figures, progress=tick, mtbf=mtbf, levels=levels)}")
 
 
 def _write_series(files: tuple[Path, ...], frame: Any, folder: Path) -> None:

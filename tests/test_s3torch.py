@@ -48,14 +48,16 @@ def context(tmp_path: Path) -> RunContext:
 # -- what needs no service ------------------------------------------------------------------------------
 
 
-def test_the_engines_take_the_s3_engines_keys_and_save_and_load_only() -> None:
+def test_the_engines_take_the_s3_engines_keys_and_save_load_and_train() -> None:
     shared = {key.name: key for key in s3.S3Runner.options}
     for name in ENGINES:
         runner = get(name)
         options = {key.name: key for key in runner.options}
         assert all(options[k] is shared[k] for k in s3torch.SHARED_KEYS)  # the same Key objects: one meaning
-        assert "steps" not in options and "osd_cache" not in options
-        assert {p.value for p in runner.patterns} == {"save", "load"} and runner.transfers == s3.S3Runner.transfers
+        assert "steps" in options and "osd_cache" not in options  # train: the durability ladder's baseline
+        assert {p.value for p in runner.patterns} == {"save", "load", "train"}
+        assert runner.transfers == s3.S3Runner.transfers
+        assert {"stall_seconds", "durable_object_seconds", "work_at_risk_steps"} <= {c.name for c in runner.columns}
     assert get("s3torch_dcp").threaded and not get("s3torch_save").threaded
 
 

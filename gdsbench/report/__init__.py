@@ -50,9 +50,15 @@ def renderer(fmt: str) -> Renderer:
     return _RENDERERS[fmt]
 
 
-def render(frame: pd.DataFrame, groups: list[str] | None, fmt: str, mtbf: Sequence[float] = ()) -> str:
-    """The whole report of a results frame in one format, its goodput model evaluated at `mtbf`."""
+def render(
+    frame: pd.DataFrame,
+    groups: list[str] | None,
+    fmt: str,
+    mtbf: Sequence[float] = (),
+    levels: Sequence[tuple[float, float]] = (),
+) -> str:
+    """The whole report of a results frame in one format, its goodput models evaluated at `mtbf` and `levels`."""
     from gdsbench.report import summary
 
     draw = renderer(fmt)
-    return draw(summary.build(frame, groups, mtbf))
+    return draw(summary.build(frame, groups, mtbf, levels))

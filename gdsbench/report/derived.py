@@ -22,11 +22,13 @@ Rows = Callable[[pd.DataFrame, dict[str, str]], tuple[list[str], list[list[str]]
 class Inputs:
     """What a derived table is computed from: the rows (flags judged), their sidecars by source, and the
     report's model settings (`mtbf`: the mean times between failures goodput is evaluated at; empty: the
-    rows' own, else the default)."""
+    rows' own, else the default; `levels`: the (local, node) mean times between failures of the durability
+    ladder's two-level model; empty: its defaults)."""
 
     frame: pd.DataFrame
     metas: Mapping[str, dict[str, Any]]
     mtbf: tuple[float, ...] = ()
+    levels: tuple[tuple[float, float], ...] = ()
 
 
 def no_notes(found: pd.DataFrame, labels: dict[str, str]) -> list[str]:

@@ -105,13 +105,13 @@ def goodput_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tup
         [
             *((runs or {}).get(r[c], r[c]) for c in where),
             r["engine"],
-            _duration(r.get("mtbf")),
+            duration_text(r.get("mtbf")),
             str(r["n"]),
             tables.number(r["stall_seconds"], 3),
             "-" if tables.missing(r["slowdown"]) else f"{r['slowdown']:+.1%}",
             tables.number(r["checkpoint_cost_seconds"], 3),
             tables.number(r["restore_seconds"], 2),
-            _duration(r["optimal_interval_seconds"]),
+            duration_text(r["optimal_interval_seconds"]),
             "-" if tables.missing(r["goodput"]) else f"{r['goodput']:.4%}",
         ]
         for _, r in found.iterrows()
@@ -119,7 +119,7 @@ def goodput_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tup
     return tables.drop_empty(header, rows, len(where) + 2)
 
 
-def _duration(seconds: float | None) -> str:
+def duration_text(seconds: float | None) -> str:
     """'24h', '1h', '7m 41s', '12.5s': a duration as an operator reads it."""
     if seconds is None or tables.missing(seconds):
         return "-"

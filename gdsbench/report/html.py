@@ -69,11 +69,12 @@ def page(
     series: Iterable[plots.Plot] | None = None,
     progress: Progress | None = None,
     mtbf: Sequence[float] = (),
+    levels: Sequence[tuple[float, float]] = (),
 ) -> str:
     """The whole report as one HTML document, the answer first: headline, tables and notes, fio's status
     text, the runs' metadata, every row (linked to its time series), figures, time series. `progress` is
-    told of each figure as it is drawn into the page; `mtbf` as summary.build takes it."""
-    report = summary.build(frame, groups, mtbf)
+    told of each figure as it is drawn into the page; `mtbf` and `levels` as summary.build takes them."""
+    report = summary.build(frame, groups, mtbf, levels)
     figures = plots.figures(frame) if figures is None else list(figures)
     if series is None:
         series = series_plots.figures(load_series(frame["source"].unique()), frame, series_plots.HTML_LIMIT)
@@ -125,11 +126,12 @@ def write(
     series: Iterable[plots.Plot] | None = None,
     progress: Progress | None = None,
     mtbf: Sequence[float] = (),
+    levels: Sequence[tuple[float, float]] = (),
 ) -> Path:
     """Write <directory>/report.html; return its path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "report.html"
-    path.write_text(page(frame, groups, figures, series, progress, mtbf), encoding="utf-8")
+    path.write_text(page(frame, groups, figures, series, progress, mtbf, levels), encoding="utf-8")
     return path
 
 

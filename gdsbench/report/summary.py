@@ -10,7 +10,7 @@ import pandas as pd
 
 from gdsbench import flags
 from gdsbench.errors import UsageError
-from gdsbench.report import ceilings, cpu_cost, fio_style, goodput, mlperf, nodes, tables, trust
+from gdsbench.report import ceilings, cpu_cost, fio_style, goodput, ladder, mlperf, nodes, tables, trust
 from gdsbench.report.derived import Derived, Inputs
 from gdsbench.report.sections import Legend, Lines, Notes, Report, Table
 from gdsbench.results import NUMBER, figures_of, parameters
@@ -20,7 +20,7 @@ RUNS_TITLE = "Runs"
 RESULTS_TITLE = "Results: median and min-max over repetitions"
 NOTES_TITLE = "Notes"
 #: The derived tables (report/derived.py), in reading order: each one module's declaration.
-DERIVED: tuple[Derived, ...] = (ceilings.TABLE, mlperf.TABLE, nodes.TABLE, goodput.TABLE, cpu_cost.TABLE)
+DERIVED: tuple[Derived, ...] = (ceilings.TABLE, mlperf.TABLE, nodes.TABLE, goodput.TABLE, ladder.TABLE, cpu_cost.TABLE)
 
 
 def default_groups(frame: pd.DataFrame) -> list[str]:
@@ -143,9 +143,15 @@ def results_tables(summary: pd.DataFrame, groups: list[str], labels: dict[str, s
     return tuple(made) or (_table(RESULTS_TITLE, *tables.table_rows(groups, summary, labels)),)
 
 
-def build(frame: pd.DataFrame, groups: list[str] | None = None, mtbf: Sequence[float] = ()) -> Report:
+def build(
+    frame: pd.DataFrame,
+    groups: list[str] | None = None,
+    mtbf: Sequence[float] = (),
+    levels: Sequence[tuple[float, float]] = (),
+) -> Report:
     """The report of a results frame: every section, in order, computed once for every format; `mtbf`: the mean
-    times between failures the goodput model is evaluated at (report.goodput).
+    times between failures the goodput model is evaluated at (report.goodput); `levels`: the (local, node) pairs
+    the durability ladder's two-level model is (report.ladder).
 
     Every guard rail is judged first (flags.annotate): flags show per group, with their remedies,
     stragglers and links below their maximum in the notes.
@@ -160,7 +166,7 @@ def build(frame: pd.DataFrame, groups: list[str] | None = None, mtbf: Sequence[f
     frame = flags.annotate(frame, metas)
     summary = aggregate(frame, groups)
     labels = run_labels(frame)
-    inputs = Inputs(frame, metas, tuple(mtbf))
+    inputs = Inputs(frame, metas, tuple(mtbf), tuple(levels))
     built = [(table, table.build(inputs, labels)) for table in DERIVED]
     derived_notes = [note for table, found in built for note in table.notes(found.frame, labels)]
     return Report(

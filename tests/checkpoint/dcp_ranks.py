@@ -204,14 +204,18 @@ def training_loop_program(rank: int, world_size: int, path: str, steps: int, ove
     load_program(rank, world_size, path, steps - 1, False)
 
 
-def load_program(rank: int, world_size: int, path: str, seed: int, broadcast: bool, group: Any = None) -> None:
-    """Load at this world size (resharding from whatever was saved) and check it against the full state."""
+def load_program(
+    rank: int, world_size: int, path: str, seed: int, broadcast: bool, group: Any = None, record: bool = True
+) -> None:
+    """Load at this world size (resharding from whatever was saved) and check it against the full state; `record`
+    leaves the bytes read beside the checkpoint (a local one)."""
     expected = full_state(seed)
     dest = zeros_like_state(distributed(expected, world_size, group))
     reader = Reader(path, options=SMALL, broadcast=broadcast)
     dcp.load(dest, storage_reader=reader, process_group=group)
     assert_equal_full(dest, expected)
-    _report(path, f"load-r{rank}", {"read": reader.read_bytes})
+    if record:
+        _report(path, f"load-r{rank}", {"read": reader.read_bytes})
 
 
 def note_reads(rank: int, world_size: int, path: str, group: Any = None) -> None:
@@ -243,6 +247,26 @@ def replicated_program(rank: int, world_size: int, path: str, group: Any = None)
     dcp.save(state, storage_writer=writer, process_group=group)
     if rank == 0:
         _report(path, "rank-bytes", {"ranks": writer.stats.rank_bytes})
+
+
+def s3_program(rank: int, world_size: int, url: str, env: dict[str, str], report: str, group: Any = None) -> None:
+    """Two saves to an object store at this world size, then a load checked bit-exact; rank 0 leaves in `report`
+    the objects under the prefix after each save. `env` holds the store's endpoint and keys (the fork server's
+    environment, which the ranks inherit, predates them)."""
+    from ckptio.s3.client import Bucket
+    from ckptio.s3.location import parse
+
+    os.environ.update(env)
+    os.environ.pop("AWS_ENDPOINT_URL_S3", None)
+    location, listed = parse(url), []
+    for seed in (5, 6):
+        writer = Writer(url, options=SMALL)
+        dcp.save(distributed(full_state(seed), world_size, group), storage_writer=writer, process_group=group)
+        writer.close()
+        listed.append(sorted(s.key.rpartition("/")[2] for s in Bucket(location.bucket).listing(location.key(""))))
+    load_program(rank, world_size, url, 6, False, group, record=False)
+    if rank == 0:
+        Path(report).write_text(json.dumps(listed))
 
 
 def _report(path: str, name: str, facts: dict[str, Any]) -> None:

@@ -3,11 +3,17 @@ dedup balance, plan caching and broadcast loads."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.ceph_cluster import ceph_cluster  # noqa: F401  (asked for by object_store)
+from tests.checkpoint.s3_bucket import own_bucket
 
 from . import dcp_ranks
 
@@ -20,7 +26,22 @@ def facts(path: Path, name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def worlds(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def object_store(request: pytest.FixtureRequest) -> Iterator[tuple[str, dict[str, str]] | None]:
+    """A location in a bucket of the test cluster's radosgw and the environment that reaches it; None where there
+    is none (no root, no radosgw, no ckptio[s3]): the object-store steps are then left out, the rest runs."""
+    try:
+        cluster: Any = request.getfixturevalue("ceph_cluster")
+    except pytest.skip.Exception:
+        cluster = None
+    if cluster is None or not cluster.s3_endpoint or importlib.util.find_spec("awscrt") is None:
+        yield None
+        return
+    with own_bucket(cluster, "ckptio-ranks") as name:
+        yield f"s3://{name}/ranks", cluster.env()
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory: pytest.TempPathFactory, object_store: tuple[str, dict[str, str]] | None) -> Path:
     """One start-up of 4 processes (torch, DCP, gloo) for every check below; each program asserts what it checks,
     the tests read the figures it left. First a world of 4 ranks, each program on the group of its first N:
     - reshard, per codec: saved by 4 ranks; loaded bit-exact by 2, 1 and 4 ranks; saved by 2, loaded by 4
@@ -31,7 +52,8 @@ def worlds(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Then a world of 2 (a fresh default group of the first 2 processes) for the async checks, in turn, as one
     training process meets them: back-to-back async saves on the process executor then a load; a training loop's
     async saves beside its main-thread collectives, each awaited before the next, then overlapping (a hang fails
-    the whole start-up at its timeout)."""
+    the whole start-up at its timeout); where the test cluster has radosgw, two saves to an object store and a
+    load."""
     root = tmp_path_factory.mktemp("ranks")
     save, load = dcp_ranks.save_program, dcp_ranks.load_program
     steps: list[dcp_ranks.Step] = []
@@ -53,6 +75,8 @@ def worlds(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (dcp_ranks.load_program, 2, (str(root / "process"), 7, False)),
         *((dcp_ranks.training_loop_program, 2, (str(root / f"loop-{overlap}"), 5, overlap)) for overlap in (False, True)),
     ]  # fmt: skip
+    if object_store is not None:
+        two.append((dcp_ranks.s3_program, 2, (*object_store, str(root / "s3.json"))))
     dcp_ranks.run_worlds([(4, steps), (2, two)])
     return root
 
@@ -102,3 +126,16 @@ def test_async_saves_beside_main_thread_collectives_do_not_deadlock(worlds: Path
     the fix: a hang in 4 of 4 runs). With `overlap` the next save starts before the previous is awaited; the
     last state then loaded whole on both ranks."""
     assert all(facts(worlds / f"loop-{overlap}", f"load-r{r}")["read"] > 0 for r in range(2))
+
+
+def test_two_ranks_save_to_an_object_store_and_the_next_commit_replaces_the_objects(
+    worlds: Path, object_store: tuple[str, dict[str, str]] | None
+) -> None:
+    """Each rank uploads one data object of its own; the coordinator commits `.metadata` over both (the load at 2
+    ranks was checked bit-exact); the second save's commit deleted the first save's objects."""
+    if object_store is None:
+        pytest.skip("no radosgw in the test cluster here (or no ckptio[s3])")
+    first, second = json.loads((worlds / "s3.json").read_text())
+    for listed in (first, second):
+        assert listed[0] == ".metadata" and sorted(n[-8:] for n in listed[1:]) == ["-r0.data", "-r1.data"]
+    assert not set(first[1:]) & set(second[1:])

@@ -6,12 +6,14 @@ Adding an engine is adding a module that defines `ENGINE` and one line here.
 from gdsbench.runners.checkpoint import (
     dcp,
     dcp_fast,
+    dcp_upload,
     deepspeed,
     fastpersist,
     kvikio,
     s3torch_dcp,
     s3torch_save,
     safetensors,
+    tiered,
     torch_mmap,
     torch_save,
     torch_save_ranks,
@@ -32,6 +34,8 @@ ENGINES: tuple[CheckpointRunner, ...] = tuple(
         deepspeed,
         s3torch_save,
         s3torch_dcp,
+        tiered,
+        dcp_upload,
     )
 )
 

@@ -57,7 +57,8 @@ DISTRIBUTED_OPTIONS: tuple[Key, ...] = (
         boolean,
         "true or false",
         False,
-        "save with dcp.async_save: the caller waits for staging only (blocking_seconds), persisting runs behind",
+        "save in the background (dcp.async_save; tiered: TieredCheckpointer.save(blocking=False)): the caller waits "
+        "for staging only (blocking_seconds), persisting runs behind",
     ),
     Key(
         "executor",

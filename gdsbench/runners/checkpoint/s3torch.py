@@ -8,7 +8,11 @@ credentials from AWS_* only; the bucket made when missing). Measured:
   workload's, bytes_on_disk what the checkpoint's objects hold, listed after; this sweep's previous objects of the
   checkpoint are removed first (unmeasured), so every save writes new objects;
 - load: a checkpoint saved first (unmeasured) when none is there, the OSDs' caches dropped (cache: cold) or the
-  objects read once (warm), then the library call; every tensor is compared with the workload after it.
+  objects read once (warm), then the library call; every tensor is compared with the workload after it;
+- train: the training loop of train.py saving straight to S3 every `interval` steps (each save durable when it
+  returns; the previous checkpoint's objects removed before it, as every train engine replaces its checkpoint),
+  then a restore with the service's caches as they are, and the next step; verified. Rows add the ladder's object
+  figures (ladder.py), the baseline of the tiered engine's.
 Objects the sweep created (listed after each save) are removed at its end, and the bucket if it made it; nothing else.
 """
 
@@ -18,7 +22,7 @@ import abc
 import contextlib
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +30,9 @@ from gdsbench import workloads
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.columns import OBJECTS, Traits
 from gdsbench.errors import ToolError
-from gdsbench.keys import Key
 from gdsbench.runners import ceph, s3
 from gdsbench.runners.base import Measurement, RunContext
-from gdsbench.runners.checkpoint import s3torch_etag, train
+from gdsbench.runners.checkpoint import ladder, s3torch_etag, train
 from gdsbench.runners.checkpoint.base import (
     EXPECTED_ERRORS,
     S3TORCH,
@@ -71,21 +74,16 @@ class Target:
 class S3TorchRunner(CheckpointRunner):
     """An s3torchconnector engine: saves and loads in the sweep's process, one checkpoint a key (prefix) of a bucket."""
 
-    patterns = frozenset({Pattern.SAVE, Pattern.LOAD})
+    patterns = frozenset({Pattern.SAVE, Pattern.LOAD, Pattern.TRAIN})
     transfers = frozenset({Transfer.CPU_ONLY})
     extra_options = tuple(_S3_KEYS[name] for name in SHARED_KEYS)
     packages: tuple[Package, ...] = (TORCH, S3TORCH, Package("awscrt", "pip install 'gdsbench[s3]'"))
     modules: tuple[str, ...] = ("torch", "s3torchconnector")
     traits = Traits(OBJECTS, ceiling="s3")  # held to the s3 engine's best PUT (saves) or GET (loads) of the run
-    columns = tuple(column for column in CheckpointRunner.columns if column not in train.COLUMNS)  # no train here
+    columns = (*CheckpointRunner.columns, *(c for c in ladder.COLUMNS if "object" in c.name or "risk" in c.name))
 
     def __init__(self) -> None:
         self._made: dict[s3.Place, set[str]] = {}  # objects this sweep's saves created, by place
-
-    @property
-    def options(self) -> tuple[Key, ...]:
-        """The shared checkpoint options but the training loop's (no train pattern here), and the s3 engine's keys."""
-        return tuple(key for key in super().options if key not in train.TRAIN_OPTIONS)
 
     # -- what an engine implements -----------------------------------------------------------------------------
 
@@ -135,6 +133,7 @@ class S3TorchRunner(CheckpointRunner):
         argv += [f"threads={case['threads']}"] if self.threaded else []
         argv += [f"workload={spec.source}", f"checkpoint_size={size_label(spec.size)}", f"dtype={spec.dtype}"]
         argv += [f"seed={spec.seed}"] + ([f"cache={case['cache']}"] if case.pattern is Pattern.LOAD else [])
+        argv += [f"{k}={case[k]}" for k in ("steps", "step_time", "interval") if case.pattern is Pattern.TRAIN]
         where = s3.endpoint(case) or "$" + s3.ENDPOINT_ENV[1]
         return [
             *argv,
@@ -160,6 +159,8 @@ class S3TorchRunner(CheckpointRunner):
             target = Target(bucket, place, self.key(case, ctx))
             if case.pattern is Pattern.SAVE:
                 return self._measure_save(case, ctx, workload, target)
+            if case.pattern is Pattern.TRAIN:
+                return self._measure_train(case, ctx, workload, target)
             return self._measure_load(case, ctx, workload, target)
         finally:
             bucket.close()
@@ -206,6 +207,41 @@ class S3TorchRunner(CheckpointRunner):
             cache=cache,
             note="; ".join([*notes, "verified", workload.description, f"RSS before {mib(usage.rss_before)}"]),
         )
+
+    def _measure_train(self, case: Case, ctx: RunContext, workload: workloads.Workload, target: Target) -> Measurement:
+        """A training loop saving straight to S3, then a restore into the training state and one step, verified."""
+        step = train.Step(case["step_time"])
+        saving = case.with_params(pattern=Pattern.SAVE, memory="as-is")  # the loop's memory is its own
+        durable: list[float] = []
+        notes: list[str] = []
+
+        def checkpoint() -> None:
+            seconds, _, said, _ = self._write(saving, ctx, workload, target)
+            durable.append(seconds)
+            notes[:] = said[:1]
+
+        with Usage() as usage:
+            times = train.run_loop(step, case["steps"], case["interval"], checkpoint)
+        staged = self.destination(workload)
+        loaded, seconds, _ = self._timed(functools.partial(self.read, target.uri, case, staged))
+        restore_seconds = seconds + ladder.step_seconds(step)
+        del staged
+        try:
+            verify(workload.tensors, loaded, Path(target.uri.removeprefix("s3://")))
+        finally:
+            del loaded
+        figures: dict[str, Any] = {
+            "bytes_on_disk": sum(self._stored(target).values()),
+            "durable_object_seconds": ladder.median(durable),
+            "restore_object_seconds": seconds,
+            "work_at_risk_steps": float(case["interval"]),  # each checkpoint is in S3 before the loop goes on
+        }
+        notes += [f"{len(times.stalls)} checkpoints in {len(times.steps)} steps", "restore: the service's caches as "
+                  "they were, verified", workload.description]  # fmt: skip
+        summary = train.summarize(times, restore_seconds)
+        summary["durable_seconds"] = figures["durable_object_seconds"] or summary["durable_seconds"]
+        measured = train.measurement(summary, workload.nbytes, notes, usage)
+        return replace(measured, figures={**measured.figures, **figures})
 
     def _write(
         self, case: Case, ctx: RunContext, workload: workloads.Workload, target: Target

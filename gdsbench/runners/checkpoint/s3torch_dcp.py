@@ -53,7 +53,7 @@ class S3TorchDcp(S3TorchRunner):
 
         config = client_config(case)
         writer = S3StorageWriter(case["region"], uri, s3client_config=config, thread_count=case["threads"])
-        with _one_process():
+        with one_process():
             metadata = dcp.save(dict(tensors), storage_writer=writer, no_dist=True)
         _check_items(metadata, tensors)
 
@@ -63,7 +63,7 @@ class S3TorchDcp(S3TorchRunner):
         from s3torchconnector.dcp import S3StorageReader
 
         reader = S3StorageReader(case["region"], uri, s3client_config=client_config(case))
-        with _one_process():
+        with one_process():
             dcp.load(staged, storage_reader=reader, no_dist=True)
         return staged
 
@@ -100,7 +100,7 @@ class S3TorchDcp(S3TorchRunner):
 
 
 @contextlib.contextmanager
-def _one_process() -> Iterator[None]:
+def one_process() -> Iterator[None]:
     """DCP without a process group, its warning that it assumes one process silenced (that is the intent)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")

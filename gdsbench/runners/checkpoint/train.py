@@ -115,7 +115,8 @@ class Pending:
 
 def run_loop(step: Callable[[], None], steps: int, interval: int, checkpoint: Callable[[], Any]) -> LoopTimes:
     """Train `steps` steps, calling `checkpoint()` after every `interval`-th: it returns a future of a
-    background save or None once its save is durable. One save is in flight at a time."""
+    background save, None once its save is durable, or a Pending of its own (what is still drained behind the loop,
+    and what the next checkpoint waits for). One save is in flight at a time."""
     times, pending = LoopTimes(), None
     for index in range(1, steps + 1):
         draining = pending is not None and not pending.done
@@ -127,7 +128,9 @@ def run_loop(step: Callable[[], None], steps: int, interval: int, checkpoint: Ca
             started = time.perf_counter()
             if pending is not None:
                 times.durable.append(pending.wait())
-            pending = Pending(time.perf_counter(), checkpoint())  # its own time from here; the stall has the wait
+            begun = time.perf_counter()  # the save's own time from here; the stall has the wait
+            made = checkpoint()
+            pending = made if isinstance(made, Pending) else Pending(begun, made)
             times.stalls.append(time.perf_counter() - started)
     if pending is not None:
         times.durable.append(pending.wait())

@@ -6,6 +6,8 @@
     ckptio.load_into("ckpt.pt", model.state_dict())       # fill existing tensors in place
     with ckptio.Checkpointer("ckpt.pt", options=ckptio.IOOptions(threads=8)) as ckpt:   # repeated saves
         ckpt.save(model.state_dict())
+    with ckptio.TieredCheckpointer(["/local/ckpt", "s3://bucket/run"]) as ckpt:      # local, drained to S3
+        ckpt.save(model.state_dict(), step, blocking=False)
     torch.load("ckpt.pt", weights_only=True)              # also works: the file is torch's zip format
 
     dcp.save(state_dict, storage_writer=ckptio.Writer("ckpt/"))   # torch.distributed.checkpoint, our storage
@@ -25,6 +27,7 @@ if TYPE_CHECKING:  # imported on first use at run time (__getattr__); seen whole
     from .api import load, load_into, load_mmap, save
     from .dcp import Reader, Writer
     from .manager import Checkpointer
+    from .tiers import TieredCheckpointer
 
 #: The names that need torch, by the module that has them: imported on first use, so `from ckptio import
 #: IOOptions` (a tool reading the options' fields) costs no torch import.
@@ -34,6 +37,7 @@ _LAZY = {
     "load_mmap": "api",
     "save": "api",
     "Checkpointer": "manager",
+    "TieredCheckpointer": "tiers",
     "Reader": "dcp",
     "Writer": "dcp",
 }
@@ -48,4 +52,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["CheckpointError", "Checkpointer", "IOOptions", "Reader", "Writer", "load", "load_into", "load_mmap", "save"]
+__all__ = [
+    "CheckpointError",
+    "Checkpointer",
+    "IOOptions",
+    "Reader",
+    "TieredCheckpointer",
+    "Writer",
+    "load",
+    "load_into",
+    "load_mmap",
+    "save",
+]

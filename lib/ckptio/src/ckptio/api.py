@@ -22,22 +22,26 @@ def save(
 
     The file is written under a temporary name in the same directory, fsynced, renamed over `path`
     and the directory fsynced: a crash never leaves a torn file at `path` nor harms the previous one.
+    An `s3://bucket/prefix/name.ckpt` path (ckptio[s3]) gets the same bytes as one object, uploaded in
+    parallel parts: it appears whole or not at all, and replaces the previous one atomically.
 
     Args:
         state_dict: nested dicts/lists/tuples of tensors (any dtype and device, views, shared
             storages) and plain Python values (int, float, str, bool, None, ...).
-        path: destination file; replaced atomically if it exists.
+        path: destination file or `s3://` object; replaced atomically if it exists.
         options: how to move the bytes (threads, staging memory, backend...); host defaults if None.
         checksum: "xxh3" (default), "crc32c", or None to record no data checksums.
 
     Raises:
         OptionError: options or checksum that cannot work.
-        UnsupportedLocation: a URL (`s3://...`): only local paths are supported.
-        BackendUnavailable: options.backend="gds" (loads only).
+        UnsupportedLocation: a URL of another scheme (`gs://...`).
+        InvalidLocation: a malformed `s3://` location (bucket name, credentials, '..' segments).
+        BackendUnavailable: options.backend="gds" (loads only); s3:// without ckptio[s3].
         OSError: the file system failed (ENOSPC, EACCES, ...); the previous file at `path` is intact.
+        ObjectStoreError: the object store refused or failed (`status`: HTTP status); the previous
+            object is intact.
         RuntimeError: from torch's pickler, e.g. two tensors viewing one storage with different dtypes.
     """
-    refuse_url(path)
     options = resolve(options)
     with StagingCache() as cache:
         save_to(state_dict, path, options, checksum, cache.within(options.buffer_bytes, options.chunk_bytes))
@@ -49,7 +53,8 @@ def load(
     """Load a checkpoint written by `save` into new memory, bit-exact, with storage sharing preserved.
 
     Args:
-        path: the checkpoint file.
+        path: the checkpoint file, or an `s3://` object (read by parallel ranged GETs of the version
+            first found: an object replaced during the load fails it with HTTP 412).
         map_location: "cpu" (default) or a CUDA device. With options.backend "auto", a CUDA
             destination is read with GPUDirect Storage (kvikio) where it can run, else read to host
             memory and copied; "gds" insists on GPUDirect Storage. The path taken is logged on the
@@ -63,13 +68,15 @@ def load(
     Raises:
         InvalidCheckpoint: not a ckptio checkpoint (or not a regular file: a directory, FIFO or
             device), a malformed index or zip directory, or a pickle weights_only unpickling refuses.
-        UnsupportedLocation: a URL (`s3://...`): only local paths are supported.
+        UnsupportedLocation, InvalidLocation: as for `save`.
         TruncatedCheckpoint: the file is shorter than it says.
         CorruptCheckpoint: a checksum mismatch; names the tensor's key path and the file.
-        BackendUnavailable: a CUDA map_location without CUDA, or gds asked for where it cannot run.
+        BackendUnavailable: a CUDA map_location without CUDA, or gds asked for where it cannot run
+            (a CPU destination, an object); s3:// without ckptio[s3].
+        ObjectStoreError: a request failed (`status`: 404 for a missing object, 412 for one replaced
+            during the load).
         OptionError: a bad map_location, or options.backend="gds" with a CPU destination.
     """
-    refuse_url(path)
     device = device_of(map_location)
     with StagingCache() as cache:
         return load_new(path, device, resolve(options), verify, cache).obj
@@ -102,7 +109,6 @@ def load_into(
             device that cannot be filled; with `strict`, key paths only one side has; names them.
         and the errors of `load`.
     """
-    refuse_url(path)
     with StagingCache() as cache:
         return load_existing(path, state_dict, resolve(options), verify, cache, strict).obj
 
@@ -121,6 +127,7 @@ def load_mmap(path: str | os.PathLike[str], *, options: IOOptions | None = None,
     Raises:
         OptionError: options.backend other than "auto" or "buffered" (a mapping reads through the
             page cache); and the errors of `load`.
+        UnsupportedLocation: any URL, `s3://` included (a mapping needs a file).
     """
     refuse_url(path)
     return load_mapped(path, resolve(options), verify).obj

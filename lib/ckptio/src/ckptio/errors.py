@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 
 def _rebuilt(kind: type[BaseException], args: tuple[object, ...], state: dict[str, object]) -> BaseException:
@@ -57,14 +58,50 @@ class CorruptCheckpoint(CheckpointError):
 
 
 class UnsupportedLocation(CheckpointError, ValueError):
-    """A URL (`s3://bucket/ck`) given as a checkpoint location: ckptio reads and writes local paths only."""
+    """A URL of a scheme ckptio does not take (`gs://bucket/ck`), or one a call cannot use (`load_mmap` of `s3://`)."""
 
     def __init__(self, location: str, scheme: str) -> None:
         self.path = location
         self.scheme = scheme
         super().__init__(
-            f"{location}: {scheme}:// locations are not supported: ckptio reads and writes local paths only "
-            "(a mounted file system), and will not take a URL for a folder"
+            f"{location}: {scheme}:// locations are not supported here: ckptio reads and writes local paths and "
+            "(with ckptio[s3]) s3:// locations, and will not take a URL for a folder"
+        )
+
+
+class InvalidLocation(CheckpointError, ValueError):
+    """An `s3://` location (or its endpoint) that is malformed: a bad bucket name, credentials or a port in it, or a
+    prefix with empty, '.' or '..' segments."""
+
+    def __init__(self, location: str, problem: str) -> None:
+        self.path = location
+        self.problem = problem
+        super().__init__(f"{location}: not a usable object-store location: {problem}")
+
+
+class ObjectStoreError(CheckpointError):
+    """An object-store request failed: the operation, the key, the HTTP status where the store answered (`status`,
+    None for a connection failure) and what it said."""
+
+    def __init__(self, location: str, operation: str, status: int | None, detail: str) -> None:
+        self.path = location
+        self.operation = operation
+        self.status = status
+        self.detail = detail
+        answer = f"HTTP {status}" if status else "no answer"
+        super().__init__(f"{location}: {operation} failed ({answer}): {detail}")
+
+
+class UnsupportedMetadata(CheckpointError, ValueError):
+    """A DCP save to an object store whose metadata format 3 cannot express (object stores take format 3 only:
+    no pickle); `problem` says what."""
+
+    def __init__(self, location: str, problem: str) -> None:
+        self.path = location
+        self.problem = problem
+        super().__init__(
+            f"{location}: this save's metadata needs a pickle ({problem}), which ckptio never writes to an object "
+            "store: save to a local directory, or keep the planner's data to JSON types, tuples and dicts"
         )
 
 
@@ -147,3 +184,16 @@ def unwrap(error: BaseException) -> BaseException:
     causes = [pair[0] for _, pair in ranked if isinstance(pair, tuple) and pair]
     ours = [c for c in causes if isinstance(c, CheckpointError)]
     return ours[0] if ours else (causes[0] if causes else error)
+
+
+class NoCheckpoint(CheckpointError):
+    """A TieredCheckpointer's restore found no copy that verifies in any tier; `skipped` lists every copy (and tier
+    listing) it refused, with why."""
+
+    def __init__(self, tiers: list[str], skipped: list[Any]) -> None:
+        self.tiers = tiers
+        self.skipped = skipped
+        tried = "; ".join(
+            f"tier {s.tier}" + (f" step {s.step}" if s.step is not None else "") + f": {s.reason}" for s in skipped
+        )
+        super().__init__(f"no checkpoint that verifies in {', '.join(tiers)}: " + (tried or "no tier holds one"))

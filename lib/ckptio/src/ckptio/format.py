@@ -35,6 +35,8 @@ MAX_INDEX_BYTES = 64 << 20
 MAX_DIRECTORY_BYTES = 256 << 20
 
 ReadAt = Callable[[int, int], bytes]
+#: Several (offset, length) reads at once (an object store answers them in parallel); the bytes of each, in order.
+ReadMany = Callable[[list[tuple[int, int]]], list[bytes]]
 
 DTYPES: dict[str, Any] = {}  # filled lazily: dtype name -> torch.dtype
 
@@ -171,13 +173,14 @@ def _end_of_directory(read_at: ReadAt, size: int) -> tuple[int, int, int]:
     return cd_off, cd_size, count
 
 
-def read_zip_directory(read_at: ReadAt, size: int) -> dict[str, ZipEntry]:
-    """Parse the central directory and each local header; return records by full name."""
+def read_zip_directory(read_at: ReadAt, size: int, read_many: ReadMany | None = None) -> dict[str, ZipEntry]:
+    """Parse the central directory, then every record's local header (all at once through `read_many` where
+    given); return records by full name."""
     cd_off, cd_size, count = _end_of_directory(read_at, size)
     if cd_size > MAX_DIRECTORY_BYTES or cd_off + cd_size > size:
         raise ValueError("central directory out of bounds")
     cd = read_at(cd_off, cd_size)
-    out: dict[str, ZipEntry] = {}
+    listed: list[tuple[str, int, int, int]] = []  # name, local header offset, size, method
     at = 0
     for _ in range(count):
         if cd[at : at + 4] != b"PK\x01\x02":
@@ -188,14 +191,18 @@ def read_zip_directory(read_at: ReadAt, size: int) -> dict[str, ZipEntry]:
         name = cd[at + 46 : at + 46 + nlen].decode("utf-8", "replace")
         extra = cd[at + 46 + nlen : at + 46 + nlen + elen]
         usize, csize, lho = _zip64_extra(extra, [usize, csize, lho])
-        out[name] = ZipEntry(name, _local_data_offset(read_at, lho, name), usize, method)
+        listed.append((name, lho, usize, method))
         at += 46 + nlen + elen + clen
-    return out
+    ranges = [(lho, 30) for _, lho, _, _ in listed]
+    locals_ = read_many(ranges) if read_many else [read_at(o, n) for o, n in ranges]
+    return {
+        name: ZipEntry(name, _local_data_offset(local, lho, name), usize, method)
+        for (name, lho, usize, method), local in zip(listed, locals_)
+    }
 
 
-def _local_data_offset(read_at: ReadAt, header_offset: int, name: str) -> int:
-    """Where a record's data starts: after its local header, name and extra field."""
-    local = read_at(header_offset, 30)
+def _local_data_offset(local: bytes, header_offset: int, name: str) -> int:
+    """Where a record's data starts: after its local header (the 30 bytes `local`), name and extra field."""
     if len(local) < 30 or local[:4] != b"PK\x03\x04":
         raise ValueError(f"bad local header for {name}")
     nlen, elen = _u("HH", local, 26)
@@ -322,9 +329,12 @@ def _check_extents(path: str, header: Header, storages: tuple[StorageEntry, ...]
 
 
 def parse_index(path: str, fd: int) -> Index:
-    """Validate an open checkpoint and return its Index (the work behind read_index)."""
-    size = os.fstat(fd).st_size
-    read_at = _reader(fd)
+    """Validate an open checkpoint file and return its Index (the work behind read_index)."""
+    return parse(path, _reader(fd), os.fstat(fd).st_size)
+
+
+def parse(path: str, read_at: ReadAt, size: int, read_many: ReadMany | None = None) -> Index:
+    """Validate a checkpoint of `size` bytes read through `read_at` (a file's or an object's) and return its Index."""
     header, family = _read_header(path, read_at, size)
     doc = _read_index_doc(path, read_at, header, family)
     if doc.get("version") != FORMAT_VERSION:
@@ -334,7 +344,7 @@ def parse_index(path: str, fd: int) -> Index:
     if checksum not in ("none", *integrity.ALGORITHMS) or chunk <= 0 or chunk % ALIGNMENT:
         raise InvalidCheckpoint(path, f"bad checksum {checksum!r} or chunk_bytes {chunk}")
     try:
-        records = read_zip_directory(read_at, size)
+        records = read_zip_directory(read_at, size, read_many)
     except (ValueError, struct.error) as e:
         raise InvalidCheckpoint(path, f"zip directory: {e}") from None
     archive = next(iter(records), "/").split("/", 1)[0]

@@ -9,10 +9,12 @@ The path a load took is logged on the `ckptio` logger and returned as `Loaded`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping, MutableMapping, MutableSequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, MutableSequence
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import torch
@@ -21,6 +23,7 @@ from . import backends
 from . import format as fmt
 from .backends import gds
 from .errors import BackendUnavailable, OptionError, StateDictMismatch
+from .location import object_location, refuse_url
 from .memory import StagingBuffers, StagingCache
 from .options import IOOptions
 from .read import map_storages, read_device, read_host
@@ -48,16 +51,60 @@ def device_of(map_location: Any) -> torch.device:
     return device
 
 
+@dataclass(frozen=True)
+class Source:
+    """A checkpoint being loaded: its validated index, how its data is read (`reader(options, staging, backend)`)
+    and, for an object, its small reads (`read_at`: None reads the file at index.data_path)."""
+
+    index: fmt.Index
+    reader: Callable[[IOOptions, StagingBuffers | None, str], backends.Reader]
+    read_at: fmt.ReadAt | None = None
+
+    @property
+    def on_objects(self) -> bool:
+        """Whether this is an object (read by ranged GETs into host memory) rather than a file."""
+        return self.read_at is not None
+
+
+@contextlib.contextmanager
+def opened(path: str | os.PathLike[str]) -> Iterator[Source]:
+    """A checkpoint's validated index and its readers for the block: a file pinned by its descriptor, or an
+    `s3://` object pinned by its ETag."""
+    location = object_location(path)
+    if location is None:
+        with fmt.pinned_index(path) as index:
+            yield Source(index, partial(backends.open_reader, index.data_path))
+        return
+    from .s3.single import pinned_object
+
+    with pinned_object(location) as pinned:
+        yield Source(pinned.index, lambda options, staging, _backend: pinned.reader(options, staging), pinned.read_at)
+
+
 def _staging(cache: StagingCache, options: IOOptions, index: fmt.Index) -> StagingBuffers:
     """Staging buffers sized for the file's own chunks."""
     return cache.within(options.buffer_bytes, index.chunk_bytes)
 
 
-def _host_backend(options: IOOptions) -> str:
-    """The backend reading into host memory ('gds' cannot)."""
+def _host_backend(options: IOOptions, source: Source | None = None) -> str:
+    """The backend reading into host memory ('gds' cannot); an object's is its S3 client ('s3')."""
+    if options.backend == "gds" and source and source.on_objects:
+        raise BackendUnavailable("gds", "gds reads files: an s3:// object is read by ranged GETs into host memory")
     if options.backend == "gds":
         raise BackendUnavailable("gds", "gds reads into CUDA memory only: load with map_location='cuda'")
+    if source and source.on_objects:
+        return "s3"
     return "direct" if options.backend == "auto" else options.backend
+
+
+def _read_path(source: Source, device: torch.device, options: IOOptions) -> tuple[str, str]:
+    """The backend a load into new memory on `device` uses, and how it goes (for the log)."""
+    if source.on_objects:
+        where = "new host memory" if device.type == "cpu" else "host memory, then copied to the device"
+        return _host_backend(options, source), f"{options.threads} ranged GETs in flight into {where}"
+    if device.type == "cuda":
+        return _device_backend(options)
+    return _host_backend(options), f"{_host_backend(options)} read into new host memory"
 
 
 def _device_backend(options: IOOptions) -> tuple[str, str]:
@@ -76,12 +123,10 @@ def load_new(
     path: str | os.PathLike[str], device: torch.device, options: IOOptions, verify: bool, cache: StagingCache
 ) -> Loaded:
     """Read a checkpoint into new memory on `device` and rebuild its object."""
-    if device.type == "cuda":
-        backend, how = _device_backend(options)
-    else:
-        backend, how = _host_backend(options), f"{_host_backend(options)} read into new host memory"
-    with fmt.pinned_index(path) as index:
-        reader = backends.open_reader(index.data_path, options, _staging(cache, options, index), backend)
+    with opened(path) as source:
+        index = source.index
+        backend, how = _read_path(source, device, options)
+        reader = source.reader(options, _staging(cache, options, index), backend)
         try:
             if backend == "gds":
                 storages = read_device(index, reader, device, verify)
@@ -90,13 +135,14 @@ def load_new(
                 storages = {k: v.to(device=device) for k, v in storages.items()} if device.type != "cpu" else storages
         finally:
             reader.close()
-        obj = rebuild(index, read_pickle(index, verify), storages)
+        obj = rebuild(index, read_pickle(index, verify, source.read_at), storages)
     log.info("load %s: %s", index.path, how)
     return Loaded(obj, how)
 
 
 def load_mapped(path: str | os.PathLike[str], options: IOOptions, verify: bool) -> Loaded:
     """Map a checkpoint copy-on-write, fault it in with parallel readahead, rebuild its object."""
+    refuse_url(path)  # a mapping needs a file
     if options.backend not in ("auto", "buffered"):
         raise OptionError(f"load_mmap reads through the page cache: it cannot use backend {options.backend!r}")
     how = f"mmap of the file, faulted in by {options.threads} readahead threads"
@@ -121,17 +167,18 @@ def load_existing(
     Only the storages the destination asks for are read. A storage read whole into a CPU destination
     that covers it contiguously goes in place (through staging buffers); any other is read into new
     memory and copied (CUDA destinations, views, non-contiguous tensors)."""
-    with fmt.pinned_index(path) as index:
-        pickled = read_pickle(index, verify)
+    with opened(path) as source:
+        index = source.index
+        pickled = read_pickle(index, verify, source.read_at)
         layout = _Layout(index, pickled)
         targets = layout.match(state_dict)
         if strict:
             layout.check_keys(state_dict)
         placed = layout.placed(targets)
         wanted = {layout.key_of(name) for name in targets}
-        backend = _host_backend(options)
+        backend = _host_backend(options, source)
         subset = replace(index, storages=tuple(s for s in index.storages if s.key in wanted))
-        reader = backends.open_reader(index.data_path, options, _staging(cache, options, index), backend)
+        reader = source.reader(options, _staging(cache, options, index), backend)
         try:
             addresses = {key: t.data_ptr() for key, t in placed.items()}
             storages = read_host(subset, reader, options, verify, addresses)

@@ -10,14 +10,17 @@ torchsnapshot's Snapshot own theirs).
 from __future__ import annotations
 
 import os
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import durable
 from .loading import Loaded, device_of, load_existing, load_mapped, load_new
-from .location import refuse_url
+from .location import object_location
 from .memory import StagingCache
 from .options import IOOptions, resolve
 from .saving import Saved, save_to
+
+if TYPE_CHECKING:
+    from .s3.location import ObjectLocation
 
 T = TypeVar("T")
 
@@ -26,7 +29,8 @@ class Checkpointer:
     """Saves and loads of one checkpoint path with reused staging buffers.
 
     Args:
-        path: the checkpoint file this object owns.
+        path: the checkpoint file this object owns, or an `s3://bucket/prefix/name.ckpt` object
+            (ckptio[s3]; `load_mmap` then raises UnsupportedLocation).
         options: how to move the bytes (host defaults if None).
         checksum: "xxh3" (default), "crc32c" or None, for every save.
         recycle: keep the generation each save replaces as a hidden spare (`.NAME.ckptio-spare`) and
@@ -34,7 +38,7 @@ class Checkpointer:
             new-file allocation, for the disk space of two generations. A spare any process still has
             open or mapped is never overwritten (a write lease proves nobody has it open), nor one this
             user did not keep (another user's, or writable by others). `close()` removes the spare; a plain
-            `save()` never touches it.
+            `save()` never touches it. Files only (OptionError for an object).
 
     Example:
         with Checkpointer("ckpt.pt", recycle=True) as ckpt:
@@ -51,8 +55,8 @@ class Checkpointer:
         checksum: str | None = "xxh3",
         recycle: bool = False,
     ) -> None:
-        refuse_url(path)
-        self.path = os.path.abspath(path)
+        location = object_location(path)
+        self.path = os.path.abspath(path) if location is None else _object_path(location, recycle)
         self.options = resolve(options)
         self.checksum = checksum
         self.recycle = recycle
@@ -106,3 +110,11 @@ class Checkpointer:
     def __repr__(self) -> str:
         state = "closed" if self._cache is None else "open"
         return f"Checkpointer({self.path!r}, recycle={self.recycle}, {state})"
+
+
+def _object_path(location: ObjectLocation, recycle: bool) -> str:
+    """The `s3://` location of the object a Checkpointer owns (InvalidLocation for a bucket; no recycling)."""
+    from .s3.single import object_key
+
+    object_key(location, recycle)
+    return str(location)

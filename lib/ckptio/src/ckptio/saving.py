@@ -6,7 +6,8 @@ any other is copied into one of a few reused, huge-page-backed staging buffers (
 tensors, a torch copy for device tensors), hashed there and written, so one worker's copy overlaps
 the others' writes. Storage tails shorter than a page go out inside the small "gap" regions around
 zip headers. The header and index regions are written last (commit), then the backend makes the
-file durable, then durable.replace_atomically renames it over the final name.
+file durable, then durable.replace_atomically renames it over the final name. An `s3://` location takes the
+same pieces into an object writer (s3/single.py): one upload, the object whole or absent.
 """
 
 from __future__ import annotations
@@ -14,14 +15,19 @@ from __future__ import annotations
 import ctypes
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from . import backends, durable, integrity
 from . import plan as planning
+from .errors import BackendUnavailable
+from .location import object_location
 from .memory import Staging, StagingBuffers, copy, round_up, view
 from .options import IOOptions
+
+if TYPE_CHECKING:
+    from .s3.location import ObjectLocation
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,11 @@ def save_to(
     staging: StagingBuffers,
     recycle: bool = False,
 ) -> Saved:
-    """Write `state_dict` durably to `path` (replaced atomically) through the options' backend."""
+    """Write `state_dict` durably to `path` (replaced atomically) through the options' backend, or to the object
+    an `s3://` path names."""
+    location = object_location(path)
+    if location is not None:
+        return _save_object(state_dict, location, options, checksum, staging, recycle)
     plan = planning.build(state_dict, integrity.normalize(checksum), options.chunk_bytes)
     with durable.replace_atomically(os.fspath(path), recycle=recycle) as target:
         writer = backends.open_writer(target.path, options, staging, existing=target.recycled)
@@ -52,6 +62,26 @@ def save_to(
         finally:
             writer.close()
     return Saved(os.path.abspath(path), plan.size, target.recycled, staging.peak_bytes)
+
+
+def _save_object(
+    state_dict: Any,
+    location: ObjectLocation,
+    options: IOOptions,
+    checksum: str | None,
+    staging: StagingBuffers,
+    recycle: bool,
+) -> Saved:
+    """The same bytes as a file, uploaded as one object (which replaces the one at its key atomically)."""
+    from .s3.single import object_key, object_writer
+
+    object_key(location, recycle)
+    if options.backend == "gds":
+        raise BackendUnavailable("gds", "saves write from host memory: use backend 'auto'")
+    with object_writer(location, options, staging) as writer:
+        plan = planning.build(state_dict, integrity.normalize(checksum), options.chunk_bytes)
+        write_file(plan, writer)
+    return Saved(str(location), plan.size, False, staging.peak_bytes)
 
 
 def write_file(plan: planning.Plan, writer: backends.Writer) -> None:

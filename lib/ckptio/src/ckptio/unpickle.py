@@ -53,10 +53,14 @@ def bounded_bytearray(*args: Any) -> bytearray:
     return bytearray(*args)
 
 
-def read_pickle(index: fmt.Index, verify: bool) -> bytes:
-    """The data.pkl bytes (a small buffered read), checked against the index digest."""
-    with open(index.data_path, "rb", buffering=0) as f:
-        data = os.pread(f.fileno(), index.pickle_nbytes, index.pickle_offset)
+def read_pickle(index: fmt.Index, verify: bool, read_at: fmt.ReadAt | None = None) -> bytes:
+    """The data.pkl bytes (a small read of index.data_path, or through `read_at`: an object's), checked against
+    the index digest."""
+    if read_at is not None:
+        data = read_at(index.pickle_offset, index.pickle_nbytes)
+    else:
+        with open(index.data_path, "rb", buffering=0) as f:
+            data = os.pread(f.fileno(), index.pickle_nbytes, index.pickle_offset)
     if len(data) != index.pickle_nbytes:
         raise TruncatedCheckpoint(
             index.path, index.pickle_offset + index.pickle_nbytes, index.pickle_offset + len(data)

@@ -36,11 +36,7 @@ def commit(directory: Path, metadata: Any, save_id: str) -> list[str]:
 
 def check_written(directory: Path, metadata: Any) -> None:
     """Every data file the metadata names is here, a regular file holding every chunk recorded in it."""
-    ends: dict[str, int] = {}
-    for record in metadata.storage_data.values():
-        end = max((offset + stored for offset, stored in record.chunks), default=0)
-        ends[record.file] = max(ends.get(record.file, 0), end)
-    for name, end in sorted(ends.items()):
+    for name, end in sorted(data_ends(metadata).items()):
         try:
             st = os.stat(directory / name, follow_symlinks=False)
         except FileNotFoundError:
@@ -50,6 +46,15 @@ def check_written(directory: Path, metadata: Any) -> None:
                 f"{directory / name}: a rank's data file is gone or short before the commit "
                 "(removed by another job?); the previous checkpoint stays"
             )
+
+
+def data_ends(metadata: Any) -> dict[str, int]:
+    """Each data file the metadata names, and where its last recorded chunk ends (the least size it must have)."""
+    ends: dict[str, int] = {}
+    for record in metadata.storage_data.values():
+        end = max((offset + stored for offset, stored in record.chunks), default=0)
+        ends[record.file] = max(ends.get(record.file, 0), end)
+    return ends
 
 
 def full_error(error: OSError, directory: Path, detail: str) -> OSError:

@@ -1,4 +1,5 @@
-"""One rank's share of a DCP save: its write items turned into pieces for an I/O backend, and records.
+"""One rank's share of a DCP save: its write items turned into pieces for an I/O backend (a file's, or an
+object's: s3/transfer.py takes the same pieces and the object holds the same bytes as the file), and records.
 
 Raw items (codec "none", and DCP's byte items) are laid out up front, each at a 4 KiB-aligned
 offset, chunk by chunk, so aligned CPU memory goes to disk with no copy. Compressed items cannot be
@@ -21,7 +22,7 @@ import torch
 
 from .. import backends, integrity
 from .. import codec as codecs
-from ..memory import Staging, StagingBuffers, copy, host_bytes, round_up, view
+from ..memory import Staging, copy, host_bytes, round_up, view
 from ..options import IOOptions
 from .records import ItemRecord
 
@@ -89,16 +90,10 @@ def prepare(write_item: Any, data: Any) -> _Item:
 
 
 def write_items(
-    path: str,
-    items: Sequence[_Item],
-    options: IOOptions,
-    codec: Any,
-    checksum: str,
-    staging: StagingBuffers,
-    existing: bool = False,
+    writer: backends.Writer, name: str, items: Sequence[_Item], options: IOOptions, codec: Any, checksum: str
 ) -> list[ItemRecord]:
-    """Write every item of one rank into a new file at `path` (created already if `existing`), durably;
-    return their records in order."""
+    """Write every item of one rank through `writer` (a new file's, durably, or a new object's, uploaded by its
+    finish), then close it; return the items' records (in data file `name`) in order."""
     digest = integrity.digest_fn(checksum)
     chunk = options.chunk_bytes
     laid, pieces, end = [], [], 0
@@ -111,14 +106,12 @@ def write_items(
             laid += [_raw_piece(item, k, chunk, end, digest) for k in range(n_chunks)]
             end += round_up(item.nbytes, ALIGN)
     pieces.sort(key=lambda piece: -piece.nbytes)  # largest first: the save ends on small chunks, no worker idle
-    writer = backends.open_writer(path, options, staging, existing=existing)
     try:
         writer.reserve(end)
         writer.write(laid + pieces)  # raw pieces in file order first; encoded ones append behind them
         writer.finish(writer.end)
     finally:
         writer.close()
-    name = path.rsplit("/", 1)[-1]
     return [_record(name, item, codec, chunk, checksum) for item in items]
 
 
@@ -165,7 +158,8 @@ def _encoded_piece(
     item: _Item, k: int, chunk: int, codec: Any, digest: Callable[[memoryview], str] | None
 ) -> backends.WritePiece:
     """Chunk `k` of an item, encoded by a worker before it borrows a staging buffer (so every thread encodes),
-    copied into the buffer once and appended; the record learns where it went."""
+    copied into the buffer once and appended, zero-padded to ALIGN (whatever the writer's own alignment: the
+    format keeps every chunk at an aligned offset); the record learns where it went."""
     start = k * chunk
     n = min(chunk, item.nbytes - start)
     encoded: list[codecs.Buffer] = []
@@ -177,14 +171,14 @@ def _encoded_piece(
     def fill(buf: Staging) -> memoryview:
         if not encoded:  # a writer that does not call prepare()
             prepare()
-        size = codecs.copy_parts(encoded, view(buf.address, buf.nbytes), codec.descriptor)
+        stored[0] = size = codecs.copy_parts(encoded, view(buf.address, buf.nbytes), codec.descriptor)
         encoded.clear()
-        return view(buf.address, size)
+        ctypes.memset(buf.address + size, 0, round_up(size, ALIGN) - size)
+        return view(buf.address, round_up(size, ALIGN))  # padded: the next chunk appended lands aligned
 
     def seen(data: memoryview) -> None:
-        stored[0] = len(data)
         if digest:
-            item.digests[k] = digest(data)
+            item.digests[k] = digest(data[: stored[0]])
 
     def placed(offset: int) -> None:
         item.chunks[k] = (offset, stored[0])

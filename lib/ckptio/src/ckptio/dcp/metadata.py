@@ -117,9 +117,14 @@ def seal(metadata: Any) -> bytes:
     """The bytes of a .metadata: format 3 where it expresses the metadata, else format 2; then the seal."""
     payload = encode(metadata)
     if payload is not None:
-        return payload + SEAL_MAGIC_V3 + hashlib.sha256(payload).digest()
+        return seal_table(payload)
     payload = pickle.dumps(metadata, protocol=2)  # the weights-only unpickler reads protocol 2
     return payload + SEAL_MAGIC + hashlib.sha256(payload).digest()
+
+
+def seal_table(payload: bytes) -> bytes:
+    """The bytes of a format-3 .metadata: its payload (table_encode.py), then the seal."""
+    return payload + SEAL_MAGIC_V3 + hashlib.sha256(payload).digest()
 
 
 def read_regular(directory: Path, name: str) -> bytes:
@@ -150,7 +155,7 @@ def open_regular(directory: Path, name: str) -> int:
     return regular_only(fd, directory / name)
 
 
-def unseal(path: Path, data: bytes) -> tuple[bytes, bytes | None]:
+def unseal(path: str | os.PathLike[str], data: bytes) -> tuple[bytes, bytes | None]:
     """The payload of a .metadata file and its seal's magic (None: unsealed, format 1); CorruptCheckpoint if
     the seal disagrees, InvalidCheckpoint for a format-3 payload that lost its seal."""
     magic = data[-SEAL_BYTES : -SEAL_BYTES + len(SEAL_MAGIC)] if len(data) >= SEAL_BYTES else b""

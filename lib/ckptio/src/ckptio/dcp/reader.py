@@ -1,6 +1,7 @@
 """Reader: a torch.distributed.checkpoint StorageReader for checkpoints written by Writer.
 
     dcp.load(state_dict, storage_reader=Reader("ckpt/"))     # DCP's planners and resharding, our storage
+    dcp.load(state_dict, storage_reader=Reader("s3://bucket/ckpt"))  # objects (ckptio[s3])
 
 Reads are byte ranges sorted by file offset, parallel on IOOptions.threads workers, each stored chunk
 verified against its checksum and decoded (decode.py); only the rows a destination shard spans are
@@ -9,6 +10,8 @@ save committing meanwhile cannot pull them away (it removes the files it replace
 place): where one is already gone and `.metadata` changed, the newer commit is read instead, up to REREADS
 times. A load thus gets the old checkpoint or the new one, whole; ranks that read different commits are
 refused (the coordinator compares them). After planning a rank keeps open only the files its plan reads.
+On an object store (store.py chooses, once per location) the metadata must be format 3, each data object's
+size comes from one listing, and its pieces are read by parallel ranged GETs (s3/store.py).
 
 The directory is untrusted: `.metadata` must carry its seal and pass the structural checks
 (metadata.py, validate.py); data files are only the names a Writer makes, opened inside the directory
@@ -31,7 +34,6 @@ import os
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -40,16 +42,16 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
-from .. import backends
 from .. import codec as codecs
 from ..errors import CheckpointError, InvalidCheckpoint, TruncatedCheckpoint
-from ..location import refuse_url
+from ..location import object_location
 from ..memory import Prefaulter, StagingCache, host_bytes, round_up
 from ..options import IOOptions, resolve_host
 from .decode import ALIGN, Want, box_of, dtype_of, pieces, row_range
-from .metadata import current_commit, open_regular, read_commit, referenced_files
+from .metadata import referenced_files
 from .objects import loadable_bytes
-from .records import ItemRecord
+from .records import METADATA, ItemRecord
+from .store import Store, store_at, store_for
 from .validate import checksum_of
 
 UNVERIFIED = "written without checksums: Reader(verify=False) loads it unverified"
@@ -69,13 +71,15 @@ class Reader(StorageReader):
     """DCP StorageReader: parallel, verified, range-limited reads of a Writer's checkpoint.
 
     Args:
-        path: the checkpoint directory; `checkpoint_id` of dcp.load overrides it.
+        path: the checkpoint directory, or `s3://bucket/prefix` (ckptio[s3]); `checkpoint_id` of dcp.load
+            overrides it.
         options: threads, backend, staging memory (host defaults if None).
         verify: check every stored chunk's checksum (default True); a checkpoint written without
             checksums is refused unless verify=False.
         broadcast: read each item several ranks need once, on one rank, and broadcast it.
 
-    Raises (inside DCP's CheckpointException): InvalidCheckpoint, TruncatedCheckpoint, CorruptCheckpoint.
+    Raises (inside DCP's CheckpointException): InvalidCheckpoint, TruncatedCheckpoint, CorruptCheckpoint,
+    ObjectStoreError (with the HTTP status) on an object store.
     Raises OptionError at once for options.backend "gds" (reads go through host memory).
     """
 
@@ -88,8 +92,7 @@ class Reader(StorageReader):
         broadcast: bool = False,
     ) -> None:
         super().__init__()
-        refuse_url(path)
-        self.path = Path(path)
+        self.store: Store = store_for(path)
         self.options = resolve_host(options, "Reader reads")
         self.verify = verify
         self.broadcast = broadcast
@@ -97,18 +100,20 @@ class Reader(StorageReader):
         self.rank = 0
         self.storage_data: dict[MetadataIndex, ItemRecord] = {}
         self.read_bytes = 0  # raw bytes this rank fetched from storage in the last load
-        self._files: dict[str, int] = {}
-        self._sizes: dict[str, int] = {}
-        self._unopened: dict[str, CheckpointError] = {}  # data files that could not be opened, and why
+        self._held = True  # whether every data file the metadata names could be held
         self._commit = b""  # the identity of the commit read (metadata.commit_id)
         self._refused: CheckpointError | None = None
         self._slot_bytes = self.options.chunk_bytes
 
+    @property
+    def path(self) -> Any:
+        """The checkpoint: a Path, or an ObjectLocation (str() gives its s3:// URL)."""
+        return self.store.path
+
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
-        """A new load begins; `checkpoint_id`, when given, is the checkpoint's directory."""
+        """A new load begins; `checkpoint_id`, when given, is the checkpoint's location."""
         if checkpoint_id is not None:
-            refuse_url(checkpoint_id)
-            self.path = Path(checkpoint_id)
+            self.store = store_at(self.store, checkpoint_id)
         self.load_id = uuid.uuid4().hex
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
@@ -132,30 +137,18 @@ class Reader(StorageReader):
         `.metadata` changed meanwhile (a save committed and removed the files it replaced), the newer commit."""
         metadata = self._read_and_hold()
         for _ in range(REREADS):
-            if not self._unopened or current_commit(self.path) == self._commit:
+            if self._held or self.store.current_commit() == self._commit:
                 break
             metadata = self._read_and_hold()
         return metadata
 
     def _read_and_hold(self) -> Metadata:
         """The committed metadata (its identity kept) and every data file it names held open."""
-        metadata, self._commit = read_commit(self.path)
+        metadata, self._commit = self.store.read_commit()
         if self.verify and checksum_of(metadata) == "none":
             raise InvalidCheckpoint(self.path, UNVERIFIED)
-        self._hold(referenced_files(metadata))
+        self._held = self.store.hold(referenced_files(metadata))
         return metadata
-
-    def _hold(self, names: set[str]) -> None:
-        """Open every named data file now (a later commit may unlink them, never the bytes held open); a file
-        that cannot be opened is an error only for a plan that reads it."""
-        self.close()
-        for name in sorted(names):
-            try:
-                self._files[name] = open_regular(self.path, name)
-            except CheckpointError as e:
-                self._unopened[name] = e
-                continue
-            self._sizes[name] = os.fstat(self._files[name]).st_size
 
     def _pin(self, items: list[ReadItem]) -> None:
         """Check the records of this rank's read items against the data files held (each must hold every chunk
@@ -163,34 +156,22 @@ class Reader(StorageReader):
         records = [(ri.storage_index.fqn, self.storage_data[ri.storage_index]) for ri in items]
         needed = {record.file for _, record in records}
         try:
-            for name in sorted(needed):
-                self._open(name)
             for fqn, record in records:
-                _check_extent(self.path / record.file, fqn, record, self._sizes[record.file])
+                _check_extent(self.store.where(record.file), fqn, record, self.store.size(record.file))
         except BaseException:
             self.close()
             raise
-        for name in set(self._files) - needed:
-            os.close(self._files.pop(name))
+        self.store.keep_only(needed)
         self._slot_bytes = _slot_of([r for _, r in records], self.options.chunk_bytes)
-
-    def _open(self, name: str) -> None:
-        """A data file the plan reads held open: the one opened with the metadata, else now."""
-        if name in self._unopened:
-            raise self._unopened[name]
-        if name not in self._files:
-            self._files[name] = open_regular(self.path, name)
-            self._sizes[name] = os.fstat(self._files[name]).st_size
 
     def close(self) -> None:
         """Release the data files held open (a load does when it ends)."""
-        for fd in self._files.values():
-            os.close(fd)
-        self._files, self._sizes, self._unopened = {}, {}, {}
+        self.store.release()
 
     def __del__(self) -> None:
         """A load that failed before reading still lets its files go."""
-        self.close()
+        if "store" in self.__dict__:  # not when the location was refused
+            self.close()
 
     def set_up_storage_reader(self, metadata: Metadata, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         """Keep the records of every saved item and this rank's number."""
@@ -274,7 +255,7 @@ class Reader(StorageReader):
         fqn = ri.storage_index.fqn
         if ri.type == LoadItemType.BYTE_IO:
             scratch = torch.empty(record.nbytes, dtype=torch.uint8)
-            load = lambda: _load_bytes(planner, ri, scratch, self.path / record.file)  # noqa: E731
+            load = lambda: _load_bytes(planner, ri, scratch, self.store.where(record.file))  # noqa: E731
             return Want(record, fqn, 0, record.nbytes, scratch.data_ptr(), scratch), load
         dest = planner.resolve_tensor(ri).detach()
         offsets, lengths = tuple(ri.storage_offsets), tuple(ri.lengths)
@@ -292,15 +273,13 @@ class Reader(StorageReader):
     def _read_file(self, name: str, wants: list[Want], cache: StagingCache) -> None:
         """Run one data file's reads for `wants`, in file order, on the options' backend."""
         staging = cache.within(self.options.buffer_bytes, self._slot_bytes)
-        backend = "buffered" if self.options.backend == "buffered" else "direct"
-        reader = backends.open_reader(f"/proc/self/fd/{self._files[name]}", self.options, staging, backend)
+        reader = self.store.reader(name, self.options, staging)
+        where = str(self.path).rstrip("/")
         try:
             file_pieces = [
                 piece
                 for want in wants
-                for piece in pieces(
-                    str(self.path), want, self._codec(want.record.codec), self.verify, reader.memory_alignment
-                )
+                for piece in pieces(where, want, self._codec(want.record.codec), self.verify, reader.memory_alignment)
             ]
             reader.read(sorted(file_pieces, key=lambda p: p.offset))
         finally:
@@ -329,12 +308,19 @@ class Reader(StorageReader):
                 self.read_bytes += record.nbytes
             dist.broadcast(whole, src=entry.reader)
             for ri in mine.get(entry.index, []):
-                _take(ri, record, whole, planner, self.path)
+                _take(ri, record, whole, planner, self.store.where(record.file))
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
-        """A directory holding a committed checkpoint."""
-        return isinstance(checkpoint_id, (str, os.PathLike)) and (Path(checkpoint_id) / ".metadata").is_file()
+        """A directory holding a committed checkpoint, or an `s3://bucket/prefix` (read when loaded)."""
+        if not isinstance(checkpoint_id, (str, os.PathLike)):
+            return False
+        try:
+            if object_location(checkpoint_id) is not None:
+                return True
+        except CheckpointError:
+            return False
+        return os.path.isfile(os.path.join(checkpoint_id, METADATA))
 
 
 def _cpu_ranges(wants: Any) -> list[tuple[int, int]]:
@@ -351,7 +337,7 @@ def _slot_of(records: Any, default: int) -> int:
     return max((round_up(stored, ALIGN) for r in records for _, stored in r.chunks), default=default)
 
 
-def _check_extent(path: Path, fqn: str, record: ItemRecord, size: int) -> None:
+def _check_extent(path: str, fqn: str, record: ItemRecord, size: int) -> None:
     """Every chunk of a record lies inside its data file (TruncatedCheckpoint if the file is short), no two at the
     same bytes: the item's declared size is then bounded by the bytes stored (InvalidCheckpoint if not)."""
     spans = sorted(record.chunks)
@@ -376,15 +362,16 @@ def _union(spans: list[tuple[int, int]]) -> list[int]:
     return [hi - lo for lo, hi in merged]
 
 
-def _load_bytes(planner: LoadPlanner, ri: ReadItem, data: torch.Tensor, path: Path) -> None:
+def _load_bytes(planner: LoadPlanner, ri: ReadItem, data: torch.Tensor, path: str) -> None:
     """Hand a byte item to the planner only as rebuilt by the weights-only unpickler."""
     planner.load_bytes(ri, io.BytesIO(loadable_bytes(host_bytes(data), ri.storage_index.fqn, path)))
 
 
-def _take(ri: ReadItem, record: ItemRecord, whole: torch.Tensor, planner: LoadPlanner, directory: Path) -> None:
-    """A read item's part of an item held whole in memory: bytes to load_bytes, or a box to the tensor."""
+def _take(ri: ReadItem, record: ItemRecord, whole: torch.Tensor, planner: LoadPlanner, path: str) -> None:
+    """A read item's part of an item held whole in memory (of the data file at `path`): bytes to load_bytes, or
+    a box to the tensor."""
     if ri.type == LoadItemType.BYTE_IO:
-        _load_bytes(planner, ri, whole, directory / record.file)
+        _load_bytes(planner, ri, whole, path)
         return
     offsets, lengths = tuple(ri.storage_offsets), tuple(ri.lengths)
     start, end, _ = row_range(record, offsets, lengths)

@@ -25,10 +25,10 @@ import gc
 import json
 import math
 import operator
+import os
 import sys
 from array import array
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,6 +37,8 @@ from .. import integrity
 from ..errors import CheckpointError, InvalidCheckpoint
 from .records import DATA_NAME, ItemRecord
 from .validate import DTYPES, codec_problem, overlapping, record_problem
+
+Where = str | os.PathLike[str]  # the .metadata a message names: a local path, or an object's s3:// URL
 
 METADATA_FORMAT = "ckptio-dcp/3"
 PREFIX = b"ckptio-dcp/3\n"
@@ -47,7 +49,7 @@ MAX_DEPTH = 64  # planner data nesting
 SCALARS = frozenset((type(None), bool, int, float, str))  # planner data JSON carries as they are
 
 
-def decode(payload: bytes, path: Path) -> Any:
+def decode(payload: bytes, path: Where) -> Any:
     """DCP's Metadata from a format-3 payload (sealed already); InvalidCheckpoint for anything malformed."""
     try:
         with _collector_paused():
@@ -96,13 +98,13 @@ def _pairs(inner: list[Any]) -> list[tuple[Any, Any]]:
     return [(p[0], p[1]) for p in inner]
 
 
-def _expect(ok: bool, path: Path, what: str, *args: Any) -> None:
+def _expect(ok: bool, path: Where, what: str, *args: Any) -> None:
     """InvalidCheckpoint unless `ok`, saying `what` (formatted with `args` only then: this runs per item)."""
     if not ok:
         raise InvalidCheckpoint(path, f"metadata ({METADATA_FORMAT}): {what.format(*args)}")
 
 
-def _decode(payload: memoryview, path: Path) -> Any:
+def _decode(payload: memoryview, path: Where) -> Any:
     from torch.distributed.checkpoint.metadata import Metadata
 
     _expect(payload[: len(PREFIX)] == PREFIX and len(payload) >= len(PREFIX) + 8, path, "no header")
@@ -126,7 +128,7 @@ def _decode(payload: memoryview, path: Path) -> Any:
 class _Tables:
     """The header's checksum, file and codec tables and column counts, checked."""
 
-    def __init__(self, header: dict[str, Any], path: Path) -> None:
+    def __init__(self, header: dict[str, Any], path: Where) -> None:
         self.checksum: Any = header.get("checksum")
         _expect(self.checksum == "none" or self.checksum in integrity.ALGORITHMS, path, "unknown checksum")
         self.width = integrity.width(str(self.checksum)) // 2
@@ -189,7 +191,7 @@ class _Entry:
         return self._where[wanted]
 
 
-def _items(raw: Any, ints: array[int], path: Path) -> tuple[dict[str, Any], dict[str, _Entry]]:
+def _items(raw: Any, ints: array[int], path: Where) -> tuple[dict[str, Any], dict[str, _Entry]]:
     """DCP's state_dict_metadata and each item's entry, every chunk checked to lie inside its tensor."""
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata
 
@@ -212,7 +214,7 @@ def _items(raw: Any, ints: array[int], path: Path) -> tuple[dict[str, Any], dict
 
 
 def _tensor(
-    fqn: str, dtype: Any, size: Any, properties: Any, count: Any, ints: array[int], at: int, path: Path
+    fqn: str, dtype: Any, size: Any, properties: Any, count: Any, ints: array[int], at: int, path: Where
 ) -> tuple[Any, _Entry, int]:
     """A tensor item's TensorStorageMetadata and entry; the position after its columns."""
     from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, TensorStorageMetadata
@@ -250,7 +252,7 @@ def _boxes(ints: array[int], at: int, count: int, size: list[int]) -> tuple[Any,
     return list(zip(*[iter(offsets)] * ndim)), size_tuples
 
 
-def _read_properties(dtype: torch.dtype, raw: Any, fqn: str, path: Path) -> Any:
+def _read_properties(dtype: torch.dtype, raw: Any, fqn: str, path: Where) -> Any:
     from torch.distributed.checkpoint.metadata import TensorProperties
 
     if raw is None:
@@ -266,12 +268,12 @@ def _read_properties(dtype: torch.dtype, raw: Any, fqn: str, path: Path) -> Any:
     )
 
 
-def _read_str(value: Any, path: Path, what: str) -> str | None:
+def _read_str(value: Any, path: Where, what: str) -> str | None:
     _expect(value is None or type(value) is str, path, "{} is not a string", what)
     return value
 
 
-def _read_storage_meta(raw: Any, path: Path) -> Any:
+def _read_storage_meta(raw: Any, path: Where) -> Any:
     from torch.distributed.checkpoint.metadata import StorageMeta
 
     if raw is None:
@@ -289,7 +291,7 @@ class Records(Mapping[Any, ItemRecord]):
 
     def __init__(
         self,
-        path: Path,
+        path: Where,
         entries: dict[str, _Entry],
         ints: array[int],
         extents: array[int],

@@ -19,9 +19,17 @@ class Unsupported(Exception):
 def encode(metadata: Any) -> bytes | None:
     """The format-3 payload of a Writer's Metadata, or None if it holds what the format cannot express."""
     try:
-        return _Encoder(metadata).payload()
-    except (Unsupported, UnicodeEncodeError, OverflowError, TypeError, ValueError):
+        return encode_strict(metadata)
+    except Unsupported:
         return None
+
+
+def encode_strict(metadata: Any) -> bytes:
+    """The format-3 payload of a Writer's Metadata; Unsupported, saying what, if the format cannot express it."""
+    try:
+        return _Encoder(metadata).payload()
+    except (UnicodeEncodeError, OverflowError, TypeError, ValueError) as e:
+        raise Unsupported(f"{type(e).__name__}: {e}") from None
 
 
 class _Encoder:
@@ -46,16 +54,16 @@ class _Encoder:
         items: list[Any] = []
         for fqn, item in self.metadata.state_dict_metadata.items():
             if type(fqn) is not str:
-                raise Unsupported("item key")
+                raise Unsupported("an item key that is not a string")
             if type(item) is BytesStorageMetadata:
                 items.append([fqn, "", [], None, 1])
                 self._record(fqn, None, "", ())
             elif type(item) is TensorStorageMetadata:
                 items.append(self._tensor(fqn, item))
             else:
-                raise Unsupported("item type")
+                raise Unsupported("an item of a type other than DCP's")
         if self.used != len(self.records):
-            raise Unsupported("records of no item")
+            raise Unsupported("records a planner left without an item")
         return _join(self._header(items), self.ints, self.extents, self.digests)
 
     def _header(self, items: list[Any]) -> bytes:

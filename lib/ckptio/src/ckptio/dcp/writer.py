@@ -4,10 +4,12 @@
     from ckptio import Writer
     dcp.save(state_dict, storage_writer=Writer("ckpt/"))                 # DCP's planners, our storage
     future = dcp.async_save(state_dict, storage_writer=Writer("ckpt/"))  # staged into reused buffers
+    dcp.save(state_dict, storage_writer=Writer("s3://bucket/ckpt"))      # objects (ckptio[s3])
 
 Each rank writes its share into one new file (parallel O_DIRECT, aligned, every chunk checksummed,
 optionally compressed per chunk) and makes it durable before its results reach the coordinator; the
-coordinator commits `.metadata` last (metadata.py has the protocol). DCP's dedup spreads replicated
+coordinator commits `.metadata` last (metadata.py has the protocol). On an object store (store.py chooses,
+once per location) the file is an object uploaded whole and the commit a PUT (s3/commit.py). DCP's dedup spreads replicated
 tensors over the ranks; `stats` reports what this rank wrote and how many plans came from DCP's plan
 cache. As an AsyncStager it copies the state dict into host buffers it keeps between saves (pinned
 where CUDA exists) and allows one save in flight: staging the next one waits for the previous one's
@@ -22,7 +24,6 @@ import threading
 import uuid
 import weakref
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
@@ -33,18 +34,15 @@ from torch.futures import Future
 
 from .. import codec as codecs
 from .. import integrity
-from ..durable import fsync_dir
 from ..errors import AsyncSaveFailed
-from ..location import refuse_url
 from ..memory import StagingCache
 from ..options import IOOptions, resolve_host
 from . import groups
-from .commit import commit, full_error
-from .encode import prepare, staging_bytes, write_items
-from .lock import create_held
+from .encode import prepare, staging_bytes
 from .objects import check_saveable
 from .records import data_file
 from .stage import Copier, HostBuffers, layout_of, tensors_by_path
+from .store import Store, store_at, store_for
 
 DCP_VERSION = "1.0.0"
 
@@ -117,7 +115,8 @@ class Writer(StorageWriter, AsyncStager):
     """DCP StorageWriter: per-rank files written by ckptio's parallel O_DIRECT engine, committed atomically.
 
     Args:
-        path: the checkpoint directory (created if missing); `checkpoint_id` of dcp.save overrides it.
+        path: the checkpoint directory (created if missing), or `s3://bucket/prefix` (endpoint and credentials
+            from the environment; BackendUnavailable without ckptio[s3]); `checkpoint_id` of dcp.save overrides it.
         options: how to move the bytes (threads, chunk size, backend...); host defaults if None.
         compression: a codec name ("none", "zstd", "blosc", ...: ckptio.codec.names()),
             applied per chunk to tensor items, lossless.
@@ -135,8 +134,7 @@ class Writer(StorageWriter, AsyncStager):
         checksum: str = "xxh3",
     ) -> None:
         super().__init__()
-        refuse_url(path)
-        self.path = Path(path)
+        self.store: Store = store_for(path)
         self.options = resolve_host(options, "Writer writes")
         self.compression = compression
         self.checksum = integrity.normalize(checksum)
@@ -159,6 +157,11 @@ class Writer(StorageWriter, AsyncStager):
         self.__dict__.update(state)
         self._local = {}
 
+    @property
+    def path(self) -> Any:
+        """Where the checkpoint goes: a Path, or an ObjectLocation (str() gives its s3:// URL)."""
+        return self.store.path
+
     def _state(self, name: str, make: Any) -> Any:
         """A process-local object made on first use (survives saves, not pickling)."""
         if name not in self._local:
@@ -174,10 +177,9 @@ class Writer(StorageWriter, AsyncStager):
     # -- StorageWriter ---------------------------------------------------------------------------
 
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
-        """A new checkpoint begins; `checkpoint_id`, when given, is its directory."""
+        """A new checkpoint begins; `checkpoint_id`, when given, is its location."""
         if checkpoint_id is not None:
-            refuse_url(checkpoint_id)
-            self.path = Path(checkpoint_id)
+            self.store = store_at(self.store, checkpoint_id)
         self.save_id = uuid.uuid4().hex
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
@@ -190,10 +192,11 @@ class Writer(StorageWriter, AsyncStager):
         self.rank = kwargs.get("rank", _rank())
         self.save_id = uuid.uuid4().hex
         self.stats = WriteStats()
+        self.store.begin(is_coordinator)
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         """Make the checkpoint directory; the plan itself is DCP's planner's."""
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.store.prepare()
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
@@ -203,7 +206,7 @@ class Writer(StorageWriter, AsyncStager):
         return plans
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
-        """Write this rank's items into its new file, durably (file and directory fsynced)."""
+        """Write this rank's items into its new file, durably (file and directory fsynced; an object uploaded)."""
         future: Future[list[WriteResult]] = Future()
         try:
             future.set_result(self._write(plan, planner))
@@ -221,49 +224,28 @@ class Writer(StorageWriter, AsyncStager):
         codec = codecs.get(self.compression, threads=1)
         slot = self.options.chunk_bytes if codec.name == "none" else staging_bytes(self.options.chunk_bytes)
         staging = self._state("staging", StagingCache).within(self.options.buffer_bytes, slot)
-        records = self._write_file(str(self.path / data_file(self.save_id, self.rank)), items, codec, staging)
+        name = data_file(self.save_id, self.rank)
+        records = self.store.write(name, items, self.options, codec, self.checksum, staging, self.rank)
         self.stats.stored_bytes = sum(r.stored_bytes for r in records)
         self.stats.staging_bytes = staging.peak_bytes
         self.stats.raw_bytes = sum(r.nbytes for r in records)
         return [WriteResult(wi.index, r.stored_bytes, r) for wi, r in zip(plan.items, records)]
-
-    def _write_file(self, path: str, items: list[Any], codec: Any, staging: Any) -> list[Any]:
-        """This rank's new data file, held (lock.py) from before its first byte; on failure it is removed and an
-        exhausted file system is named (StorageFull)."""
-        self._release_file()
-        self._local["held"] = open(create_held(path), "rb", buffering=0)  # noqa: SIM115  # closed with the Writer
-        try:
-            records = write_items(path, items, self.options, codec, self.checksum, staging, existing=True)
-            fsync_dir(str(self.path))
-        except BaseException as e:
-            self._release_file()
-            os.unlink(path)
-            if isinstance(e, OSError):
-                raise full_error(e, self.path, f"rank {self.rank}'s data file did not fit; it was removed") from e
-            raise
-        return records
-
-    def _release_file(self) -> None:
-        """Let go of the last save's data file (its commit is over by the time this rank saves again)."""
-        held = self._local.pop("held", None)
-        if held is not None:
-            held.close()
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
         """Commit: .metadata written last (every rank's data is durable by now), then earlier saves' files removed."""
         metadata.version = DCP_VERSION
         metadata.storage_data = {wr.index: wr.storage_data for rank in results for wr in rank}
         metadata.storage_meta = self.storage_meta()
-        commit(self.path, metadata, self.save_id)
+        self.store.commit(metadata, self.save_id)
         self.stats.rank_bytes = [sum(wr.size_in_bytes for wr in rank) for rank in results]
 
     def storage_meta(self) -> StorageMeta | None:
-        """The checkpoint's directory and this save's id, for the planner and the metadata."""
+        """The checkpoint's location and this save's id, for the planner and the metadata."""
         return StorageMeta(checkpoint_id=str(self.path), save_id=self.save_id)
 
     @classmethod
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike[str]) -> bool:
-        """Any local path can hold a checkpoint."""
+        """Any local path, or an `s3://bucket/prefix`, can hold a checkpoint."""
         return isinstance(checkpoint_id, (str, os.PathLike))
 
     # -- AsyncStager -----------------------------------------------------------------------------
@@ -293,7 +275,7 @@ class Writer(StorageWriter, AsyncStager):
         if "in_flight" in self._local:
             self._local["in_flight"]._idle.wait()
         self._local.pop("staged", None)
-        self._release_file()
+        self.store.close()
         for name in ("staging", "copier"):
             held = self._local.pop(name, None)
             if held is not None:

@@ -1,0 +1,338 @@
+"""TieredCheckpointer: saves into a near, fast tier (a local directory), drains each save to the later tiers
+(local directories or `s3://bucket/prefix`) in the background, and restores from the nearest copy that verifies.
+
+Each save is one ckptio single-file checkpoint `step-<step:012d>.ckpt` per tier. Tier 0 is written by ckptio's
+own save (temp name, fsync, rename) from the caller's state dict, or, with `blocking=False`, from host
+storages the call copies it into (host_copy.py) by a background thread. The later tiers are filled from tier
+0's file, never from training memory: one background thread drains each save to each tier in tier order (a
+file copy made durable, or one PUT), so a drain that fails (the store is down) costs training nothing: it is
+recorded in that save's TierSave, tier 0's copy stays, and the newest undrained step is retried. A restore
+tries the newest step any tier holds, nearest tier first, and loads only a copy that verifies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from . import integrity
+from . import tier_stores as stores
+from .errors import AsyncSaveFailed, CheckpointError, NoCheckpoint, OptionError, StateDictMismatch
+from .loading import device_of
+from .memory import StagingCache
+from .options import IOOptions, resolve
+from .saving import save_to
+from .tier_records import Restored, Skipped, TierSave, reason
+from .tier_stores import LocalTier, Tier, name_of, pinned
+
+if TYPE_CHECKING:
+    from .host_copy import HostCopy
+
+log = logging.getLogger("ckptio")
+T = TypeVar("T")
+
+
+class TieredCheckpointer:
+    """Saves to an ordered list of tiers, nearest first, and restores from the nearest copy that verifies.
+
+    Args:
+        tiers: tier 0 a local directory; later ones local directories or `s3://bucket/prefix` (endpoint and
+            credentials from the environment, the extra `ckptio[s3]`).
+        keep: how many newest steps each tier keeps (an int for every tier, or one per tier; default 2). Older
+            ones (ckptio's names only) are removed only once a newer one is durable in that tier, never a tier-0
+            file a drain still needs.
+        options: how to move the bytes (host defaults if None).
+        checksum: "xxh3" (default), "crc32c" or None, for every save.
+
+    Example:
+        with TieredCheckpointer(["/local/ckpt", "s3://bucket/run1"]) as ckpt:
+            restored = ckpt.restore_into(model.state_dict())   # NoCheckpoint on a fresh run
+            for step in range(restored.step + 1, steps):
+                train(...)
+                ckpt.save(model.state_dict(), step, blocking=False)
+    """
+
+    def __init__(
+        self,
+        tiers: Sequence[str | os.PathLike[str]],
+        *,
+        keep: int | Sequence[int] | None = None,
+        options: IOOptions | None = None,
+        checksum: str | None = "xxh3",
+    ) -> None:
+        integrity.normalize(checksum)
+        self.tiers: list[Tier] = stores.places(tiers)
+        self.keep = stores.keep_counts(keep, len(self.tiers))
+        tier0 = self.tiers[0]
+        assert isinstance(tier0, LocalTier)  # places() refuses anything else
+        self._tier0: LocalTier = tier0
+        self.options = resolve(options)
+        self.checksum = checksum
+        self._saving: StagingCache | None = StagingCache()
+        self._loading = StagingCache()
+        self._host: HostCopy | None = None  # made by the first save(blocking=False)
+        self._writer = ThreadPoolExecutor(1, "ckptio-tier0")
+        self._drainer = ThreadPoolExecutor(1, "ckptio-drain")
+        self._lock = threading.RLock()
+        self._writing: tuple[Future[None], TierSave] | None = None
+        self._jobs: dict[Future[None], tuple[TierSave, list[int]]] = {}  # drains queued or running
+        self._needed: dict[int, int] = {}  # step -> drains that will read its tier-0 file
+        self._undrained: dict[int, TierSave] = {}  # tier -> the newest save not durable there, to retry
+
+    # -- saves ------------------------------------------------------------------------------------
+
+    def save(self, state_dict: Any, step: int, *, blocking: bool = True) -> TierSave:
+        """Save `state_dict` as `step`: durable in tier 0 on return (`blocking`), or copied into host buffers kept
+        between saves and written to tier 0 in the background (the next save first waits for that write, and
+        raises AsyncSaveFailed if it failed). The later tiers are filled in the background."""
+        start = time.monotonic()
+        name_of(step)
+        self._open()
+        self._finish_writing()
+        record = TierSave(step, len(self.tiers), start)
+        if blocking:
+            try:
+                self._write(state_dict, step)
+            except BaseException:
+                self._retry()  # no newer drain comes: the older undrained step is retried
+                raise
+            record._durable(0)
+            self._queue(record, range(1, len(self.tiers)))
+        else:
+            staged = self._host_copy().stage(state_dict)
+            self._writing = (self._writer.submit(self._write_behind, record, staged), record)
+        record.stall_seconds = time.monotonic() - start
+        return record
+
+    def wait_drained(self, timeout: float | None = None) -> list[TierSave]:
+        """Wait for the background work (a tier-0 write, the drains), after queuing a retry of the newest
+        undrained step of each tier; the saves waited for, oldest first (each done unless `timeout` ran out)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        waited: list[TierSave] = []
+        if self._writing is not None and not self._writing[0].done():
+            waited.append(self._writing[1])
+            wait_for([self._writing[0]], _left(deadline))
+        for retry in (False, True):  # the drains queued, then the retries of what they left undrained
+            with self._lock:
+                if retry:
+                    self._retry()
+                pending = {f: job[0] for f, job in self._jobs.items() if not f.done()}
+            wait_for(list(pending), _left(deadline))
+            waited += [record for record in pending.values() if record not in waited]
+        return sorted(waited, key=lambda r: r._start)
+
+    def _write(self, state_dict: Any, step: int) -> None:
+        """Save durably into tier 0."""
+        os.makedirs(self._tier0.path, exist_ok=True)
+        staging = self._staging().within(self.options.buffer_bytes, self.options.chunk_bytes)
+        save_to(state_dict, self._tier0.file(step), self.options, self.checksum, staging)
+
+    def _write_behind(self, record: TierSave, staged: Any) -> None:
+        """The background tier-0 write of a non-blocking save, then its drains queued."""
+        try:
+            self._write(staged, record.step)
+        except BaseException as error:
+            record._failed(0, reason(error))
+            for i in range(1, len(self.tiers)):
+                record._failed(i, "not drained: the write to tier 0 failed")
+            self._retry()
+            raise
+        record._durable(0)
+        self._queue(record, range(1, len(self.tiers)))
+
+    def _finish_writing(self) -> None:
+        """Wait for the background tier-0 write; AsyncSaveFailed if it failed."""
+        if self._writing is None:
+            return
+        future, record = self._writing
+        self._writing = None
+        error = future.exception()
+        if error is not None:
+            where = self.tiers[0]
+            raise AsyncSaveFailed(f"the background save of step {record.step} to {where} failed: {error}") from error
+
+    # -- drains -----------------------------------------------------------------------------------
+
+    def _queue(self, record: TierSave, tiers: Iterable[int]) -> None:
+        """Queue a save's drain to `tiers` (its tier-0 file kept until done), then the retries it does not cover."""
+        with self._lock:
+            self._drain_later(record, list(tiers))
+            self._retry()
+
+    def _drain_later(self, record: TierSave, tiers: list[int]) -> None:
+        """Submit a drain job; its tier-0 file counts as needed until the job ends."""
+        with self._lock:
+            self._jobs = {f: job for f, job in self._jobs.items() if not f.done()}
+            self._needed[record.step] = self._needed.get(record.step, 0) + 1
+            self._jobs[self._drainer.submit(self._drain, record, tiers)] = (record, tiers)
+
+    def _retry(self) -> list[TierSave]:
+        """Queue a drain of each tier's newest undrained step that no queued drain of a step as new covers; the
+        saves retried. (A newer save's own drain supersedes the older step instead of uploading it first.)"""
+        due: dict[int, tuple[TierSave, list[int]]] = {}
+        with self._lock:
+            queued = [job for f, job in self._jobs.items() if not f.done()]
+            for i, record in sorted(self._undrained.items()):
+                if not any(r.step >= record.step and i in tiers for r, tiers in queued):
+                    due.setdefault(id(record), (record, []))[1].append(i)
+                    del self._undrained[i]
+            for record, tiers in due.values():
+                self._drain_later(record, tiers)
+        return [record for record, _ in due.values()]
+
+    def _drain(self, record: TierSave, tiers: list[int]) -> None:
+        """Copy a save's tier-0 file to each of `tiers` in order (the file as it was opened), then keep tier 0."""
+        try:
+            with pinned(self._tier0.file(record.step)) as source:
+                for i in tiers:
+                    self._drain_to(record, i, source)
+        except OSError as error:  # tier 0's copy is gone: nothing to retry from
+            for i in tiers:
+                record._failed(i, f"tier 0's copy cannot be read: {error}")
+        finally:
+            with self._lock:
+                self._needed[record.step] -= 1
+                if not self._needed[record.step]:
+                    del self._needed[record.step]
+            self._keep(0, record.step)
+
+    def _drain_to(self, record: TierSave, i: int, source: str) -> None:
+        """One copy into tier i: durable (older steps there then trimmed to `keep`), or its failure recorded and
+        the step kept for a retry when it is the newest one that tier lacks."""
+        tier = self.tiers[i]
+        try:
+            tier.put(source, record.step)
+        except Exception as error:  # never into training: recorded, retried
+            tier.forget()
+            log.warning("step %d not copied to tier %d (%s): %s", record.step, i, tier, reason(error))
+            with self._lock:
+                newest = self._undrained.get(i)
+                if newest is None or newest.step <= record.step:
+                    self._undrained[i] = record
+            record._failed(i, reason(error))
+            return
+        with self._lock:
+            newest = self._undrained.get(i)
+            if newest is not None and newest.step <= record.step:  # superseded: dropped from the retries
+                del self._undrained[i]
+        record._durable(i)
+        self._keep(i, record.step)
+
+    def _keep(self, i: int, newest: int) -> None:
+        """Remove tier i's steps older than `newest` (durable there) beyond its `keep` newest; in tier 0 never one a
+        drain still needs or a retry may."""
+        tier = self.tiers[i]
+        try:
+            steps = sorted(tier.steps(), reverse=True)
+            with self._lock:
+                needed = set(self._needed) | {r.step for r in self._undrained.values()} if i == 0 else set()
+            kept = {*steps[: self.keep[i]], newest, *needed}
+            for step in steps:
+                if step < newest and step not in kept:
+                    tier.remove(step)
+        except Exception as error:  # the next save trims again
+            tier.forget()
+            log.warning("old checkpoints in tier %d (%s) not removed: %s", i, tier, reason(error))
+
+    # -- restores ---------------------------------------------------------------------------------
+
+    def restore(self, *, map_location: Any = "cpu") -> Restored:
+        """Load the newest step any tier holds from the nearest tier whose copy verifies, into new memory;
+        missing, torn or corrupt copies are skipped (`Restored.skipped`). NoCheckpoint when none verifies."""
+        device = device_of(map_location)
+        return self._restore(lambda tier, step: stores.load(tier, step, device, self.options, self._loading))
+
+    def restore_into(self, state_dict: T) -> Restored:
+        """As `restore`, filling `state_dict`'s tensors in place (strict: the same key paths, dtypes and shapes,
+        else StateDictMismatch); `Restored.state` is `state_dict`."""
+        return self._restore(lambda tier, step: stores.load_into(tier, step, state_dict, self.options, self._loading))
+
+    def _restore(self, load: Callable[[Tier, int], Any]) -> Restored:
+        """Try every copy, newest step first, nearest tier first, until one loads verified."""
+        start = time.monotonic()
+        self._open()
+        if self._writing is not None:  # the newest save becomes visible (its failure is raised by the next save)
+            wait_for([self._writing[0]])
+        skipped: list[Skipped] = []
+        for step, tiers in self._holders(skipped):
+            for i in tiers:
+                try:
+                    state = load(self.tiers[i], step)
+                except (StateDictMismatch, OptionError):
+                    raise  # the caller's state dict or arguments, not the copy
+                except (CheckpointError, OSError) as error:
+                    skipped.append(Skipped(i, step, reason(error)))
+                    log.warning("tier %d (%s) step %d skipped: %s", i, self.tiers[i], step, reason(error))
+                    continue
+                return Restored(step, i, state, time.monotonic() - start, skipped)
+        raise NoCheckpoint([str(t) for t in self.tiers], skipped)
+
+    def _holders(self, skipped: list[Skipped]) -> list[tuple[int, list[int]]]:
+        """(step, the tiers holding it, nearest first) for every step, newest first; tiers that cannot be listed
+        are recorded in `skipped`."""
+        held: dict[int, list[int]] = {}
+        for i, tier in enumerate(self.tiers):
+            try:
+                steps = tier.steps()
+            except (CheckpointError, OSError) as error:
+                tier.forget()
+                skipped.append(Skipped(i, None, f"cannot be listed: {reason(error)}"))
+                continue
+            for step in steps:
+                held.setdefault(step, []).append(i)
+        return sorted(held.items(), reverse=True)
+
+    # -- lifetime ---------------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        if self._saving is None:
+            raise ValueError(f"{self!r} is closed")
+
+    def _host_copy(self) -> HostCopy:
+        """The host storages kept for saves written behind (torch.distributed imported on first use)."""
+        if self._host is None:
+            from .host_copy import HostCopy
+
+            self._host = HostCopy()
+        return self._host
+
+    def _staging(self) -> StagingCache:
+        self._open()
+        assert self._saving is not None
+        return self._saving
+
+    def close(self) -> None:
+        """Wait for the background work (retrying undrained steps once), then free the buffers (idempotent)."""
+        if self._saving is None:
+            return
+        self.wait_drained()
+        self._writer.shutdown()
+        self._drainer.shutdown()
+        self._saving.close()
+        self._saving = None
+        self._loading.close()
+        if self._host is not None:
+            self._host.close()
+        for tier in self.tiers:
+            tier.forget()
+
+    def __enter__(self) -> TieredCheckpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._saving is None else "open"
+        return f"TieredCheckpointer([{', '.join(repr(str(t)) for t in self.tiers)}], keep={self.keep}, {state})"
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds left until `deadline` (None: no limit)."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())

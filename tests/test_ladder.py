@@ -1,0 +1,244 @@
+"""The durability ladder's benchmark (issue 33, part 3): the tiered engine and its faults against the test cluster's
+radosgw (real ckptio, real daemons), the baselines beside it (dcp_upload, s3torch_dcp's train pattern), the
+expectations a fault row is held to, `tiers:`/`fault:` in configs, and the report's two-level goodput model against
+hand-computed values."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from gdsbench import config
+from gdsbench.cases import Case
+from gdsbench.errors import ConfigError, ToolError
+from gdsbench.report import goodput
+from gdsbench.report import ladder as model
+from gdsbench.runners import get
+from gdsbench.runners.base import Measurement, RunContext, check_figures
+from gdsbench.runners.checkpoint import tier_faults
+from gdsbench.runners.checkpoint.tiered import tier_list
+from gdsbench.runners.s3_client import Bucket
+from tests.ceph_cluster import ceph_cluster, radosgw  # noqa: F401
+from tests.helpers import assert_exits, write_config
+
+MiB = 1 << 20
+
+
+def case_of(engine: str, **params: Any) -> Case:
+    """A train case as a config makes it: 4 MiB of llama3-8b, 4 steps of 10 ms, a checkpoint every 2."""
+    matrix = {"engine": [engine], "pattern": ["train"], "checkpoint_size": ["4M"], "memory": ["as-is"],
+              "steps": [4], "step_time": ["10ms"], "interval": [2], **{k: [v] for k, v in params.items()}}  # fmt: skip
+    [case] = config.from_dict({"matrix": matrix}, "tiers.yaml").cases
+    return case
+
+
+# -- configs ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("given", "text"), [(["local", "s3"], "local+s3"), (["local"], "local"), ("s3", "s3"),
+                                             ("local+s3", "local+s3"), ((" local", "s3 "), "local+s3")])  # fmt: skip
+def test_tiers_are_a_ladder_of_local_then_s3_kept_as_text(given: Any, text: str) -> None:
+    assert tier_list(given) == text
+
+
+@pytest.mark.parametrize(
+    ("matrix", "key", "said"),
+    [
+        ({"tiers": [["s3", "local"]]}, "matrix.tiers[0]", "[local], [local, s3] or [s3]"),
+        ({"tiers": [["local", "local"]]}, "matrix.tiers[0]", "[local], [local, s3] or [s3]"),
+        ({"tiers": [[]]}, "matrix.tiers[0]", "nearest first"),
+        ({"tiers": [["local", 3]]}, "matrix.tiers[0]", "nearest first"),
+        ({"fault": ["unplugged"]}, "matrix.fault[0]", "one of none, corrupt_local, lose_local, store_down"),
+    ],
+)
+def test_a_bad_tiers_or_fault_value_names_the_key_and_what_was_expected(
+    matrix: dict[str, Any], key: str, said: str, tmp_path: Path
+) -> None:
+    path = write_config(tmp_path, matrix={"engine": ["tiered"], "pattern": ["train"], **matrix})
+    with pytest.raises(ConfigError) as caught:
+        config.load(path)
+    assert caught.value.key == key and said in str(caught.value)
+
+
+def test_the_cli_refuses_a_bad_fault_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from gdsbench.cli import cli
+
+    path = write_config(tmp_path, matrix={"engine": ["tiered"], "pattern": ["train"], "fault": ["pulled_plug"]})
+    result = CliRunner().invoke(cli, ["sweep", str(path), "--dry-run"])
+    assert_exits(result, 2, one_line_error=True)
+    assert "matrix.fault[0]" in result.output and "corrupt_local" in result.output
+
+
+def test_faults_and_async_the_ladder_cannot_take_are_skipped_saying_why(tmp_path: Path) -> None:
+    ctx, runner = RunContext(directory=tmp_path, file_size=4 * MiB), get("tiered")
+    said = runner.unavailable(case_of("tiered", tiers=["local"], fault="corrupt_local"), ctx)
+    assert said == "fault corrupt_local is a fault of the ladder: run it with tiers [local, s3]"
+    said = runner.unavailable(case_of("tiered", tiers=["s3"], **{"async": True}), ctx)
+    assert str(said).startswith("tiers [s3] saves straight to S3 with ckptio.save, which blocks")
+
+
+# -- a fault row's expectations ---------------------------------------------------------------------------------
+
+
+class Saved:
+    """A TierSave as ckptio fills it (plain data: the expectations read nothing else)."""
+
+    def __init__(self, step: int, durable: dict[int, float], errors: dict[int, str] | None = None) -> None:
+        self.step, self.durable_seconds, self.errors = step, durable, errors or {}
+
+
+def test_a_store_down_row_whose_drains_reached_the_store_fails_naming_it() -> None:
+    loop = tier_faults.Loop(saves=[Saved(2, {0: 0.1, 1: 0.5}), Saved(4, {0: 0.1}, {1: "refused"})], risk=[2, 2])
+    with pytest.raises(ToolError, match="store_down: 1 of 2 drains reached the object tier and 1 failed"):
+        tier_faults.checked_saves("store_down", loop, 1)
+    loop.saves[0] = Saved(2, {0: 0.1}, {1: "PutObject failed (no answer): refused"})
+    figures, notes = tier_faults.checked_saves("store_down", loop, 1)
+    assert (
+        figures["drain_error"] == "PutObject failed (no answer): refused" and figures["durable_object_seconds"] is None
+    )
+    assert notes == ["0 of 2 checkpoints drained to the object tier", "2 drains failed"]
+
+
+def test_a_newest_step_never_drained_or_a_silent_corrupt_restore_fails_the_row() -> None:
+    loop = tier_faults.Loop(saves=[Saved(2, {0: 0.1, 1: 0.3}), Saved(4, {0: 0.1}, {1: "HTTP 503"})], risk=[2, 4])
+    with pytest.raises(ToolError, match="step 4 never reached the object tier: HTTP 503"):
+        tier_faults.checked_saves("none", loop, 1)
+    quiet = tier_faults.Restore(tier=1, step=4, skipped=(), seconds=0.2)
+    with pytest.raises(ToolError, match="did not say it skipped the corrupted local copy"):
+        tier_faults.restored("corrupt_local", quiet, 1)
+
+
+# -- against the test cluster's radosgw -------------------------------------------------------------------------
+
+
+def run(case: Case, ctx: RunContext) -> Measurement:
+    runner = get(case.engine)
+    assert runner.unavailable(case, ctx) is None
+    return check_figures(runner, runner.run(case, ctx))
+
+
+def leftovers(bucket: str, tmp_path: Path) -> tuple[list[Path], dict[str, int]]:
+    """What a run left in its directory and its bucket (nothing, unless keep_files)."""
+    store = Bucket(os.environ["AWS_ENDPOINT_URL"], bucket, "us-east-1", 16 * MiB)
+    objects = store.sizes("gdsbench/") if store.exists() else {}
+    return sorted(tmp_path.iterdir()), objects
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", tier_faults.FAULTS)
+def test_the_ladder_and_each_fault_restore_exactly_from_the_tier_they_should(
+    fault: str,
+    radosgw: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Every row: durable locally and (the store up) in S3, the local restore exact; the object restore exact from
+    S3 after the local copies were removed, one byte flipped (skipped, with ckptio's reason) or the folder lost;
+    with the store down, training went on, every drain failed with a named error and the local copy restored."""
+    bucket, ctx = f"gdsbench-tiers-{fault.replace('_', '-')}", RunContext(directory=tmp_path, file_size=4 * MiB)
+    row = run(case_of("tiered", tiers=["local", "s3"], fault=fault, bucket=bucket, **{"async": True}), ctx).figures
+    assert row["durable_local_seconds"] > 0 and row["restore_local_seconds"] > 0 and row["work_at_risk_steps"] >= 2
+    if fault == "store_down":
+        assert row["durable_object_seconds"] is None and row.get("restore_object_seconds") is None
+        assert "PutObject failed (no answer)" in row["drain_error"] and "REFUSED" in row["drain_error"]
+        assert (row["restored_tier"], row["state_exact"]) == ("local", "yes")
+        assert os.environ.get("AWS_ENDPOINT_URL_S3") is None  # the closed port's endpoint is gone with the fault
+    else:
+        assert row["durable_object_seconds"] >= row["durable_local_seconds"] and row["restore_object_seconds"] > 0
+        said = {"none": None, "corrupt_local": "checksum mismatch", "lose_local": "cannot be listed"}[fault]
+        assert said is None or said in row["skipped_reason"]
+        assert fault == "none" or (row["restored_tier"], row["state_exact"]) == ("s3", "yes")
+    ctx.resources.cleanup()
+    assert leftovers(bucket, tmp_path) == ([], {})
+
+
+@pytest.mark.slow
+def test_the_baselines_train_straight_to_s3_and_by_hand(radosgw: Any, tmp_path: Path) -> None:  # noqa: F811
+    """ckptio.save straight to S3, s3torchconnector's DCP layer and the hand-rolled ladder: each a train row with
+    the object tier's figures, its restores verified, nothing left behind."""
+    ctx = RunContext(directory=tmp_path, file_size=4 * MiB)
+    direct = run(case_of("tiered", tiers=["s3"], bucket="gdsbench-tiers-direct"), ctx).figures
+    s3torch = run(case_of("s3torch_dcp", threads=2, transfer="CPU_ONLY", bucket="gdsbench-tiers-s3t"), ctx).figures
+    by_hand = run(case_of("dcp_upload", threads=2, transfer="CPU_CACHED", bucket="gdsbench-tiers-hand"), ctx).figures
+    for row in (direct, s3torch):
+        assert row["work_at_risk_steps"] == 2 and row["restore_object_seconds"] > 0 and row["bytes_on_disk"] > 4 * MiB
+        assert row["durable_object_seconds"] >= row["stall_seconds"] * 0.5 and "durable_local_seconds" not in row
+    assert by_hand["durable_object_seconds"] > by_hand["durable_local_seconds"] > 0
+    assert by_hand["restore_object_seconds"] > 0 and by_hand["restore_local_seconds"] > 0
+    ctx.resources.cleanup()
+    for name in ("gdsbench-tiers-direct", "gdsbench-tiers-s3t", "gdsbench-tiers-hand"):
+        assert leftovers(name, tmp_path) == ([], {})
+
+
+# -- the report's two-level model -------------------------------------------------------------------------------
+
+
+def test_two_level_goodput_by_hand() -> None:
+    # C 10 s; M_l = M_n = 2 h, so M = 1 h. Local: R 20 s, lag 0; S3: R 60 s, lag 30 s. P = (20 + 90) / 2 = 55 s.
+    # tau = 261.703 s (Daly at C 10 s, M 1 h: test_train); e^(55/3600) = 1.0153951, e^(271.703/3600) - 1 = 0.0783942,
+    # 3600 x 1.0153951 x 0.0783942 = 286.564; 261.703 / 286.564 = 0.913245
+    local, remote = model.Level(20, 0), model.Level(60, 30)
+    assert model.penalty(local, remote, 7200, 7200) == pytest.approx(55)
+    interval, value = model.two_level(10, local, remote, 7200, 7200)
+    assert interval == pytest.approx(261.703, abs=1e-3) and value == pytest.approx(0.913245, abs=1e-6)
+    # one tier (S3 only): every failure pays 90 s; e^(90/3600) = 1.0253151, x 3600 x 0.0783942 = 289.363 -> 0.904409
+    assert model.two_level(10, None, remote, 7200, 7200)[1] == pytest.approx(0.904409, abs=1e-6)
+    assert math.isnan(model.two_level(10, local, None, 7200, 7200)[1])  # no copy survives a node loss
+
+
+def test_without_node_losses_the_ladder_is_dalys_model_with_the_local_restore() -> None:
+    local, remote = model.Level(30, 0), model.Level(600, 300)
+    _, value = model.two_level(10, local, remote, 3600, 1e15)
+    assert value == pytest.approx(goodput.goodput(goodput.daly_interval(10, 3600), 10, 30, 3600), rel=1e-9)
+    assert model.lag(2.5, 0.5) == 2.0 and model.lag(0.4, 0.5) == 0.0  # a blocking save's copy: no lag
+
+
+def ladder_rows() -> pd.DataFrame:
+    """Train rows as the tiered engine and s3torch_dcp write them, and one with no ladder figures (fastpersist)."""
+    from tests.test_report import row
+
+    def one(engine: str, stall: float, **ladder: float | None) -> dict[str, Any]:
+        return row(engine=engine, pattern="train", io_size=None, stall_seconds=stall, checkpoint_cost_seconds=stall, slowdown=0.0,
+                   restore_seconds=1.0, **ladder)  # fmt: skip
+
+    return pd.DataFrame([
+        one("tiered", 0.1, durable_local_seconds=0.1, durable_object_seconds=30.1, restore_local_seconds=20.0,
+            restore_object_seconds=60.0, work_at_risk_steps=20.0),
+        one("s3torch_dcp", 10.0, durable_object_seconds=10.0, restore_object_seconds=60.0, work_at_risk_steps=10.0),
+        one("fastpersist", 0.2),
+    ])  # fmt: skip
+
+
+def test_the_report_puts_the_ladder_beside_its_baseline_at_each_failure_pair() -> None:
+    from gdsbench.report import summary
+
+    table = summary.build(ladder_rows(), ["engine", "pattern"], levels=[(7200.0, 7200.0)]).table("ladder")
+    assert table is not None and table.title == model.TITLE
+    cells = [dict(zip(table.header, r)) for r in table.rows]
+    # tiered: C 0.1 s, P = (20 + 60 + 30) / 2 = 55 s; s3torch_dcp: C 10 s, P = 60 s (one tier, lag 0)
+    tiered = model.two_level(0.1, model.Level(20, 0), model.Level(60, 30), 7200, 7200)[1]
+    direct = model.two_level(10, None, model.Level(60, 0), 7200, 7200)[1]
+    assert [(c["engine"], c["tiers"], c["mtbf local"], c["at risk"], c["goodput"]) for c in cells] == [
+        ("tiered", "local+s3", "2h", "20", f"{tiered:.4%}"),
+        ("s3torch_dcp", "s3", "2h", "10", f"{direct:.4%}"),
+    ]
+
+
+def test_report_mtbf_local_and_node_take_durations_and_refuse_others(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from gdsbench.cli import cli
+
+    assert model.parse_levels("1h,24h", None) == ((3600.0, model.DEFAULT_MTBF_NODE), (86400.0, model.DEFAULT_MTBF_NODE))
+    assert model.parse_levels(None, "7d") == ((model.DEFAULT_MTBF_LOCAL, 604800.0),)
+    csv = tmp_path / "rows.csv"
+    csv.write_text("x\n")
+    result = CliRunner().invoke(cli, ["report", str(csv), "--mtbf-node", "often"])
+    assert_exits(result, 2, one_line_error=True)
+    assert "--mtbf-node: expected durations such as 24h,7d (got 'often')" in result.output
