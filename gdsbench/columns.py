@@ -16,6 +16,8 @@ SETTING = "setting"
 #: Where an engine's I/O goes: files in the target directory, objects of an object store, a Ceph cluster's
 #: objects or images (fio's rados and rbd ioengines).
 FILES, OBJECTS, CLUSTER = "files", "objects", "cluster"
+#: The engine whose best case bounds checkpoints in an object store: its PUTs (saves) and GETs (loads).
+OBJECTS_CEILING = "s3"
 #: The row columns that carry a row's traits (written by the sweep, read by flags and reports).
 TRAIT_COLUMNS = ("stores_on", "ceiling")
 
@@ -37,21 +39,27 @@ class Column:
 @dataclass(frozen=True)
 class Traits:
     """What an engine stores on (FILES, OBJECTS or CLUSTER; `cluster_when`: option values that send a case to a
-    cluster instead) and the engine whose best case of the same run bounds it ('': none, it is a ceiling)."""
+    cluster instead; `objects_when`: options that, set, send it to an object store, held to OBJECTS_CEILING there)
+    and the engine whose best case of the same run bounds it ('': none, it is a ceiling)."""
 
     stores_on: str = FILES
     ceiling: str = ""
     cluster_when: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    objects_when: tuple[str, ...] = ()
 
     def where(self, params: Mapping[str, Any]) -> str:
         """Where a case (its parameters by name) stores its data."""
         if any(params.get(name) in values for name, values in self.cluster_when):
             return CLUSTER
+        if any(params.get(name) not in (None, "") for name in self.objects_when):
+            return OBJECTS
         return self.stores_on
 
     def row(self, params: Mapping[str, Any]) -> dict[str, str]:
-        """The trait columns of a case's rows."""
-        return {"stores_on": self.where(params), "ceiling": self.ceiling}
+        """The trait columns of a case's rows (a case an option sent to an object store held to the s3 engine)."""
+        where = self.where(params)
+        moved = where == OBJECTS and self.stores_on != OBJECTS and self.ceiling
+        return {"stores_on": where, "ceiling": OBJECTS_CEILING if moved else self.ceiling}
 
 
 def records(columns: Iterable[Column]) -> dict[str, dict[str, str]]:

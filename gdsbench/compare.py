@@ -70,10 +70,12 @@ def host_keys(frame: pd.DataFrame, servers: set[str]) -> pd.Series:
 
 
 def match_key(case: str, defaults: Mapping[str, str]) -> str:
-    """A case's identity for matching: its parameters, less those at their default value, in name order
-    (so a version that names its parameters in another order still matches)."""
+    """A case's identity for matching: its parameters, less those at their default value or unset (None: as a
+    version before the parameter had it), in name order (so a version that names its parameters in another order
+    still matches)."""
     parts = [part.split("=", 1) for part in case.split(",")]
-    kept = [f"{k}={v}" for k, v in (p if len(p) == 2 else (p[0], "") for p in parts) if defaults.get(k) != v]
+    pairs = (p if len(p) == 2 else (p[0], "") for p in parts)
+    kept = [f"{k}={v}" for k, v in pairs if defaults.get(k) != v and v != "None"]
     return ",".join(sorted(kept))
 
 

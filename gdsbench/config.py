@@ -315,16 +315,20 @@ def expand(source: str, matrix: Any, options: Mapping[str, Any], excludes: list[
     for index, block in enumerate(blocks):
         where = f"matrix[{index}]" if isinstance(matrix, list) else "matrix"
         for point in cross_product(_axes(source, where, block, options)):
-            point = left_to_library(point, {*block, *options})
+            point = left_to_library(point, {*block, *options}, set(block))
             if not any(matches(point, rule) for rule in excludes):
                 cases.append(_case(point))
     return unique(cases)
 
 
-def left_to_library(point: Mapping[str, Any], given: set[str]) -> dict[str, Any]:
+def left_to_library(point: Mapping[str, Any], given: set[str], in_block: set[str]) -> dict[str, Any]:
     """The point with None for each axis the config does not give that its engine leaves to its library
-    (Runner.library_defaults: ckptio's threads): the library's own default runs, and the row records its value."""
-    left = [n for n in getattr(runners.get(point["engine"]), "library_defaults", ()) if n not in given]
+    (Runner.library_defaults: ckptio's threads): the library's own default runs, and the row records its value.
+    Options an engine takes from its own matrix block only (Runner.block_options: the ckptio engines' `bucket`,
+    which sends their checkpoints to S3) are None where the block leaves them out, whatever the top level says."""
+    runner = runners.get(point["engine"])
+    left = [n for n in getattr(runner, "library_defaults", ()) if n not in given]
+    left += [n for n in getattr(runner, "block_options", ()) if n not in in_block]
     return {**point, **dict.fromkeys(left)}
 
 

@@ -194,3 +194,16 @@ def disk_tmp(tmp_path: Path) -> Path:
     if not works:
         pytest.skip(f"needs O_DIRECT in {tmp_path}: {why}")
     return tmp_path
+
+
+#: An S3 endpoint where nothing listens (discard), for tests of what needs no service.
+DEAD_ENDPOINT = "http://127.0.0.1:9"
+
+
+@pytest.fixture
+def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endpoint and credentials in the environment (nothing is contacted)."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", DEAD_ENDPOINT)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-shown")

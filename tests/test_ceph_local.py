@@ -13,6 +13,7 @@ import os
 import stat
 import subprocess
 import tempfile
+import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -35,9 +36,21 @@ def _rados(ceph_cluster: ceph.Cluster, *args: str) -> None:
     )
 
 
+def _settled(ceph_cluster: ceph.Cluster, most: float = 30.0) -> dict:
+    """The cluster's status once every placement group is active+clean (a pool radosgw makes on first use, such as
+    its multipart pool when another test's upload comes first, starts with its groups `unknown` for a moment)."""
+    deadline = time.monotonic() + most
+    while True:
+        status = ceph_cluster.status()
+        states = [s["state_name"] for s in status["pgmap"]["pgs_by_state"]]
+        if states == ["active+clean"] or time.monotonic() > deadline:
+            return status
+        time.sleep(0.5)
+
+
 @needs_root
 def test_the_cluster_is_healthy_and_rados_round_trips_bytes(ceph_cluster, tmp_path):
-    status = ceph_cluster.status()
+    status = _settled(ceph_cluster)
     assert status["health"]["status"] == "HEALTH_OK"
     assert status["osdmap"]["num_up_osds"] == status["osdmap"]["num_in_osds"] == 1
     assert [s["state_name"] for s in status["pgmap"]["pgs_by_state"]] == ["active+clean"]

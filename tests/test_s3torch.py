@@ -61,15 +61,6 @@ def test_the_engines_take_the_s3_engines_keys_and_save_load_and_train() -> None:
     assert get("s3torch_dcp").threaded and not get("s3torch_save").threaded
 
 
-@pytest.fixture
-def credentials(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An endpoint and credentials in the environment (nothing is contacted)."""
-    monkeypatch.setenv("AWS_ENDPOINT_URL", DEAD_ENDPOINT)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-shown")
-
-
 @pytest.mark.parametrize("engine", ENGINES)
 def test_the_command_shows_the_uri_and_the_call_and_no_secret(engine: str, credentials: None, tmp_path: Path) -> None:
     argv = get(engine).command(case_of(engine, "load", cache="cold"), context(tmp_path))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gdsbench.columns import FILES
+from gdsbench.columns import FILES, OBJECTS_CEILING
 from gdsbench.report import tables
 from gdsbench.report.derived import Derived, Inputs
 from gdsbench.results import figures_of, parameters
@@ -81,15 +81,16 @@ def _s3_of(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
     return run[(run["engine"] == "s3") & (run["pattern"] == CEILINGS[pattern])]
 
 
-def in_objects(run: pd.DataFrame, engine: str | None) -> bool:
-    """Whether an engine's rows declare the s3 engine as their ceiling (checkpoints that are objects)."""
-    return engine is not None and bool((run.loc[run["engine"] == engine, "ceiling"] == "s3").any())
+def in_objects(rows: pd.DataFrame | None) -> bool:
+    """Whether checkpoint rows declare the s3 engine as their ceiling (checkpoints that are objects: an engine's
+    own, or a case of a file engine that a `bucket` sent to S3)."""
+    return rows is not None and "ceiling" in rows and bool((rows["ceiling"] == OBJECTS_CEILING).any())
 
 
-def ceiling_rows(run: pd.DataFrame, pattern: str, engine: str | None = None) -> pd.DataFrame:
-    """The rows of the fio case that is a checkpoint pattern's ceiling (durable where the run has it); for an
-    engine whose checkpoints are objects, the s3 engine's best case."""
-    objects = in_objects(run, engine)
+def ceiling_rows(run: pd.DataFrame, pattern: str, rows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The rows of the fio case that is a checkpoint pattern's ceiling (durable where the run has it); for
+    checkpoint `rows` that are objects, the s3 engine's best case."""
+    objects = in_objects(rows)
     fio = _s3_of(run, pattern) if objects else _fio_of(run, pattern)
     if pattern == "save" and not objects and durable(fio).any():
         fio = fio[durable(fio)]
@@ -98,11 +99,11 @@ def ceiling_rows(run: pd.DataFrame, pattern: str, engine: str | None = None) -> 
     return fio[fio["case"] == fio.groupby("case")["bw_bytes"].median().idxmax()]
 
 
-def ceiling(run: pd.DataFrame, pattern: str, engine: str | None = None) -> Ceiling:
+def ceiling(run: pd.DataFrame, pattern: str, rows: pd.DataFrame | None = None) -> Ceiling:
     """fio's ceiling for a checkpoint pattern in one run's ok rows: the durable write for saves (else the
-    non-durable one, labelled), the best direct read for loads; page-cache cases never count. An engine whose
-    checkpoints are objects is held to the s3 engine's best PUT or GET of the run instead (a PUT is durable)."""
-    if in_objects(run, engine):
+    non-durable one, labelled), the best direct read for loads; page-cache cases never count. Checkpoint `rows`
+    that are objects are held to the s3 engine's best PUT or GET of the run instead (a PUT is durable)."""
+    if in_objects(rows):
         return Ceiling(_best(_s3_of(run, pattern)), f"s3 {S3_CALLS[pattern]}", durable=True)
     fio = _fio_of(run, pattern)
     if pattern != "save":
@@ -162,12 +163,12 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
         if ckpt.empty:
             continue
         ckpt = ckpt.assign(label=engine_labels(ckpt))
-        for (label, engine, pattern), group in ckpt.groupby(["label", "engine", "pattern"], sort=False):
-            limit = ceiling(run, pattern, engine)
+        for (label, _, pattern), group in ckpt.groupby(["label", "engine", "pattern"], sort=False):
+            limit = ceiling(run, pattern, group)
             base = _same_conditions(run[(run["engine"] == "torch_save") & (run["pattern"] == pattern)], group)
             dcp = _same_distributed(run[(run["engine"] == "dcp") & (run["pattern"] == pattern)], group)
             median = group["bw_bytes"].median()
-            objects = in_objects(run, engine)
+            objects = in_objects(group)
             rows.append(
                 {
                     "host": host,

@@ -55,8 +55,7 @@ def cpu_costs(frame: pd.DataFrame, metas: Mapping[str, dict[str, Any]]) -> pd.Da
         for (label, pattern), group in ckpt.groupby(["label", "pattern"], sort=False):
             machine = per_gib(group, "machine_cpu_seconds", _cpus(run, metas) * TICK_S)
             process = per_gib(group, "cpu_seconds", TICK_S)
-            engine = str(group["engine"].iloc[0])
-            ceiling = ceilings.ceiling_rows(run, pattern, engine)
+            ceiling = ceilings.ceiling_rows(run, pattern, group)
             if pd.isna(machine) and pd.isna(process):
                 continue
             rows.append(
@@ -71,7 +70,7 @@ def cpu_costs(frame: pd.DataFrame, metas: Mapping[str, dict[str, Any]]) -> pd.Da
                     "process_cpu_s_per_gib": process,
                     "cores": cores,
                     "cpu_bound_bw": cores * GIB / machine if machine > 0 else float("nan"),
-                    "fio_bw": ceilings.ceiling(run, pattern, engine).bw,
+                    "fio_bw": ceilings.ceiling(run, pattern, group).bw,
                     "fio_machine_cpu_s_per_gib": per_gib(ceiling, "machine_cpu_seconds", _cpus(run, metas) * TICK_S),
                     "machine_busy": busy(group),
                     "fio_machine_busy": busy(ceiling),

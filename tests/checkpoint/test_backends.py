@@ -210,6 +210,9 @@ def test_cuda_map_location_without_gpu_is_a_clear_error(tmp_path: pathlib.Path) 
         {"buffer_bytes": 1 << 20, "chunk_bytes": 2 << 20},
         {"flush": "sometimes"},
         {"prefault_threads": -1},
+        {"part_bytes": (5 << 20) - 1},  # below S3's smallest part
+        {"part_bytes": (5 << 30) + 1},  # above S3's largest
+        {"object_connections": 0},
     ],
 )
 def test_bad_options_are_option_errors(fields: dict) -> None:
@@ -229,6 +232,9 @@ def test_environment_overrides_defaults(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("CKPTIO_THREADS", "7")
     monkeypatch.setenv("CKPTIO_FLUSH", "overlap")
     assert (IOOptions().threads, IOOptions().flush, IOOptions(threads=2).threads) == (7, "overlap", 2)
+    monkeypatch.setenv("CKPTIO_PART_BYTES", str(8 << 20))
+    monkeypatch.setenv("CKPTIO_OBJECT_CONNECTIONS", "3")
+    assert (IOOptions().part_bytes, IOOptions().object_connections) == (8 << 20, 3)
     monkeypatch.setenv("CKPTIO_THREADS", "many")
     with pytest.raises(OptionError, match="CKPTIO_THREADS"):
         IOOptions()

@@ -131,6 +131,7 @@ class CheckpointRunner(abc.ABC):
     modules: tuple[str, ...] = ("torch",)  # imported before the first measured call, so it never pays for them
     threaded = False  # whether the `threads` axis is the engine's I/O thread count
     library_defaults: frozenset[str] = frozenset()  # axes a config's omission leaves to the library (None in the case)
+    block_options: frozenset[str] = frozenset()  # options taken from the case's own matrix block only (else None)
     suffix = ".pt"
     marker: str | None = None  # a checkpoint is a directory, complete once this file exists (None: one file)
     traits = Traits(FILES, ceiling="fio")  # held to fio's best write (saves) or read (loads) of the run

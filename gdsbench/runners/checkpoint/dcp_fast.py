@@ -4,6 +4,8 @@ DCP's planners, dedup and resharding as they are; each rank writes its share int
 parallel O_DIRECT writes, every chunk checksummed (and compressed per chunk when asked), committed
 atomically; loads read only the rows each shard spans, in parallel, verified; `broadcast` reads an item
 several ranks need once and sends it over the process group. Ranks launched by torchrun (distributed.py).
+A case whose matrix block names a `bucket` saves and loads `s3://bucket/<fresh prefix>/<name>` instead: each rank's
+share one data object, `.metadata` the commit (objects.py; dcp_fast_s3.py runs it).
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from __future__ import annotations
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.columns import Column
 from gdsbench.keys import Key, boolean
-from gdsbench.runners.base import RunContext
-from gdsbench.runners.checkpoint import io_options
-from gdsbench.runners.checkpoint.base import CKPTIO, TORCH
+from gdsbench.runners.base import Measurement, RunContext
+from gdsbench.runners.checkpoint import dcp_fast_s3, io_options, objects
+from gdsbench.runners.checkpoint.base import CKPTIO, TORCH, Package
 from gdsbench.runners.checkpoint.distributed import DistributedRunner
 from gdsbench.runners.checkpoint.fastpersist import odirect_reason
 
@@ -31,6 +33,8 @@ class DcpFast(DistributedRunner):
     }
     transfers = frozenset({Transfer.CPU_ONLY})
     packages = (TORCH, CKPTIO)
+    block_options = objects.BLOCK_OPTIONS  # a case's own block's bucket sends its checkpoint to S3
+    traits = objects.TRAITS
     engine_options = (
         Key(
             "broadcast",
@@ -39,6 +43,7 @@ class DcpFast(DistributedRunner):
             False,
             "loads: an item several ranks need is read by one rank and broadcast to the others",
         ),
+        *objects.OPTIONS,
     )
 
     @property
@@ -53,7 +58,24 @@ class DcpFast(DistributedRunner):
 
         if case.get("compression") not in codec.names():
             return f"codec {case.get('compression')!r} needs its library: pip install blosc2 zstandard"
+        if objects.on_objects(case):
+            return dcp_fast_s3.cannot_run(case)
         return odirect_reason(str(ctx.directory))
+
+    def requirements(self, case: Case) -> tuple[Package, ...]:
+        """ckptio and torch, and the AWS CRT (ckptio's s3 extra) where the checkpoint is in S3."""
+        return (*super().requirements(case), *((objects.AWSCRT,) if objects.on_objects(case) else ()))
+
+    def run(self, case: Case, ctx: RunContext) -> Measurement:
+        """As every distributed engine (in S3: dcp_fast_s3)."""
+        return dcp_fast_s3.run(self, case, ctx) if objects.on_objects(case) else super().run(case, ctx)
+
+    def command(self, case: Case, ctx: RunContext) -> list[str]:
+        """The distributed engines' command; in S3, the fresh prefix each run makes in place of the directory."""
+        argv, local = super().command(case, ctx), str(self.path(case, ctx))
+        if not objects.on_objects(case):
+            return argv
+        return [objects.location(case, self.name, local) if word == local else word for word in argv]
 
     def call(self, case: Case) -> str:
         """The DCP call with our writer or reader and its options."""

@@ -407,7 +407,7 @@ class DistributedRunner(CheckpointRunner):
         return self._folder
 
     def _launch(
-        self, case: Case, ctx: RunContext, path: Path, shared: Path | None, warmup: int
+        self, case: Case, ctx: RunContext, path: Path | str, shared: Path | None, warmup: int
     ) -> list[dict[str, Any]]:
         """Start the ranks through the sweep's launcher; return every rank's figures, or raise the first failure
         (a rank's own error, else the launcher's message, with the node where each node has a command)."""
@@ -435,7 +435,7 @@ class DistributedRunner(CheckpointRunner):
             raise ToolError(f"{self.name}: " + "; ".join(why))
         return ranks
 
-    def _job(self, case: Case, path: Path, shared: Path | None, out: str, warmup: int) -> list[str]:
+    def _job(self, case: Case, path: Path | str, shared: Path | None, out: str, warmup: int) -> list[str]:
         """The rank program's arguments: the case as its key (the rank parses it with the config's keys), the
         checkpoint, the shared workload (none: an MLPerf geometry), and the unmeasured saves before a measured
         phase."""
@@ -443,11 +443,18 @@ class DistributedRunner(CheckpointRunner):
         return ["--case", case.key, "--checkpoint", str(path), "--out", out, *workload, "--warmup", str(warmup)]
 
     def _measurement(
-        self, case: Case, workload: WorkloadFacts, path: Path, ranks: list[dict[str, Any]], notes: list[str]
+        self,
+        case: Case,
+        workload: WorkloadFacts,
+        path: Any,
+        ranks: list[dict[str, Any]],
+        notes: list[str],
+        on_disk: int | None = None,
     ) -> Measurement:
         """The row: the longest barrier-to-barrier time of the phase and blocking of any rank, the rules' per-rank
-        metrics, disk use, per-rank shares."""
-        on_disk, count = disk_bytes(self.files(path)), case.get("checkpoints", 1)
+        metrics, disk use (`on_disk`: what an object store's listing says), per-rank shares."""
+        count = case.get("checkpoints", 1)
+        on_disk = disk_bytes(self.files(path)) if on_disk is None else on_disk
         nbytes = workload.nbytes * count
         seconds = max(r["seconds"] for r in ranks)  # barrier to barrier on each rank: the slowest is the phase
         blocking = max(r.get("blocking_seconds", seconds) for r in ranks)

@@ -8,6 +8,8 @@ refused O_DIRECT fails the case instead of falling back silently), buffered for 
 verifies its checksums; rows record the IOOptions each case ran with.
 Options: recycle (Checkpointer(recycle=True)), load_into (load_into: fill existing tensors),
 mmap (load_mmap: map the file and fault it in with parallel readahead, CPU_CACHED only).
+A case whose matrix block names a `bucket` saves and loads one object `s3://bucket/<fresh prefix>/<name>` instead
+(objects.py; fastpersist_s3.py measures it).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.columns import Column
 from gdsbench.keys import Key, boolean, one_of, size
 from gdsbench.runners.base import Measurement, RunContext
-from gdsbench.runners.checkpoint import io_options
-from gdsbench.runners.checkpoint.base import CKPTIO, EXPECTED_ERRORS, TORCH, InProcessRunner
+from gdsbench.runners.checkpoint import fastpersist_s3, io_options, objects
+from gdsbench.runners.checkpoint.base import CKPTIO, EXPECTED_ERRORS, TORCH, InProcessRunner, Package
 from gdsbench.runners.checkpoint.conditions import initialised_like
 
 BACKENDS = {Transfer.CPU_ONLY: "direct", Transfer.CPU_CACHED: "buffered"}
@@ -59,6 +61,8 @@ class FastPersist(InProcessRunner):
     packages = (TORCH, CKPTIO)
     modules = ("torch", "ckptio")
     threaded = True
+    block_options = objects.BLOCK_OPTIONS  # a case's own block's bucket sends its checkpoint to S3
+    traits = objects.TRAITS
     extra_options = (
         Key(
             "load_into",
@@ -106,6 +110,7 @@ class FastPersist(InProcessRunner):
             "load with load_mmap: map the file and fault it in with parallel readahead (page cache, transfer "
             "CPU_CACHED) instead of reading into new memory",
         ),
+        *objects.OPTIONS,
     )
 
     def __init__(self) -> None:
@@ -117,11 +122,14 @@ class FastPersist(InProcessRunner):
         return (*super().columns, *io_options.columns())
 
     def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
-        """The installed library must import; mmap loads read through the page cache; CPU_ONLY needs O_DIRECT."""
+        """The installed library must import; mmap loads read through the page cache; CPU_ONLY needs O_DIRECT;
+        S3 (a bucket) must be in reach, without recycling nor mapping (files only)."""
         try:
             import ckptio  # noqa: F401
         except ImportError as exc:
             return f"ckptio not importable: {exc}"
+        if objects.on_objects(case):
+            return fastpersist_s3.cannot_run(case)
         if case.get("mmap") and case.pattern is Pattern.LOAD and case.transfer is not Transfer.CPU_CACHED:
             return "mmap loads read through the page cache: use transfer CPU_CACHED"
         if case.transfer is Transfer.CPU_ONLY:
@@ -159,14 +167,32 @@ class FastPersist(InProcessRunner):
 
         key = _key(case, path)
         if key not in self._open:
-            staging = {"buffer_bytes": key[5]} if key[5] else {}
-            options = io_options.build(key[1], backend=key[2], flush=key[4], fresh_pages=key[6], **staging)
-            self._open[key] = Checkpointer(path, options=options, recycle=key[3])
+            self._open[key] = Checkpointer(path, options=self.options_of(case), recycle=key[3])
             ctx.resources.close_at_end(lambda: self._open.pop(key).close())
         return self._open[key]
 
+    def options_of(self, case: Case) -> Any:
+        """The IOOptions of a case: its threads, transfer's backend, flush, staging and fresh pages."""
+        _, threads, backend, _, flush, staging, fresh_pages = _key(case, Path())
+        given = {"buffer_bytes": staging} if staging else {}
+        return io_options.build(threads, backend=backend, flush=flush, fresh_pages=fresh_pages, **given)
+
+    def command(self, case: Case, ctx: RunContext) -> list[str]:
+        """The shared checkpoint command; in S3, the fresh prefix each run makes in place of the path."""
+        argv = super().command(case, ctx)
+        if not objects.on_objects(case):
+            return argv
+        return [*argv[:2], objects.location(case, self.name, argv[2]), *argv[3:]]
+
+    def requirements(self, case: Case) -> tuple[Package, ...]:
+        """ckptio and torch, and the AWS CRT (ckptio's s3 extra) where the checkpoint is an object."""
+        return (*super().requirements(case), *((objects.AWSCRT,) if objects.on_objects(case) else ()))
+
     def run(self, case: Case, ctx: RunContext) -> Measurement:
-        """Measure as every in-process engine does; the row adds the IOOptions the case's Checkpointer ran with."""
+        """Measure as every in-process engine does (in S3: fastpersist_s3); the row adds the IOOptions the case's
+        Checkpointer ran with."""
+        if objects.on_objects(case):
+            return fastpersist_s3.run(self, case, ctx)
         measured = super().run(case, ctx)
         used = io_options.used(self._open_for(case, self.path(case, ctx)).options)
         figures = {**measured.figures, **io_options.figures(used)}

@@ -202,7 +202,7 @@ def run(job: RankJob) -> dict[str, Any]:
     rank = dist.get_rank()
     if job.pattern == "train":
         return train_loop(job, preset_state(job)[0])
-    directories = cycle.checkpoint_dirs(Path(job.path), job.checkpoints)
+    directories = locations(job)
     if job.pattern == "load":
         return load_phase(job, directories)
     state, own = rank_state(job, rank)
@@ -227,13 +227,20 @@ def run(job: RankJob) -> dict[str, Any]:
     return figures
 
 
-def load_phase(job: RankJob, directories: list[Path]) -> dict[str, Any]:
+def locations(job: RankJob) -> list[Any]:
+    """Where each checkpoint of the phase lives: its directories, or the job's one `s3://` location."""
+    if job.path.startswith("s3://"):
+        return [job.path]
+    return cycle.checkpoint_dirs(Path(job.path), job.checkpoints)
+
+
+def load_phase(job: RankJob, directories: list[Any]) -> dict[str, Any]:
     """Load every checkpoint of the phase, each checked against what was saved; a rank reads what the rank its
     workload's kind names wrote (an MLPerf geometry's: one node further on; on one node, and for a preset: its own)."""
     rank = dist.get_rank()
     source = job.kind.source_rank(rank, dist.get_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     expected, own = rank_state(job, source)
-    note = set_node_cache(job)
+    note = None if job.path.startswith("s3://") else set_node_cache(job)  # S3's caches: set before the ranks
     storage = None if job.engine == FILE_ENGINE else reader(job)
     dest = destination(expected) if storage is not None else {}
     loaded: dict[str, Any] = {}

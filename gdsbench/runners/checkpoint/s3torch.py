@@ -117,7 +117,7 @@ class S3TorchRunner(CheckpointRunner):
 
     def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
         """No endpoint or credentials, the Ceph admin tools rgw_gc or a cold load need, or a cache state S3 lacks."""
-        return s3.access_missing(case) or s3.ceph_tools_missing(case) or _cache_reason(case) or _cluster_reason(case)
+        return s3.access_missing(case) or s3.ceph_tools_missing(case) or cache_reason(case) or cluster_reason(case)
 
     def key(self, case: Case, ctx: RunContext) -> str:
         """The checkpoint's key: named by engine, workload, size, dtype and seed, under `<prefix>/checkpoints/`."""
@@ -188,7 +188,7 @@ class S3TorchRunner(CheckpointRunner):
             stored = self._write(as_save(case), ctx, workload, target)[3]
             notes.append("no checkpoint there: saved first (unmeasured)")
         staged = self.destination(workload)
-        cache, cache_note = _set_cache(case, target.bucket, stored)
+        cache, cache_note = object_cache(case, target.bucket, stored)
         notes += [cache_note, level_memory(case["memory"], workload.nbytes)]
         loaded, seconds, usage = self._timed(functools.partial(self.read, target.uri, case, staged))
         del staged
@@ -298,7 +298,7 @@ def client_config(case: Case) -> Any:
     return S3ClientConfig(part_size=case["part_size"], force_path_style=True, max_attempts=1)
 
 
-def _set_cache(case: Case, bucket: Bucket, stored: Mapping[str, int]) -> tuple[str, str]:
+def object_cache(case: Case, bucket: Bucket, stored: Mapping[str, int]) -> tuple[str, str]:
     """The cache state before a load: the OSDs' caches dropped (cold) or every object read once (warm)."""
     if case["cache"] == "warm":
         for name, size in stored.items():
@@ -307,7 +307,7 @@ def _set_cache(case: Case, bucket: Bucket, stored: Mapping[str, int]) -> tuple[s
     return ceph.cold()
 
 
-def _cache_reason(case: Case) -> str | None:
+def cache_reason(case: Case) -> str | None:
     """Why a load's cache state cannot be had here: no page cache is between S3 and memory; cold needs Ceph's admin."""
     if case.pattern is not Pattern.LOAD or case["cache"] == "warm":
         return None
@@ -321,6 +321,6 @@ def _cache_reason(case: Case) -> str | None:
     return None
 
 
-def _cluster_reason(case: Case) -> str | None:
+def cluster_reason(case: Case) -> str | None:
     """Why rgw_gc or a cold load would act on another cluster than the case's endpoint's (s3.other_cluster)."""
     return s3.other_cluster(case, case["rgw_gc"] or (case.pattern is Pattern.LOAD and case["cache"] == "cold"))

@@ -23,9 +23,8 @@ from typing import Any
 from gdsbench.cases import Case, Pattern
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, one_of
-from gdsbench.runners import s3
 from gdsbench.runners.base import Measurement, RunContext
-from gdsbench.runners.checkpoint import ladder, tier_faults, train
+from gdsbench.runners.checkpoint import ladder, objects, tier_faults, train
 from gdsbench.runners.checkpoint.base import CKPTIO, EXPECTED_ERRORS, TORCH, CheckpointRunner, Package, timed
 from gdsbench.runners.checkpoint.conditions import set_cache, verify
 from gdsbench.runners.checkpoint.distributed import DISTRIBUTED_OPTIONS
@@ -34,9 +33,6 @@ from gdsbench.runners.resources import Usage
 
 TIER_NAMES = ("local", "s3")
 LADDERS = (("local",), ("local", "s3"), ("s3",))
-AWSCRT = Package("awscrt", "pip install 'ckptio[s3]'")
-S3_KEYS = ("endpoint", "bucket", "prefix", "region", "rgw_gc")
-_S3_OPTIONS = {key.name: key for key in s3.S3Runner.options}
 
 
 def tier_list(value: Any) -> str:
@@ -120,12 +116,12 @@ class Tiered(CheckpointRunner):
     transfers = frozenset(BACKENDS)
     packages: tuple[Package, ...] = (TORCH, CKPTIO)
     modules = ("torch", "ckptio")
-    extra_options = (TIERS, FAULT, ASYNC, *(_S3_OPTIONS[name] for name in S3_KEYS))
+    extra_options = (TIERS, FAULT, ASYNC, *objects.OPTIONS)
     columns = (*CheckpointRunner.columns, *ladder.COLUMNS, *ladder.FAULT_COLUMNS)
 
     def requirements(self, case: Case) -> tuple[Package, ...]:
         """ckptio, and the AWS CRT (ckptio's s3 extra) where a tier is S3."""
-        return (*super().requirements(case), *((AWSCRT,) if "s3" in case["tiers"] else ()))
+        return (*super().requirements(case), *((objects.AWSCRT,) if "s3" in case["tiers"] else ()))
 
     def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
         """A ckptio without the ladder, an S3 tier out of reach, a fault or async mode the ladder cannot take,
@@ -139,7 +135,7 @@ class Tiered(CheckpointRunner):
             return f"fault {case['fault']} is a fault of the ladder: run it with tiers [local, s3]"
         if case["async"] and tiers == ["s3"]:
             return "tiers [s3] saves straight to S3 with ckptio.save, which blocks: async needs a local tier first"
-        reason = _s3_reason(case) if "s3" in tiers else None
+        reason = objects.reason(case) if "s3" in tiers else None
         if reason or tiers == ["s3"]:
             return reason
         return odirect_reason(str(ctx.directory)) if BACKENDS[case.transfer] == "direct" else None
@@ -334,22 +330,6 @@ def _io_options(case: Case) -> Any:
     from ckptio import IOOptions
 
     return IOOptions(backend=BACKENDS[case.transfer])
-
-
-def _s3_reason(case: Case) -> str | None:
-    """Why the S3 tier cannot be reached as ckptio reaches it: no endpoint or credentials, the Ceph tools rgw_gc
-    needs, or an `endpoint:` other than the environment's (ckptio reads AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL
-    only)."""
-    reason = s3.access_missing(case) or s3.ceph_tools_missing(case)
-    if reason:
-        return reason
-    ckptio_reads = s3.endpoint(case.with_params(endpoint=None))
-    if case["endpoint"] and case["endpoint"] != ckptio_reads:
-        return (
-            f"ckptio reads its endpoint from {' or '.join(s3.ENDPOINT_ENV)} only ({ckptio_reads or 'unset'}), not "
-            f"this case's {case['endpoint']}: set {s3.ENDPOINT_ENV[0]} to it"
-        )
-    return None
 
 
 ENGINE = Tiered()

@@ -67,7 +67,7 @@ class Source:
 
 
 @contextlib.contextmanager
-def opened(path: str | os.PathLike[str]) -> Iterator[Source]:
+def opened(path: str | os.PathLike[str], options: IOOptions) -> Iterator[Source]:
     """A checkpoint's validated index and its readers for the block: a file pinned by its descriptor, or an
     `s3://` object pinned by its ETag."""
     location = object_location(path)
@@ -77,7 +77,7 @@ def opened(path: str | os.PathLike[str]) -> Iterator[Source]:
         return
     from .s3.single import pinned_object
 
-    with pinned_object(location) as pinned:
+    with pinned_object(location, options) as pinned:
         yield Source(pinned.index, lambda options, staging, _backend: pinned.reader(options, staging), pinned.read_at)
 
 
@@ -101,7 +101,7 @@ def _read_path(source: Source, device: torch.device, options: IOOptions) -> tupl
     """The backend a load into new memory on `device` uses, and how it goes (for the log)."""
     if source.on_objects:
         where = "new host memory" if device.type == "cpu" else "host memory, then copied to the device"
-        return _host_backend(options, source), f"{options.threads} ranged GETs in flight into {where}"
+        return _host_backend(options, source), f"{options.object_connections} ranged GETs in flight into {where}"
     if device.type == "cuda":
         return _device_backend(options)
     return _host_backend(options), f"{_host_backend(options)} read into new host memory"
@@ -123,7 +123,7 @@ def load_new(
     path: str | os.PathLike[str], device: torch.device, options: IOOptions, verify: bool, cache: StagingCache
 ) -> Loaded:
     """Read a checkpoint into new memory on `device` and rebuild its object."""
-    with opened(path) as source:
+    with opened(path, options) as source:
         index = source.index
         backend, how = _read_path(source, device, options)
         reader = source.reader(options, _staging(cache, options, index), backend)
@@ -167,7 +167,7 @@ def load_existing(
     Only the storages the destination asks for are read. A storage read whole into a CPU destination
     that covers it contiguously goes in place (through staging buffers); any other is read into new
     memory and copied (CUDA destinations, views, non-contiguous tensors)."""
-    with opened(path) as source:
+    with opened(path, options) as source:
         index = source.index
         pickled = read_pickle(index, verify, source.read_at)
         layout = _Layout(index, pickled)

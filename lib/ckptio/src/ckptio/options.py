@@ -19,6 +19,8 @@ from .errors import OptionError
 from .memory import faster_fresh_pages
 
 MiB = 1 << 20
+#: S3's bounds on a multipart upload's part (every part but the last): 5 MiB to 5 GiB.
+PART_LIMITS = (5 * MiB, 5 << 30)
 BACKENDS = ("auto", "direct", "buffered", "gds")
 #: How a save makes its bytes durable: one fsync after the last write, or writeback started while the
 #: save is still writing so the final fsync finds little left to do (backends/posix.py; docs/benchmarks.md).
@@ -121,6 +123,12 @@ class IOOptions:
             pages), "small" (4 KiB pages, even where THP is `always`) or "auto" (the default: "small" where THP
             is `never` or a virtio balloon reports free pages to the host, "huge" otherwise; the field then
             holds the choice).
+        part_bytes: an object store's part: a save uploads each object (a rank's, a single file's, a tier's
+            drain) as a multipart upload of parts of this size in parallel, and a load's ranged GET above it is
+            split into parallel GETs of this size; 5 MiB to 5 GiB (S3's bounds; default 16 MiB).
+        object_connections: requests in flight to an object store: the cap on the S3 client's connections (an
+            upload's parts, a load's GETs) and how many pieces a load requests at once; network latency, not
+            the cores, sets how many it takes (default 8).
     """
 
     threads: int = _env_field(default_threads)
@@ -133,6 +141,9 @@ class IOOptions:
     span_bytes: int = _env_field(64 * MiB)
     scratch_bytes: int = _env_field(1024 * MiB)
     fresh_pages: str = _env_field("auto")
+    # part_bytes, object_connections: the knee of benchmarks/s3_options.py (1 GiB to a one-host Ceph; docs/api.md)
+    part_bytes: int = _env_field(16 * MiB)
+    object_connections: int = _env_field(8)
 
     def __post_init__(self) -> None:
         """Fill unset fields from the environment or the host, then validate every field; "auto" pages become
@@ -151,13 +162,16 @@ class IOOptions:
 
 def _check(o: IOOptions) -> None:
     """Refuse values that cannot work, naming the field and what it takes."""
-    for name in ("threads", "prefault_threads", "overlap_bytes", "span_bytes", "scratch_bytes"):
+    for name in ("threads", "prefault_threads", "overlap_bytes", "span_bytes", "scratch_bytes", "object_connections"):
         if not isinstance(getattr(o, name), int) or getattr(o, name) < 1:
             raise OptionError(f"IOOptions.{name} must be an integer >= 1, not {getattr(o, name)!r}")
     if not isinstance(o.chunk_bytes, int) or o.chunk_bytes <= 0 or o.chunk_bytes % 4096:
         raise OptionError(f"IOOptions.chunk_bytes must be a positive multiple of 4096, not {o.chunk_bytes!r}")
     if not isinstance(o.buffer_bytes, int) or o.buffer_bytes < o.chunk_bytes:
         raise OptionError(f"IOOptions.buffer_bytes ({o.buffer_bytes!r}) must hold at least one chunk ({o.chunk_bytes})")
+    low, high = PART_LIMITS
+    if not isinstance(o.part_bytes, int) or not low <= o.part_bytes <= high:
+        raise OptionError(f"IOOptions.part_bytes must be an integer from 5 MiB to 5 GiB (S3's), not {o.part_bytes!r}")
     if o.backend not in BACKENDS:
         raise OptionError(f"IOOptions.backend must be one of {BACKENDS}, not {o.backend!r}")
     if o.flush not in FLUSHES:

@@ -117,11 +117,12 @@ class LocalTier:
 
 
 class ObjectTier:
-    """An `s3://bucket/prefix` of checkpoint objects, through one Bucket made on first use (and made anew after a
-    failed request, so an endpoint that comes back, or is changed in the environment, is used again)."""
+    """An `s3://bucket/prefix` of checkpoint objects, through one Bucket (the options' part size and connections) made
+    on first use (and made anew after a failed request, so an endpoint that comes back, or is changed in the
+    environment, is used again)."""
 
-    def __init__(self, location: ObjectLocation) -> None:
-        self.location = location
+    def __init__(self, location: ObjectLocation, options: IOOptions) -> None:
+        self.location, self.options = location, options
         self._lock = threading.Lock()
         self._bucket: Bucket | None = None
         self.bucket()  # BackendUnavailable (no awscrt) or InvalidLocation (a bad endpoint) here, not in a drain
@@ -131,11 +132,11 @@ class ObjectTier:
 
     def bucket(self) -> Bucket:
         """The tier's Bucket (made on first use)."""
-        from .s3.client import Bucket
+        from .s3.transfer import bucket_for
 
         with self._lock:
             if self._bucket is None:
-                self._bucket = Bucket(self.location.bucket)
+                self._bucket = bucket_for(self.location.bucket, self.options)
             assert self._bucket is not None
             return self._bucket
 
@@ -194,15 +195,16 @@ def _listed(tiers: Sequence[str | os.PathLike[str]]) -> list[str | os.PathLike[s
     return list(tiers)
 
 
-def places(tiers: Sequence[str | os.PathLike[str]]) -> list[Tier]:
-    """The tier objects: tier 0 a local directory, later ones local directories or s3:// locations, all distinct."""
+def places(tiers: Sequence[str | os.PathLike[str]], options: IOOptions) -> list[Tier]:
+    """The tier objects: tier 0 a local directory, later ones local directories or s3:// locations (their clients
+    with the options' part size and connections), all distinct."""
     tiers = _listed(tiers)
     if not tiers:
         raise OptionError("tiers must name at least one location (tier 0: a local directory)")
     parsed = [object_location(t) for t in tiers]
     if parsed[0] is not None:
         raise OptionError(f"tier 0 must be a local directory, not {os.fspath(tiers[0])!r}")
-    places: list[Tier] = [LocalTier(t) if p is None else ObjectTier(p) for t, p in zip(tiers, parsed)]
+    places: list[Tier] = [LocalTier(t) if p is None else ObjectTier(p, options) for t, p in zip(tiers, parsed)]
     names = [str(p) for p in places]
     if len(set(names)) != len(names):
         raise OptionError(f"tiers must be distinct locations: {names}")

@@ -67,12 +67,12 @@ class TieredCheckpointer:
         checksum: str | None = "xxh3",
     ) -> None:
         integrity.normalize(checksum)
-        self.tiers: list[Tier] = stores.places(tiers)
+        self.options = resolve(options)
+        self.tiers: list[Tier] = stores.places(tiers, self.options)
         self.keep = stores.keep_counts(keep, len(self.tiers))
         tier0 = self.tiers[0]
         assert isinstance(tier0, LocalTier)  # places() refuses anything else
         self._tier0: LocalTier = tier0
-        self.options = resolve(options)
         self.checksum = checksum
         self._saving: StagingCache | None = StagingCache()
         self._loading = StagingCache()

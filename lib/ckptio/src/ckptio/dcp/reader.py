@@ -11,7 +11,7 @@ place): where one is already gone and `.metadata` changed, the newer commit is r
 times. A load thus gets the old checkpoint or the new one, whole; ranks that read different commits are
 refused (the coordinator compares them). After planning a rank keeps open only the files its plan reads.
 On an object store (store.py chooses, once per location) the metadata must be format 3, each data object's
-size comes from one listing, and its pieces are read by parallel ranged GETs (s3/store.py).
+size comes from one listing, and its pieces are read by parallel ranged GETs (object_store.py).
 
 The directory is untrusted: `.metadata` must carry its seal and pass the structural checks
 (metadata.py, validate.py); data files are only the names a Writer makes, opened inside the directory
@@ -92,8 +92,8 @@ class Reader(StorageReader):
         broadcast: bool = False,
     ) -> None:
         super().__init__()
-        self.store: Store = store_for(path)
         self.options = resolve_host(options, "Reader reads")
+        self.store: Store = store_for(path, self.options)
         self.verify = verify
         self.broadcast = broadcast
         self.load_id = uuid.uuid4().hex
@@ -113,7 +113,7 @@ class Reader(StorageReader):
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         """A new load begins; `checkpoint_id`, when given, is the checkpoint's location."""
         if checkpoint_id is not None:
-            self.store = store_at(self.store, checkpoint_id)
+            self.store = store_at(self.store, checkpoint_id, self.options)
         self.load_id = uuid.uuid4().hex
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:

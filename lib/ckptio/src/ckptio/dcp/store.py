@@ -1,5 +1,5 @@
 """Where a DCP checkpoint lives, chosen once per location: a local directory (here) or an `s3://bucket/prefix`
-(s3/store.py). A store writes a rank's data and commits a save; for a load it reads the committed metadata,
+(object_store.py). A store writes a rank's data and commits a save; for a load it reads the committed metadata,
 holds the data files it names (their sizes known) and opens one for the reads. Writer and Reader hold one and
 never ask which kind it is; both kinds take the same write and read pieces (encode.py, decode.py).
 """
@@ -71,23 +71,24 @@ class Store(Protocol):
         """Release, and free any connection."""
 
 
-def store_for(path: str | os.PathLike[str]) -> Store:
-    """The store of a location: an object-store prefix for `s3://`, else a local directory (other URLs refused)."""
+def store_for(path: str | os.PathLike[str], options: IOOptions) -> Store:
+    """The store of a location: an object-store prefix for `s3://` (its client with the options' part size and
+    connections), else a local directory (other URLs refused)."""
     location = object_location(path)
     if location is None:
         return DirectoryStore(Path(path))
-    from ..s3.store import ObjectStore
+    from .object_store import ObjectStore
 
-    return ObjectStore(location)
+    return ObjectStore(location, options)
 
 
-def store_at(store: Store, location: str | os.PathLike[str]) -> Store:
+def store_at(store: Store, location: str | os.PathLike[str], options: IOOptions) -> Store:
     """The store of `location` (a new checkpoint_id): `store` itself where it is that place (its connections
     kept), else a new one (the old one closed)."""
     if str(store.path) == os.fsdecode(os.fspath(location)).rstrip("/"):
         return store
     store.close()
-    return store_for(location)
+    return store_for(location, options)
 
 
 class DirectoryStore:

@@ -9,7 +9,7 @@
 Each rank writes its share into one new file (parallel O_DIRECT, aligned, every chunk checksummed,
 optionally compressed per chunk) and makes it durable before its results reach the coordinator; the
 coordinator commits `.metadata` last (metadata.py has the protocol). On an object store (store.py chooses,
-once per location) the file is an object uploaded whole and the commit a PUT (s3/commit.py). DCP's dedup spreads replicated
+once per location) the file is an object uploaded whole and the commit a PUT (object_commit.py). DCP's dedup spreads replicated
 tensors over the ranks; `stats` reports what this rank wrote and how many plans came from DCP's plan
 cache. As an AsyncStager it copies the state dict into host buffers it keeps between saves (pinned
 where CUDA exists) and allows one save in flight: staging the next one waits for the previous one's
@@ -134,8 +134,8 @@ class Writer(StorageWriter, AsyncStager):
         checksum: str = "xxh3",
     ) -> None:
         super().__init__()
-        self.store: Store = store_for(path)
         self.options = resolve_host(options, "Writer writes")
+        self.store: Store = store_for(path, self.options)
         self.compression = compression
         self.checksum = integrity.normalize(checksum)
         codecs.get(compression)  # refuse an unknown codec now, not in the middle of a save
@@ -179,7 +179,7 @@ class Writer(StorageWriter, AsyncStager):
     def reset(self, checkpoint_id: str | os.PathLike[str] | None = None) -> None:
         """A new checkpoint begins; `checkpoint_id`, when given, is its location."""
         if checkpoint_id is not None:
-            self.store = store_at(self.store, checkpoint_id)
+            self.store = store_at(self.store, checkpoint_id, self.options)
         self.save_id = uuid.uuid4().hex
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:

@@ -18,7 +18,7 @@ from ..memory import StagingBuffers
 from ..options import IOOptions
 from .client import Bucket
 from .location import ObjectLocation
-from .transfer import ObjectBackend, ObjectReader, ObjectWriter
+from .transfer import ObjectBackend, ObjectReader, ObjectWriter, bucket_for
 
 #: Read ahead when an object is opened, in two parallel GETs: its first HEAD_BYTES (header record, data.pkl) and
 #: its last TAIL_BYTES (index record, zip directory); a load's small reads then cost no round trip of their own.
@@ -41,9 +41,10 @@ def object_key(location: ObjectLocation, recycle: bool = False) -> str:
 
 @contextlib.contextmanager
 def object_writer(location: ObjectLocation, options: IOOptions, staging: StagingBuffers) -> Iterator[ObjectWriter]:
-    """A writer of the object at `location`, uploaded whole by its `finish`; its client closed after."""
+    """A writer of the object at `location`, uploaded whole by its `finish` (parts of `options.part_bytes`); its client
+    closed after."""
     key = object_key(location)
-    bucket = Bucket(location.bucket)
+    bucket = bucket_for(location.bucket, options)
     writer = ObjectBackend(bucket).create(key, options, staging)
     try:
         yield writer
@@ -84,7 +85,7 @@ class PinnedObject:
         return [_within(self._ahead, o, n) or _within(blocks, o, n) or b"" for o, n in cut]
 
     def reader(self, options: IOOptions, staging: StagingBuffers | None) -> ObjectReader:
-        """Parallel ranged GETs of the data (`options.threads` in flight), of this version only."""
+        """Parallel ranged GETs of the data (`options.object_connections` in flight), of this version only."""
         return ObjectBackend(self.bucket).open(self.key, self.size, options, staging, self.etag)
 
     def _fetch(self, extents: list[tuple[int, int]]) -> list[tuple[int, bytes]]:
@@ -128,11 +129,11 @@ def _blocks(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 @contextlib.contextmanager
-def pinned_object(location: ObjectLocation) -> Iterator[PinnedObject]:
-    """The object at `location`, validated and pinned to its version for the block; a read that finds it replaced
-    raises ObjectStoreError (HTTP 412) saying so."""
+def pinned_object(location: ObjectLocation, options: IOOptions) -> Iterator[PinnedObject]:
+    """The object at `location`, validated and pinned to its version for the block (one client, with the options'
+    part size and connections); a read that finds it replaced raises ObjectStoreError (HTTP 412) saying so."""
     object_key(location)
-    bucket = Bucket(location.bucket)
+    bucket = bucket_for(location.bucket, options)
     try:
         yield PinnedObject(bucket, location)
     except ObjectStoreError as e:

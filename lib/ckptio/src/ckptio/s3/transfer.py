@@ -6,7 +6,8 @@ are kept), and `finish` uploads the object in one request read straight from tho
 it as a multipart upload of parallel parts, and aborts it if a part fails. Nothing is visible under the key
 until the upload completes, and a completed upload is the whole object: S3 has no torn object.
 
-Reading: each read piece is a ranged GET into its destination or a staging buffer, many in flight at once.
+Reading: each read piece is a ranged GET into its destination or a staging buffer, `options.object_connections`
+in flight at once (a piece above `options.part_bytes` split by the client into parallel GETs).
 """
 
 from __future__ import annotations
@@ -21,6 +22,11 @@ from ..memory import Staging, StagingBuffers, view
 from ..options import IOOptions
 from ..parallel import run_parallel
 from .client import Bucket, Segments
+
+
+def bucket_for(name: str, options: IOOptions) -> Bucket:
+    """A client of bucket `name` with the options' part size and connections."""
+    return Bucket(name, options.part_bytes, options.object_connections)
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,8 @@ class ObjectWriter:
 
 
 class ObjectReader:
-    """Ranged GETs of one object, up to `options.threads` pieces in flight."""
+    """Ranged GETs of one object, up to `options.object_connections` pieces in flight (requests wait on the network,
+    not on the cores `threads` counts)."""
 
     alignment = 1
     memory_alignment = 1
@@ -120,7 +127,7 @@ class ObjectReader:
 
     def read(self, pieces: Sequence[ReadPiece]) -> None:
         """Read every piece (the bytes the object has of it) and hand them to its callback."""
-        run_parallel([partial(self._read, p) for p in pieces], self.options.threads, "ckptio-get")
+        run_parallel([partial(self._read, p) for p in pieces], self.options.object_connections, "ckptio-get")
 
     def _read(self, piece: ReadPiece) -> None:
         if piece.address is not None:

@@ -1,8 +1,8 @@
 """A DCP checkpoint under `s3://bucket/prefix`: dcp/store.py's Store on objects (the Writer and Reader use it).
 
 A rank's data object is composed from the same write pieces as a data file (dcp/encode.py) and uploaded whole,
-in parallel parts, before the rank's results reach the coordinator (transfer.py: nothing is visible before);
-the coordinator notes what lies under the prefix when the save begins and commits (commit.py). A load reads
+in parallel parts, before the rank's results reach the coordinator (s3/transfer.py: nothing is visible before);
+the coordinator notes what lies under the prefix when the save begins and commits (object_commit.py). A load reads
 `.metadata` (format 3 only, sealed, bounded), learns every data object's size in one listing and reads its
 pieces by parallel ranged GETs, verified as on disk. Object names come only from the metadata's data names
 (records.DATA_NAME: no '/', no '..'), so every key lies directly under the prefix. No lock, no fsync: a PUT is
@@ -14,41 +14,42 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dcp.encode import write_items
-from ..dcp.metadata import commit_id
-from ..dcp.records import DATA_NAME, METADATA, ItemRecord
 from ..errors import CheckpointError, InvalidCheckpoint
 from ..memory import StagingBuffers
 from ..options import IOOptions
-from .client import Bucket, Stored
-from .commit import Before, commit, read_committed, seal_of, snapshot
-from .location import ObjectLocation
-from .transfer import ObjectBackend, ObjectReader
+from ..s3.client import Bucket, Stored
+from ..s3.location import ObjectLocation
+from ..s3.transfer import ObjectBackend, ObjectReader, bucket_for
+from .encode import write_items
+from .metadata import commit_id
+from .object_commit import Before, commit, read_committed, seal_of, snapshot
+from .records import DATA_NAME, METADATA, ItemRecord
 
 
 class ObjectStore:
-    """A checkpoint's prefix in a bucket (BackendUnavailable at once where awscrt is missing)."""
+    """A checkpoint's prefix in a bucket, through one client with the options' part size and connections
+    (BackendUnavailable at once where awscrt is missing)."""
 
-    def __init__(self, location: ObjectLocation) -> None:
-        self.path = location
-        self._bucket: Bucket | None = Bucket(location.bucket)
+    def __init__(self, location: ObjectLocation, options: IOOptions) -> None:
+        self.path, self.options = location, options
+        self._bucket: Bucket | None = bucket_for(location.bucket, options)
         self._before = Before()  # what the commit may sweep (the coordinator's set-up fills it)
         self._found: dict[str, Stored] = {}  # the data objects a load holds: size and ETag
         self._missing: dict[str, CheckpointError] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (a Writer going to DCP's process executor) without its connections."""
-        return {"path": self.path}
+        return {"path": self.path, "options": self.options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.path = state["path"]
+        self.path, self.options = state["path"], state["options"]
         self._bucket, self._before, self._found, self._missing = None, Before(), {}, {}
 
     @property
     def bucket(self) -> Bucket:
         """The bucket's client (made anew in a process this store was pickled to)."""
         if self._bucket is None:
-            self._bucket = Bucket(self.path.bucket)
+            self._bucket = bucket_for(self.path.bucket, self.options)
         return self._bucket
 
     def where(self, name: str) -> str:
@@ -126,8 +127,8 @@ class ObjectStore:
         """Nothing held open: an object is read by its key."""
 
     def reader(self, name: str, options: IOOptions, staging: StagingBuffers) -> ObjectReader:
-        """Ranged GETs of a data object (up to options.threads in flight), each of the object the listing found
-        (If-Match its ETag: one replaced since fails the load with HTTP 412)."""
+        """Ranged GETs of a data object (up to options.object_connections in flight), each of the object the
+        listing found (If-Match its ETag: one replaced since fails the load with HTTP 412)."""
         found = self._stored(name)
         return ObjectBackend(self.bucket).open(self._key(name), found.size, options, staging, found.etag or None)
 

@@ -29,14 +29,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..dcp.commit import data_ends
-from ..dcp.metadata import commit_id, referenced_files, seal_table, unseal
-from ..dcp.records import DATA_NAME, METADATA, SEAL_BYTES, SEAL_MAGIC_V3
-from ..dcp.table import decode
-from ..dcp.table_encode import Unsupported, encode_strict
 from ..errors import CheckpointError, InvalidCheckpoint, ObjectStoreError, UnsupportedMetadata
-from .client import Bucket, Segments, Upload
-from .location import ObjectLocation
+from ..s3.client import Bucket, Segments, Upload
+from ..s3.location import ObjectLocation
+from .commit import data_ends
+from .metadata import commit_id, referenced_files, seal_table, unseal
+from .records import DATA_NAME, METADATA, SEAL_BYTES, SEAL_MAGIC_V3
+from .table import decode
+from .table_encode import Unsupported, encode_strict
 
 MAX_METADATA = 1 << 30  # a `.metadata` object larger than this is refused before it is read
 
