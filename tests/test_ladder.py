@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
+from types import SimpleNamespace as Found
 from typing import Any
 
 import pandas as pd
@@ -20,7 +21,7 @@ from gdsbench.report import goodput
 from gdsbench.report import ladder as model
 from gdsbench.runners import get
 from gdsbench.runners.base import Measurement, RunContext, check_figures
-from gdsbench.runners.checkpoint import tier_faults
+from gdsbench.runners.checkpoint import kill_upload, tier_faults
 from gdsbench.runners.checkpoint.tiered import tier_list
 from gdsbench.runners.s3_client import Bucket
 from tests.ceph_cluster import ceph_cluster, radosgw  # noqa: F401
@@ -53,7 +54,11 @@ def test_tiers_are_a_ladder_of_local_then_s3_kept_as_text(given: Any, text: str)
         ({"tiers": [["local", "local"]]}, "matrix.tiers[0]", "[local], [local, s3] or [s3]"),
         ({"tiers": [[]]}, "matrix.tiers[0]", "nearest first"),
         ({"tiers": [["local", 3]]}, "matrix.tiers[0]", "nearest first"),
-        ({"fault": ["unplugged"]}, "matrix.fault[0]", "one of none, corrupt_local, lose_local, store_down"),
+        (
+            {"fault": ["unplugged"]},
+            "matrix.fault[0]",
+            "one of none, corrupt_local, lose_local, store_down, kill_upload",
+        ),
     ],
 )
 def test_a_bad_tiers_or_fault_value_names_the_key_and_what_was_expected(
@@ -115,6 +120,18 @@ def test_a_newest_step_never_drained_or_a_silent_corrupt_restore_fails_the_row()
         tier_faults.restored("corrupt_local", quiet, 1)
 
 
+def test_a_torn_restore_or_an_upload_left_after_the_kills_fails_the_row() -> None:
+    torn = Found(tier=1, step=6, skipped=[Found(tier=1, step=6, reason="checksum mismatch")], state={"killed": None})
+    assert kill_upload.check_restore(torn, 1, 4, 6, lambda state: None) == "skipped tier 1 step 6: checksum mismatch"
+    older = Found(tier=1, step=2, skipped=[], state={})
+    assert "read step 2 from tier 1, expected step 4 or 6" in str(kill_upload.check_restore(older, 1, 4, 6, print))
+    with pytest.raises(ToolError, match="kill_upload: 1 torn checkpoints after 3 kills: skipped tier 1"):
+        kill_upload.figures(kill_upload.Kills(made=3, torn=["skipped tier 1 step 6: checksum mismatch"]), 0)
+    with pytest.raises(ToolError, match="2 incomplete uploads of the key left after the final save"):
+        kill_upload.figures(kill_upload.Kills(made=3, inside=2), 2)
+    assert kill_upload.figures(kill_upload.Kills(made=3, inside=2), 0)["torn_seen"] == 0
+
+
 # -- against the test cluster's radosgw -------------------------------------------------------------------------
 
 
@@ -142,13 +159,20 @@ def test_the_ladder_and_each_fault_restore_exactly_from_the_tier_they_should(
     S3 after the local copies were removed, one byte flipped (skipped, with ckptio's reason) or the folder lost;
     with the store down, training went on, every drain failed with a named error and the local copy restored."""
     bucket, ctx = f"gdsbench-tiers-{fault.replace('_', '-')}", RunContext(directory=tmp_path, file_size=4 * MiB)
-    row = run(case_of("tiered", tiers=["local", "s3"], fault=fault, bucket=bucket, **{"async": True}), ctx).figures
+    kills = {"kills": 1} if fault == "kill_upload" else {}
+    case = case_of("tiered", tiers=["local", "s3"], fault=fault, bucket=bucket, **{"async": True}, **kills)
+    row = run(case, ctx).figures
     assert row["durable_local_seconds"] > 0 and row["restore_local_seconds"] > 0 and row["work_at_risk_steps"] >= 2
     if fault == "store_down":
         assert row["durable_object_seconds"] is None and row.get("restore_object_seconds") is None
         assert "PutObject failed (no answer)" in row["drain_error"] and "REFUSED" in row["drain_error"]
         assert (row["restored_tier"], row["state_exact"]) == ("local", "yes")
         assert os.environ.get("AWS_ENDPOINT_URL_S3") is None  # the closed port's endpoint is gone with the fault
+    elif fault == "kill_upload":  # killed children never left a torn checkpoint; the final save aborted their uploads
+        assert (
+            row["torn_seen"] == 0 and row["uploads_left"] == 0 and 0 <= row["kills_in_upload"] <= row["kills_made"] <= 1
+        )
+        assert row["restore_object_seconds"] > 0 and (row["restored_tier"], row["state_exact"]) == ("s3", "yes")
     else:
         assert row["durable_object_seconds"] >= row["durable_local_seconds"] and row["restore_object_seconds"] > 0
         said = {"none": None, "corrupt_local": "checksum mismatch", "lose_local": "cannot be listed"}[fault]

@@ -13,7 +13,7 @@ import re
 import threading
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote, urlencode, urlsplit
 
 from gdsbench.errors import ToolError
@@ -177,6 +177,23 @@ class Bucket:
                 return found
             token = page.next_token
 
+    def uploads(self, prefix: str) -> list[Upload]:
+        """The multipart uploads begun under `prefix` and neither completed nor aborted (ListMultipartUploads, its
+        first 1,000: a run's own prefix holds a few)."""
+        sink = _Sink(None)
+        self._send("ListMultipartUploads", "GET", "", query={"uploads": "", "prefix": prefix}, sink=sink)
+        if sink.received > MAX_RESPONSE:
+            raise S3RequestError(f"ListMultipartUploads: a response of {sink.received} bytes")
+        try:
+            root = ElementTree.fromstring(b"".join(sink.chunks))
+            return [Upload(_text(u, "Key"), _text(u, "UploadId")) for u in _children(root, "Upload")]
+        except (ElementTree.ParseError, ValueError) as exc:
+            raise S3RequestError(f"ListMultipartUploads: not a listing ({exc})") from None
+
+    def abort(self, upload: Upload) -> None:
+        """AbortMultipartUpload."""
+        self._send("AbortMultipartUpload", "DELETE", upload.key, query={"uploadId": upload.upload_id})
+
     def _send(
         self,
         operation: str,
@@ -219,6 +236,13 @@ def _reason(exc: Any) -> str:
         return f"{exc.name} ({exc.message})"
     code = _CODE.search(getattr(exc, "body", None) or b"")
     return f"HTTP {status}" + (f" {code.group(1).decode('ascii', 'replace')}" if code else "")
+
+
+class Upload(NamedTuple):
+    """A multipart upload begun and neither completed nor aborted."""
+
+    key: str
+    upload_id: str
 
 
 class _Page:

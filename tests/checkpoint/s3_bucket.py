@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -37,3 +40,40 @@ def own_bucket(cluster: Any, prefix: str) -> Iterator[str]:
             for stored in objects.listing(""):
                 objects.delete(stored.key)
             made.remove()
+
+
+def killed_mid_upload(url: str, bucket: str, key: str, tries: int = 3) -> None:
+    """Fork a child (from this already-imported process) saving 64 MiB to `url` in 5 MiB parts, and SIGKILL it as
+    soon as an incomplete upload of `key` is listed: a save killed mid-upload, its upload left behind."""
+    from ckptio.s3.client import Bucket
+
+    for _ in range(tries):  # a child whose save completed before its upload was listed is tried again
+        pid = os.fork()
+        if pid == 0:
+            _child_save(url)
+        running = True
+        try:
+            client = Bucket(bucket)
+            while running := os.waitpid(pid, os.WNOHANG) == (0, 0):
+                if any(u.key == key for u in client.uploads(key)):
+                    return
+                time.sleep(0.005)
+        finally:
+            if running:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    raise AssertionError(f"{tries} saves to {url} completed before their upload was listed")
+
+
+def _child_save(url: str) -> None:
+    """In a forked child: a 64 MiB save to `url` through its own client; never returns. One torch thread: the
+    parent's OpenMP pool does not survive the fork (a parallel op would hang)."""
+    try:
+        import torch
+        from ckptio import save
+        from ckptio.options import IOOptions
+
+        torch.set_num_threads(1)
+        save({"big": torch.ones(16 << 20)}, url, options=IOOptions(part_bytes=5 << 20))
+    finally:
+        os._exit(0)

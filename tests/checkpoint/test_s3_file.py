@@ -6,7 +6,9 @@ module)."""
 from __future__ import annotations
 
 import io
+import logging
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -32,7 +34,7 @@ from ckptio.s3.client import Bucket, Segments
 
 from tests.ceph_cluster import ceph_cluster, radosgw  # noqa: F401  (fixtures)
 from tests.checkpoint.conftest import assert_same, random_tensor
-from tests.checkpoint.s3_bucket import own_bucket
+from tests.checkpoint.s3_bucket import killed_mid_upload, own_bucket
 
 
 def state() -> dict[str, Any]:
@@ -182,6 +184,38 @@ def test_a_failed_save_leaves_the_previous_object(bucket: str, monkeypatch: pyte
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
     assert fetch(bucket, "d.ckpt") == before
     assert_same(load(url), sd)
+
+
+@pytest.mark.usefixtures("radosgw")
+def test_a_killed_save_leaves_the_object_and_the_next_save_aborts_its_upload(bucket: str) -> None:
+    url, key, sd = f"s3://{bucket}/killed/k.ckpt", "killed/k.ckpt", state()
+    save(sd, url)
+    before = fetch(bucket, key)
+    killed_mid_upload(url, bucket, key)
+    client = Bucket(bucket)
+    assert [u.key for u in client.uploads("killed/")] == [key]  # the killed save's, left behind
+    assert fetch(bucket, key) == before
+    assert_same(load(url), sd)
+    save({**sd, "step": 42}, url)
+    assert client.uploads("killed/") == [] and load(url)["step"] == 42
+
+
+def test_uploads_that_cannot_be_listed_or_aborted_are_a_warning_not_an_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("awscrt")
+    from ckptio.s3.client import Upload
+    from ckptio.s3.stale import abort_earlier, earlier_uploads
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{closed.getsockname()[1]}")
+        client = Bucket("nowhere")
+        with caplog.at_level(logging.WARNING, logger="ckptio"):
+            assert earlier_uploads(client, "k.ckpt", "k.ckpt".__eq__) == []
+            abort_earlier(client, [Upload("k.ckpt", "id", None)])
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and all("s3://nowhere/k.ckpt" in m and "no answer" in m for m in said), said
 
 
 @pytest.mark.usefixtures("radosgw")

@@ -23,7 +23,7 @@ from ckptio.tiers import Skipped
 
 from tests.ceph_cluster import ceph_cluster, radosgw  # noqa: F401
 from tests.checkpoint.conftest import assert_same, random_tensor
-from tests.checkpoint.s3_bucket import own_bucket
+from tests.checkpoint.s3_bucket import killed_mid_upload, own_bucket
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # O_DIRECT refused on tmpfs: buffered instead
 
@@ -273,3 +273,20 @@ def test_the_object_store_stopped_mid_drain_costs_training_nothing_and_the_drain
         restored = ckpt.restore()
     assert (restored.step, restored.tier) == (1, 1)
     assert_same(state(1), restored.state)
+
+
+def test_a_drain_aborts_the_uploads_killed_saves_left_of_checkpoint_names_only(
+    radosgw: Any,  # noqa: F811
+    bucket: str,
+    tmp_path: Path,
+) -> None:
+    from ckptio.s3.client import Bucket
+
+    stale, foreign = "aborted/step-000000000007.ckpt", "aborted/notes.ckpt"
+    for key in (stale, foreign):
+        killed_mid_upload(f"s3://{bucket}/{key}", bucket, key)
+    with TieredCheckpointer([tmp_path / "local", f"s3://{bucket}/aborted"]) as ckpt:
+        saved = ckpt.save(state(1), 1)
+        ckpt.wait_drained()
+    assert saved.errors == {} and objects(bucket, "aborted") == ["aborted/step-000000000001.ckpt"]
+    assert [u.key for u in Bucket(bucket).uploads("aborted/")] == [foreign]  # not a checkpoint's: left alone

@@ -49,6 +49,14 @@ FAULT_COLUMNS = (
         "state_exact", "", "whether the restored state equals the saved one exactly (yes; else the row fails)", TEXT
     ),
     Column("drain_error", "", "why a drain to the object tier failed (store_down: the first error)", TEXT),
+    Column("kills_made", "count", "kill_upload: children SIGKILLed while saving"),
+    Column(
+        "kills_in_upload", "count", "kill_upload: kills that left an incomplete multipart upload (inside an upload)"
+    ),
+    Column(
+        "torn_seen", "count", "kill_upload: restores after a kill that found a torn checkpoint (0; else the row fails)"
+    ),
+    Column("uploads_left", "count", "kill_upload: incomplete multipart uploads of the key left after the final save"),
 )
 
 

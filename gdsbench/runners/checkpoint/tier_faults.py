@@ -6,9 +6,9 @@
 - lose_local: the local folder removed: the restore must read the newest step from S3, exactly;
 - store_down: the loop's drains sent to a closed port on 127.0.0.1 (AWS_ENDPOINT_URL_S3 pointed there while the
   TieredCheckpointer lives in it): training must go on, every drain fail with a named error, the local copy restore
-  exactly; once the store is back, wait_drained() retries the newest step and the row says whether it reached S3.
-A fault whose expectation fails fails the row (ToolError naming what happened), never a silent pass. A rank killed
-during an upload is ckptio's own test (lib/ckptio's tests).
+  exactly; once the store is back, wait_drained() retries the newest step and the row says whether it reached S3;
+- kill_upload: a rank killed during its upload, `kills:` times (kill_upload.py).
+A fault whose expectation fails fails the row (ToolError naming what happened), never a silent pass.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from gdsbench.runners import s3
 from gdsbench.runners.checkpoint import ladder, train
 from gdsbench.runners.resources import Usage
 
-FAULTS = ("none", "corrupt_local", "lose_local", "store_down")
+FAULTS = ("none", "corrupt_local", "lose_local", "store_down", "kill_upload")
 
 
 @dataclass

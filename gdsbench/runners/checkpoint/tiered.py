@@ -6,7 +6,7 @@ AWS_* only, as ckptio reads them); `[local]` is the ladder's first rung alone; `
 ckptio.save (blocking), the direct save the ladder is held to. `async: true` saves with blocking=False.
 Per row, beside the train pattern's figures: the seconds until durable in each tier, a restore from each tier
 (the object one with the local copies removed) and the work at risk (ladder.py). `fault:` runs one fault instead
-of the plain object restore (tier_faults.py): corrupt_local, lose_local, store_down. Every expectation that fails
+of the plain object restore (tier_faults.py): corrupt_local, lose_local, store_down, kill_upload. Every expectation that fails
 (the wrong tier or step restored, a state that differs, a drain that should have failed and did not) fails the
 row, naming what happened. The folder and the objects are this run's own, removed after it (keep_files: kept).
 """
@@ -22,9 +22,9 @@ from typing import Any
 
 from gdsbench.cases import Case, Pattern
 from gdsbench.errors import ToolError
-from gdsbench.keys import Key, one_of
+from gdsbench.keys import Key, one_of, positive_int
 from gdsbench.runners.base import Measurement, RunContext
-from gdsbench.runners.checkpoint import ladder, objects, tier_faults, train
+from gdsbench.runners.checkpoint import kill_upload, ladder, objects, tier_faults, train
 from gdsbench.runners.checkpoint.base import CKPTIO, EXPECTED_ERRORS, TORCH, CheckpointRunner, Package, timed
 from gdsbench.runners.checkpoint.conditions import set_cache, verify
 from gdsbench.runners.checkpoint.distributed import DISTRIBUTED_OPTIONS
@@ -60,8 +60,18 @@ FAULT = Key(
     "one of " + ", ".join(tier_faults.FAULTS),
     "none",
     "a fault before the object tier's restore: corrupt_local (one byte of the newest local copy flipped), "
-    "lose_local (the local folder removed), store_down (the drains sent to a closed port)",
+    "lose_local (the local folder removed), store_down (the drains sent to a closed port), kill_upload (a child "
+    "saving the next step SIGKILLed during its upload, `kills` times)",
     patterns=train.TRAIN,
+)
+KILLS = Key(
+    "kills",
+    positive_int,
+    "a positive integer",
+    20,
+    "kill_upload: how many children are killed during their upload",
+    patterns=train.TRAIN,
+    used_with=(("fault", ("kill_upload",)),),
 )
 ASYNC = next(key for key in DISTRIBUTED_OPTIONS if key.name == "async")
 
@@ -116,7 +126,7 @@ class Tiered(CheckpointRunner):
     transfers = frozenset(BACKENDS)
     packages: tuple[Package, ...] = (TORCH, CKPTIO)
     modules = ("torch", "ckptio")
-    extra_options = (TIERS, FAULT, ASYNC, *objects.OPTIONS)
+    extra_options = (TIERS, FAULT, KILLS, ASYNC, *objects.OPTIONS)
     columns = (*CheckpointRunner.columns, *ladder.COLUMNS, *ladder.FAULT_COLUMNS)
 
     def requirements(self, case: Case) -> tuple[Package, ...]:
@@ -203,7 +213,10 @@ class Tiered(CheckpointRunner):
         figures["restore_local_seconds"] = restore.seconds
         if case["fault"] == "store_down":  # the local copy stays good: restored from it, exactly
             figures.update(tier_faults.restored(case["fault"], restore, 0))
-        if tiers.objects is not None and case["fault"] != "store_down":
+        if case["fault"] == "kill_upload":
+            figures.update(self._kills(case, tiers, workload, loop.saves[-1].step))
+            notes.append(f"kill_upload: {figures['kills_made']} children killed while saving, then a save drained")
+        elif tiers.objects is not None and case["fault"] != "store_down":
             fault_note = tier_faults.apply(case["fault"], local, newest)
             found = self._restore(case, tiers, workload, tiers.objects, loop.saves[-1].step)
             figures.update(tier_faults.restored(case["fault"], found, tiers.objects))
@@ -261,6 +274,45 @@ class Tiered(CheckpointRunner):
             )
         verify(workload.tensors, found.state, Path(tiers.locations[tier]))
         return tier_faults.Restore(found.tier, found.step, tuple(found.skipped), seconds)
+
+    def _kills(self, case: Case, tiers: Tiers, workload: Any, good: int) -> dict[str, Any]:
+        """kill_upload: children saving the next step killed during their upload, a restore from S3 checked after
+        each; then the next step saved through the ladder, restored exactly from S3 (timed); the uploads it left."""
+        from ckptio import CheckpointError, TieredCheckpointer
+
+        local, objects = tiers.local, tiers.objects
+        assert local is not None and objects is not None
+        after = good + case["interval"]
+        url = f"{tiers.locations[objects]}/{step_name(after)}"
+        key = url.split("/", 3)[3]
+
+        def restore() -> str | None:
+            tier_faults.apply("none", local, local)
+            try:
+                with TieredCheckpointer(list(tiers.locations), options=_io_options(case)) as ckpt:
+                    found = ckpt.restore(map_location="cpu")
+            except CheckpointError as exc:
+                return f"{type(exc).__name__}: {exc}"
+            return kill_upload.check_restore(found, objects, good, after, exact)
+
+        def exact(state: Any) -> None:
+            verify(workload.tensors, state, Path(url))
+
+        store = tiers.bucket  # gdsbench's own client of the case's bucket (the run's prefix in it)
+        size = kill_upload.child_size(workload.nbytes)
+        done = kill_upload.kill_uploads(store, key, url, case["kills"], size, restore)
+        with TieredCheckpointer(list(tiers.locations), options=_io_options(case)) as ckpt:
+            saved = timed(self.name, self.errors(), lambda: ckpt.save(workload.tensors, after))[0]
+            ckpt.wait_drained()
+        if objects not in saved.durable_seconds:
+            raise ToolError(f"kill_upload: the save after the kills never reached S3: {saved.errors.get(objects)}")
+        tier_faults.apply("none", local, local)
+        final = self._restore(case, tiers, workload, objects, after)
+        left = [u for u in store.uploads(key) if u.key == key]
+        for upload in left:  # this run's own prefix: nothing else to keep them for
+            store.abort(upload)
+        said = {"restore_object_seconds": final.seconds, "restored_tier": "s3", "state_exact": "yes"}
+        return {**kill_upload.figures(done, len(left)), **said}
 
     # -- straight to S3 -----------------------------------------------------------------------------------------
 

@@ -3,7 +3,9 @@
 Each holds one ckptio single-file checkpoint per step, named `step-<step:012d>.ckpt` (a file in the directory,
 an object `<prefix>/step-....ckpt`). A tier's contents are untrusted: only names of that pattern are listed,
 read or removed (regular files of this user's in a directory; no link is followed), so nothing outside the
-tier is ever read or removed; every copy is verified when loaded.
+tier is ever read or removed; every copy is verified when loaded. A drain to an object store aborts, once its
+upload completed, the incomplete uploads of checkpoint names listed before it began (s3/stale.py): a failed or
+killed drain leaves no upload behind past the next one.
 """
 
 from __future__ import annotations
@@ -146,14 +148,23 @@ class ObjectTier:
 
     def steps(self) -> list[int]:
         """The steps of the checkpoint objects directly under the prefix (ckptio's names only)."""
-        head = self.location.key("")
-        stored = self.bucket().listing(self.location.key("step-"))
-        found = [step_of(s.key[len(head) :]) for s in stored if s.key.startswith(head)]
+        found = [self._step(s.key) for s in self.bucket().listing(self.location.key("step-"))]
         return [step for step in found if step is not None]
 
     def put(self, source: str, step: int) -> None:
-        """Upload the file `source` as `step`'s object (one PUT, or a multipart upload: visible only when whole)."""
-        self.bucket().put_file(self.location.key(name_of(step)), source)
+        """Upload the file `source` as `step`'s object (one PUT, or a multipart upload: visible only when whole);
+        then abort the incomplete uploads of checkpoint names listed before it began (a failed or killed drain's)."""
+        from .s3.stale import abort_earlier, earlier_uploads
+
+        bucket = self.bucket()
+        earlier = earlier_uploads(bucket, self.location.key("step-"), lambda key: self._step(key) is not None)
+        bucket.put_file(self.location.key(name_of(step)), source)
+        abort_earlier(bucket, earlier)
+
+    def _step(self, key: str) -> int | None:
+        """The step of a checkpoint's key directly under the prefix, None for any other key."""
+        head = self.location.key("")
+        return step_of(key[len(head) :]) if key.startswith(head) else None
 
     def remove(self, step: int) -> None:
         """Delete a step's object."""

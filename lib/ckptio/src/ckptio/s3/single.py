@@ -1,9 +1,11 @@
 """A single-file checkpoint (ckptio.save's format, byte for byte) as one object, `s3://bucket/prefix/name.ckpt`.
 
 A save hands the file engine's write pieces to an ObjectWriter (transfer.py): one upload, so the object appears
-whole or not at all and replaces the one before it atomically. A load validates the index through ranged GETs
-of the version one HEAD found (its ETag sent as If-Match on every read, the data's included), so an object
-replaced during a load fails it with HTTP 412 instead of mixing two saves' bytes.
+whole or not at all and replaces the one before it atomically. Once it completed, the incomplete multipart uploads
+of its key that a failed or killed earlier save left (listed before it began) are aborted (stale.py). A load
+validates the index through ranged GETs of the version one HEAD found (its ETag sent as If-Match on every read,
+the data's included), so an object replaced during a load fails it with HTTP 412 instead of mixing two saves'
+bytes.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from ..memory import StagingBuffers
 from ..options import IOOptions
 from .client import Bucket
 from .location import ObjectLocation
+from .stale import abort_earlier, earlier_uploads
 from .transfer import ObjectBackend, ObjectReader, ObjectWriter, bucket_for
 
 #: Read ahead when an object is opened, in two parallel GETs: its first HEAD_BYTES (header record, data.pkl) and
@@ -41,15 +44,19 @@ def object_key(location: ObjectLocation, recycle: bool = False) -> str:
 
 @contextlib.contextmanager
 def object_writer(location: ObjectLocation, options: IOOptions, staging: StagingBuffers) -> Iterator[ObjectWriter]:
-    """A writer of the object at `location`, uploaded whole by its `finish` (parts of `options.part_bytes`); its client
-    closed after."""
+    """A writer of the object at `location`, uploaded whole by its `finish` (parts of `options.part_bytes`); once the
+    block succeeded, the incomplete uploads of the key listed before it are aborted (stale.py); its client closed."""
     key = object_key(location)
     bucket = bucket_for(location.bucket, options)
-    writer = ObjectBackend(bucket).create(key, options, staging)
     try:
-        yield writer
+        earlier = earlier_uploads(bucket, key, key.__eq__)
+        writer = ObjectBackend(bucket).create(key, options, staging)
+        try:
+            yield writer
+        finally:
+            writer.close()
+        abort_earlier(bucket, earlier)
     finally:
-        writer.close()
         bucket.close()
 
 
