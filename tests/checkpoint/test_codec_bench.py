@@ -50,5 +50,7 @@ def test_codec_benchmark_compares_each_codec_with_a_save_of_the_same_tensors(
     out = capsys.readouterr().out
     assert "save: ckptio Writer, 2 I/O threads, O_DIRECT, durable" in out
     [row] = re.findall(r"^blosc" + r"\s+([\d.]+)" * 6 + r"\s+([\d.]+)%$", out, re.M)
-    assert all(float(value) > 0 for value in row) and 15 < float(row[-1]) < 40  # mixed: ~27% saved
+    # rates of 4 MiB print as 0.03 GB/s, 0.00 on a loaded machine: CPU per GiB is what must be there
+    assert all(float(value) >= 0 for value in row) and float(row[1]) > 0 and float(row[3]) > 0
+    assert 15 < float(row[-1]) < 40  # mixed: ~27% saved
     assert list(tmp_path.iterdir()) == []
