@@ -26,6 +26,7 @@ from gdsbench.errors import ToolError
 
 MiB = 1 << 20
 PART = 5 * MiB
+POLL_SECONDS = 0.005  # between listings of the key's uploads (each a request the store's cores answer)
 #: The child: saves `size` bytes of 7s as `url` with parts of `part` bytes; says "saving" once imported, then "saved".
 CHILD = """
 import sys
@@ -54,9 +55,9 @@ def child_size(nbytes: int) -> int:
 
 def save_child(url: str, size: int, uploads: Callable[[], set[str]], hold: float | None) -> tuple[bool, bool, float]:
     """Start a child saving `url`; once `uploads()` (the key's incomplete upload ids) shows a new one, SIGKILL it
-        `hold` seconds later (None: let it finish). Whether it was killed while running, whether its upload had begun
-        by then, and the seconds from its upload's start (or its save's, none seen) until its kill or, unkilled, until
-    the upload completed."""
+    `hold` seconds later (None: let it finish). Whether it was killed while running, whether its upload had begun by
+    then, and the seconds from its upload's start (or its save's, none seen) until its kill or, unkilled, until the
+    upload completed."""
     argv = [sys.executable, "-c", CHILD, url, str(size), str(PART)]
     before = uploads()
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
@@ -70,9 +71,10 @@ def save_child(url: str, size: int, uploads: Callable[[], set[str]], hold: float
         began = False
         while child.poll() is None and not began:
             began = bool(uploads() - before)
+            time.sleep(POLL_SECONDS)
         start = time.perf_counter() if began else start
         while hold is None and began and child.poll() is None and uploads() - before:
-            pass  # the calibration: until its upload completed
+            time.sleep(POLL_SECONDS)  # the calibration: until its upload completed
         killed = False
         if hold is not None and began:
             time.sleep(hold)

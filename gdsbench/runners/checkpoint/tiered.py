@@ -98,19 +98,18 @@ class TierPending(train.Pending):
     """A TieredCheckpointer save behind the loop: drained once every tier holds it or failed; the next save waits
     only for its local copy (as TieredCheckpointer.save does itself)."""
 
-    def __init__(self, saved: Any, tiers: int) -> None:
+    def __init__(self, saved: Any) -> None:
         super().__init__(time.perf_counter())
-        self.saved, self.tiers = saved, tiers
+        self.saved = saved
 
     @property
     def done(self) -> bool:
         """Whether every tier holds the checkpoint or failed to."""
-        return all(t in self.saved.durable_seconds or t in self.saved.errors for t in range(self.tiers))
+        return bool(self.saved.done())
 
     def wait(self) -> float:
         """Until the local copy is durable (or failed); its seconds from the save's start."""
-        while 0 not in self.saved.durable_seconds and 0 not in self.saved.errors:
-            time.sleep(0.001)
+        self.saved.wait(tier=0)
         return float(self.saved.durable_seconds.get(0, float("nan")))
 
 
@@ -255,7 +254,7 @@ class Tiered(CheckpointRunner):
                 loop.risk.append(ladder.at_risk(number, durable))
             saved = ckpt.save(workload.tensors, number, blocking=not case["async"])
             loop.saves.append(saved)
-            return TierPending(saved, len(tiers.locations))
+            return TierPending(saved)
 
         return checkpoint
 

@@ -45,14 +45,15 @@ class TierSave:
         self._tiers, self._start = tiers, start
         self._changed = threading.Condition()
 
-    def done(self) -> bool:
-        """Whether every tier is durable or failed."""
-        return all(i in self.durable_seconds or i in self.errors for i in range(self._tiers))
+    def done(self, tier: int | None = None) -> bool:
+        """Whether `tier` (None: every tier) is durable or failed."""
+        tiers = range(self._tiers) if tier is None else (tier,)
+        return all(i in self.durable_seconds or i in self.errors for i in tiers)
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait until every tier is durable or failed; whether it is."""
+    def wait(self, timeout: float | None = None, tier: int | None = None) -> bool:
+        """Wait until `tier` (None: every tier) is durable or failed; whether it is."""
         with self._changed:
-            return self._changed.wait_for(self.done, timeout)
+            return self._changed.wait_for(lambda: self.done(tier), timeout)
 
     def _durable(self, tier: int) -> None:
         with self._changed:

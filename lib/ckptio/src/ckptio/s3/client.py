@@ -176,11 +176,7 @@ class Bucket:
 
     def put(self, key: str, body: io.RawIOBase, size: int) -> None:
         """PutObject of `size` bytes read from `body` (a multipart upload of parallel parts above part_size)."""
-        self._wait("PutObject", key, self.begin_put(key, body, size))
-
-    def begin_put(self, key: str, body: io.RawIOBase, size: int) -> Any:
-        """Start a PutObject; its future (wait with `finish`)."""
-        return self._start("PutObject", "PUT", key, body=body, size=size)
+        self._wait("PutObject", key, self._start("PutObject", "PUT", key, body=body, size=size))
 
     def put_file(self, key: str, path: str) -> None:
         """PutObject of a local file, read by the CRT itself in parallel parts (no copy through Python)."""
