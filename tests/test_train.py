@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -80,12 +81,25 @@ def test_a_synchronous_loop_stalls_for_the_whole_save_and_never_drains():
 
 
 def test_a_background_save_drains_behind_the_steps_and_the_next_one_waits_for_it():
+    ended: list[float] = []
+    called: list[float] = []
+
+    def save() -> None:
+        time.sleep(0.1)
+        ended.append(time.perf_counter())
+
+    def checkpoint() -> Any:
+        called.append(time.perf_counter())
+        return pool.submit(save)
+
     with ThreadPoolExecutor(1) as pool:
-        times = train.run_loop(lambda: time.sleep(0.02), 6, 2, lambda: pool.submit(time.sleep, 0.1))
+        times = train.run_loop(lambda: time.sleep(0.02), 6, 2, checkpoint)
     assert times.draining[2] and times.draining[3]  # the save after step 2 runs behind steps 3 and 4
     assert times.stalls[0] < 0.02  # the first checkpoint only starts its save
-    # the second waits for the first to end: 0.1 s less the two steps (longer than 0.02 s each on a busy machine)
-    assert times.stalls[1] + times.steps[2] + times.steps[3] >= 0.1 - 0.005
+    # the second waits for the first to end: called only once it ended, and its stall, with the two steps and the
+    # first checkpoint's own (the save begins inside it), spans the first save's 0.1 s
+    assert called[1] >= ended[0] and called[2] >= ended[1]
+    assert times.stalls[0] + times.steps[2] + times.steps[3] + times.stalls[1] >= 0.1 - 0.005
     assert len(times.durable) == 3 and all(d >= 0.1 for d in times.durable)
 
 
