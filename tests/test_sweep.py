@@ -306,8 +306,9 @@ def test_an_interrupt_during_start_up_leaves_no_file_without_its_sidecar(tmp_pat
 
 
 def test_a_stop_once_the_csv_exists_leaves_its_sidecar_and_resume_finishes_the_run(tmp_path):
-    """From the moment the CSV exists its sidecar does too, so a Ctrl-C right then leaves a run that
-    `--resume CSV` (config found through the sidecar) finishes under the same run id. fio's --version,
+    """From the moment the CSV exists its sidecar does too, and a Ctrl-C once the run has begun leaves a run that
+    `--resume CSV` (config found through the sidecar) finishes under the same run id (a stop before, while the
+    CSV is being opened, removes both: the test before this one). fio's --version,
     asked for the sidecar's facts, answers slowly here: when the CSV came first, the stop landed while those
     facts were gathered and the CSV was left without its sidecar (exit 1, click's 'Aborted!')."""
     slow_fio = fio_slow_to_answer_version(tmp_path, "sleep 3")
@@ -319,8 +320,12 @@ def test_a_stop_once_the_csv_exists_leaves_its_sidecar_and_resume_finishes_the_r
     while not list(out.glob("*.csv")) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)
     [csv_path] = out.glob("*.csv")
+    assert results.sidecar_path(csv_path).exists(), "the CSV appeared before its sidecar"
+    said = [proc.stderr.readline()]
+    while said[-1] and "repetitions ->" not in said[-1]:  # the run began: before, a stop removes both files
+        said.append(proc.stderr.readline())
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    stderr = "".join(said) + proc.communicate(timeout=60)[1]
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr and "Aborted" not in stderr
     assert data_rows(csv_path) == [] and "continue with: gdsbench sweep --resume" in stderr and csv_path.name in stderr

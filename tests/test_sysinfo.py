@@ -3,8 +3,10 @@ the longest mount point wins, block device facts equal sysfs, and the sidecar's 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,3 +132,37 @@ def test_collect_holds_every_section(tmp_path: Path) -> None:
     assert facts["machine"]["cpu_count"] == os.cpu_count() and facts["machine"]["cpu_model"] != ""
     assert facts["machine"]["usable_cpus"] == len(os.sched_getaffinity(0))
     assert facts["target"]["directory"] == str(tmp_path) and facts["target"]["mount_point"]
+
+
+def test_a_cpu_build_of_torch_is_read_without_importing_it_and_agrees_with_torch() -> None:
+    from gdsbench.sysinfo import gpu
+
+    probed = subprocess.run([sys.executable, "-c", gpu._TORCH_PROBE], capture_output=True, text=True, check=True)
+    assert gpu.torch_cuda() == json.loads(probed.stdout)
+    assert "torch" not in sys.modules or gpu.torch_build()["__version__"] == sys.modules["torch"].__version__
+
+
+@pytest.mark.parametrize(
+    "build", ["cuda: Optional[str] = '12.8'\nhip = None", "cuda = None\nhip = '6.2.4'", "cuda = x"]
+)
+def test_a_gpu_or_unreadable_build_of_torch_is_asked_in_a_child(
+    build: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU build (CUDA or ROCm) or a version.py that is not plain constants: torch itself is asked. The child is
+    a test double here (no GPU build of torch on this machine): it answers as a CUDA build with no device would."""
+    from gdsbench.sysinfo import gpu
+
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("")
+    (tmp_path / "torch" / "version.py").write_text(f"from typing import Optional\n__version__ = '2.13.0'\n{build}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    asked: list[list[str]] = []
+
+    def child(argv: list[str], **_: object) -> subprocess.CompletedProcess[str]:
+        asked.append(argv)
+        answer = '{"version": "2.13.0", "cuda_build": "12.8", "cuda_available": false, "devices": 0}\n'
+        return subprocess.CompletedProcess(argv, 0, answer, "")
+
+    monkeypatch.setattr(gpu.subprocess, "run", child)
+    assert gpu.torch_cuda()["cuda_build"] == "12.8" and asked == [[sys.executable, "-c", gpu._TORCH_PROBE]]

@@ -4,6 +4,8 @@ counters, cufile.json, kvikio's mode, torch's CUDA, and where NVIDIA's GDS tools
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import glob
 import importlib.util
 import json
@@ -254,11 +256,34 @@ _TORCH_PROBE = (
 )
 
 
+def torch_build() -> dict[str, Any]:
+    """The constants of torch's generated torch/version.py (__version__, cuda, hip), read without importing
+    torch; empty where the file is missing or not plain assignments."""
+    spec = importlib.util.find_spec("torch")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    try:
+        tree = ast.parse((Path(folders[0]) / "version.py").read_text())
+    except (IndexError, OSError, SyntaxError, ValueError):
+        return {}
+    values: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            if isinstance(target, ast.Name):
+                with contextlib.suppress(ValueError, TypeError, SyntaxError):
+                    values[target.id] = ast.literal_eval(node.value)
+    return values
+
+
 def torch_cuda() -> dict[str, Any]:
-    """torch's version, the CUDA it was built for and whether it sees a GPU (probed in a child process,
-    so a fio-only sweep never imports torch)."""
+    """torch's version, the CUDA it was built for and whether it sees a GPU: a CPU build (neither CUDA nor ROCm
+    in its version.py) sees none, so only a GPU build is probed, in a child process (a sweep never imports
+    torch for this: ~1.5 s of CPU)."""
     if importlib.util.find_spec("torch") is None:
         return {"version": None, "reason": "torch is not installed"}
+    build = torch_build()
+    if isinstance(build.get("__version__"), str) and "cuda" in build and not build["cuda"] and not build.get("hip"):
+        return {"version": build["__version__"], "cuda_build": None, "cuda_available": False, "devices": 0}
     try:
         proc = subprocess.run([sys.executable, "-c", _TORCH_PROBE], capture_output=True, text=True, timeout=120)
         return json.loads(proc.stdout.strip().splitlines()[-1])

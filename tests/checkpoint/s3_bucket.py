@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from tests.helpers import forkserver
 
 
 @contextlib.contextmanager
@@ -42,38 +44,70 @@ def own_bucket(cluster: Any, prefix: str) -> Iterator[str]:
             made.remove()
 
 
+def start_save(url: str, tag: int, *, dcp: bool) -> tuple[Any, Any]:
+    """Start a child saving 64 MiB tagged `tag` to `url` (a DCP save, or ckptio.save in 5 MiB parts) with this
+    process's AWS_* settings: (the child, the pipe on which it says "r" when ready, then "d" or "e<error>"). It is
+    forked from the tests' fork server, never from this process: the CRT's threads do not survive a fork."""
+    receive, send = forkserver().Pipe(duplex=False)
+    aws = {key: value for key, value in os.environ.items() if key.startswith("AWS_")}
+    child = forkserver().Process(target=_save_child, args=(url, tag, dcp, aws, send), daemon=True)
+    child.start()
+    send.close()
+    return child, receive
+
+
+def heard(child: Any, said: Any, seconds: float = 60.0) -> str:
+    """What `child` said next on `said` within `seconds`: "r", "d", "e<error>", or "e" naming its exit."""
+    try:
+        if said.poll(seconds):
+            return str(said.recv())
+        return f"esaid nothing in {seconds:.0f} s"
+    except EOFError:
+        child.join(5)
+        return f"eended, exit code {child.exitcode}"
+
+
 def killed_mid_upload(url: str, bucket: str, key: str, tries: int = 3) -> None:
-    """Fork a child (from this already-imported process) saving 64 MiB to `url` in 5 MiB parts, and SIGKILL it as
-    soon as an incomplete upload of `key` is listed: a save killed mid-upload, its upload left behind."""
+    """Start a child saving 64 MiB to `url` in 5 MiB parts, and SIGKILL it as soon as an incomplete upload of `key`
+    is listed: a save killed mid-upload, its upload left behind."""
     from ckptio.s3.client import Bucket
 
+    client = Bucket(bucket)
     for _ in range(tries):  # a child whose save completed before its upload was listed is tried again
-        pid = os.fork()
-        if pid == 0:
-            _child_save(url)
-        running = True
+        child, said = start_save(url, 0, dcp=False)
         try:
-            client = Bucket(bucket)
-            while running := os.waitpid(pid, os.WNOHANG) == (0, 0):
+            assert (ready := heard(child, said)) == "r", f"the saving child: {ready[1:]}"
+            while child.is_alive():
                 if any(u.key == key for u in client.uploads(key)):
                     return
                 time.sleep(0.005)
         finally:
-            if running:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
+            child.kill()
+            child.join()
+            said.close()
     raise AssertionError(f"{tries} saves to {url} completed before their upload was listed")
 
 
-def _child_save(url: str) -> None:
-    """In a forked child: a 64 MiB save to `url` through its own client; never returns. One torch thread: the
-    parent's OpenMP pool does not survive the fork (a parallel op would hang)."""
+def _save_child(url: str, tag: int, dcp: bool, aws: dict[str, str], said: Any) -> None:
+    """In a child: take the parent's AWS_* settings (the fork server's are older), say "r", save, say "d"; an
+    error is said as "e<type>: <message>"."""
+    for key in [key for key in os.environ if key.startswith("AWS_")]:
+        del os.environ[key]
+    os.environ.update(aws)
     try:
         import torch
-        from ckptio import save
-        from ckptio.options import IOOptions
+        import torch.distributed.checkpoint as torch_dcp
+        from ckptio import IOOptions, Writer, save
 
-        torch.set_num_threads(1)
-        save({"big": torch.ones(16 << 20)}, url, options=IOOptions(part_bytes=5 << 20))
-    finally:
-        os._exit(0)
+        warnings.simplefilter("ignore")  # DCP's "assuming the intent is to save in a single process"
+        writer = Writer(url) if dcp else None
+        said.send("r")
+        big = torch.full((16 << 20,), float(tag))
+        if writer is not None:
+            state = {"w": torch.full((1000,), float(tag)), "tag": tag, "big": big}
+            torch_dcp.save(state, storage_writer=writer, no_dist=True)
+        else:
+            save({"big": big}, url, options=IOOptions(part_bytes=5 << 20))
+        said.send("d")
+    except Exception as error:
+        said.send(f"e{type(error).__name__}: {error}"[:4000])

@@ -6,15 +6,12 @@ Against the test suite's radosgw (one bucket for the module)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import pickle
 import random
-import signal
 import sys
 import threading
 import time
 import uuid
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -40,7 +37,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from tests.ceph_cluster import ceph_cluster, radosgw  # noqa: F401
 from tests.checkpoint.conftest import assert_same, random_tensor
-from tests.checkpoint.s3_bucket import own_bucket
+from tests.checkpoint.s3_bucket import heard, own_bucket, start_save
 
 SMALL = IOOptions(chunk_bytes=64 << 10, buffer_bytes=256 << 10, threads=3)
 BIG = 16 << 20  # float32 elements: 64 MiB, a multipart upload of 4 parts (16 MiB each)
@@ -332,42 +329,22 @@ def test_without_awscrt_an_object_location_names_the_extra(monkeypatch: pytest.M
 # -- killed saves ----------------------------------------------------------------------------------------------
 
 
-def _child_save(url: str, tag: int, ready: int) -> None:
-    """In a forked child: announce readiness, save a multipart-sized state tagged `tag`, announce the end; never
-    returns. One torch thread: the parent's OpenMP pool does not survive the fork (a parallel op would hang)."""
-    try:
-        torch.set_num_threads(1)
-        warnings.simplefilter("ignore")
-        writer = Writer(url)
-        os.write(ready, b"r")
-        sd = {"w": torch.full((1000,), float(tag)), "tag": tag, "big": torch.full((BIG,), float(tag))}
-        dcp.save(sd, storage_writer=writer, no_dist=True)
-        os.write(ready, b"d")
-    finally:
-        os._exit(0)
-
-
 def _forked_save(url: str, tag: int, kill_after: float | None) -> float:
-    """Fork a child saving to `url`; SIGKILL it `kill_after` seconds after it is ready, or (None) let it finish.
-    Returns the seconds from ready to the kill or to its end."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(read)
-        _child_save(url, tag, write)
-    os.close(write)
+    """Start a child saving to `url` (tests.checkpoint.s3_bucket.start_save); SIGKILL it `kill_after` seconds after
+    it is ready, or (None) let it finish. Returns the seconds from ready to the kill or to its end."""
+    child, said = start_save(url, tag, dcp=True)
     try:
-        assert os.read(read, 1) == b"r"
+        assert (ready := heard(child, said)) == "r", f"the saving child: {ready[1:]}"
         start = time.monotonic()
         if kill_after is None:
-            assert os.read(read, 1) == b"d"
+            assert (end := heard(child, said)) == "d", f"the child's save failed: {end[1:]}"
         else:
             time.sleep(kill_after)
         return time.monotonic() - start
     finally:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        os.close(read)
+        child.kill()
+        child.join()
+        said.close()
 
 
 def _committed(url: str) -> int:
