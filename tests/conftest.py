@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -17,6 +18,11 @@ DATA = Path(__file__).parent / "data"
 # The many child processes of the suite (the CLI, torchrun's ranks, tools) reuse compiled modules: an environment
 # with PYTHONDONTWRITEBYTECODE set (this machine's) made every child compile gdsbench and ckptio again.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+# Tests stop their children as a user's Ctrl-C does (SIGINT); a suite started in the background by a shell without
+# job control ignores SIGINT, and an ignored signal stays ignored across exec: take Python's handler back, which
+# exec resets to the default for every child (xdist's workers too, started after this).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 #: The fio-server fixtures (servers, short_dir) and the shared Ceph and Slurm clusters (ceph_cluster, slurm_cluster)
 #: for every test module.
 pytest_plugins = ["tests.fio_servers", "tests.ceph_cluster", "tests.slurm_cluster"]
