@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import re
+import weakref
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -59,10 +61,20 @@ def drawn_ticks(axis) -> list:
     return [label for label, at in zip(axis.get_ticklabels(), axis.get_ticklocs()) if low - slack <= at <= high + slack]
 
 
+_drawn: weakref.WeakSet[Figure] = weakref.WeakSet()
+
+
+def rendered(figure: Figure) -> Any:
+    """The renderer of `figure`, drawn once (its layout is settled by that draw; drawing is most of a check's time)."""
+    if figure not in _drawn:
+        figure.canvas.draw()
+        _drawn.add(figure)
+    return figure.canvas.get_renderer()
+
+
 def overlapping(figure: Figure) -> list[tuple[str, str]]:
     """Pairs of label texts whose drawn boxes intersect."""
-    figure.canvas.draw()
-    renderer = figure.canvas.get_renderer()
+    renderer = rendered(figure)
     boxes = [(t.get_text(), t.get_window_extent(renderer).shrunk(0.97, 0.9)) for t in texts(figure)]
     return [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
 
@@ -70,8 +82,7 @@ def overlapping(figure: Figure) -> list[tuple[str, str]]:
 def outside(figure: Figure) -> list[str]:
     """What is drawn (partly) past the figure's edges, clipped in the PNG: the title, or a panel (its ticks,
     labels, title and legend: the ticks matplotlib draws, not those beyond the axis' range)."""
-    figure.canvas.draw()
-    renderer = figure.canvas.get_renderer()
+    renderer = rendered(figure)
     edge = figure.bbox.padded(1)
     drawn = [(f"panel {index}", axis.get_tightbbox(renderer)) for index, axis in enumerate(figure.axes)]
     if figure._suptitle:
@@ -311,8 +322,8 @@ def test_no_text_is_clipped_at_the_figures_edges(frame: pd.DataFrame, merged: di
         drawn |= {f"{folder} {p.name}": p.figure for p in plots.figures(rows)}
         drawn |= {f"{folder} {p.name}": p.figure for p in series.figures(results.load_series(rows["source"]), rows)}
     assert len(drawn) > 20 and "fleet series-01-fio-write" in drawn and "two sizes heatmap-read-CPU_ONLY" in drawn
-    assert {name: outside(figure) for name, figure in {**merged, **drawn}.items() if outside(figure)} == {}
-    assert {name: overlapping(figure) for name, figure in drawn.items() if overlapping(figure)} == {}
+    assert {name: found for name, figure in {**merged, **drawn}.items() if (found := outside(figure))} == {}
+    assert {name: found for name, figure in drawn.items() if (found := overlapping(figure))} == {}
 
 
 def test_latency_ticks_read_in_latency_units_on_a_short_range() -> None:

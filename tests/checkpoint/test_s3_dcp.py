@@ -372,10 +372,10 @@ def _settled(bucket: Any, prefix: str, quiet: float = 1.0, most: float = 15.0) -
 
 @pytest.mark.timeout(120)
 def test_killed_saves_never_show_and_the_next_commit_aborts_their_uploads(radosgw: Any, bucket: Any) -> None:  # noqa: F811
-    """20 times, a child forked from this process saves 64 MiB (a multipart upload) to a committed checkpoint's
-    prefix and is SIGKILLed at a random moment: what loads is always one committed save, whole (the first one,
-    unless a child got through its commit); then one more save commits, aborts the killed saves' uploads and
-    leaves only its own objects."""
+    """20 times, a child (forked from the tests' fork server) saves 64 MiB (a multipart upload) to a committed
+    checkpoint's prefix and is SIGKILLed at a random moment: what loads is always one committed save, whole (the
+    first one, unless a child got through its commit); then one more save commits, aborts the killed saves' uploads
+    and leaves only its own objects."""
     url = f"s3://{bucket.bucket}/killed"
     save({"w": torch.arange(1000.0), "tag": 0}, url)
     seconds = _forked_save(f"{url}-timing", 99, None)  # how long a child's save takes, start to commit
