@@ -44,13 +44,13 @@ def own_bucket(cluster: Any, prefix: str) -> Iterator[str]:
             made.remove()
 
 
-def start_save(url: str, tag: int, *, dcp: bool) -> tuple[Any, Any]:
-    """Start a child saving 64 MiB tagged `tag` to `url` (a DCP save, or ckptio.save in 5 MiB parts) with this
+def start_save(url: str, tag: int, *, dcp: bool, mib: int = 64) -> tuple[Any, Any]:
+    """Start a child saving `mib` MiB tagged `tag` to `url` in 5 MiB parts (a DCP save, or ckptio.save) with this
     process's AWS_* settings: (the child, the pipe on which it says "r" when ready, then "d" or "e<error>"). It is
     forked from the tests' fork server, never from this process: the CRT's threads do not survive a fork."""
     receive, send = forkserver().Pipe(duplex=False)
     aws = {key: value for key, value in os.environ.items() if key.startswith("AWS_")}
-    child = forkserver().Process(target=_save_child, args=(url, tag, dcp, aws, send), daemon=True)
+    child = forkserver().Process(target=_save_child, args=(url, tag, dcp, mib, aws, send), daemon=True)
     child.start()
     send.close()
     return child, receive
@@ -88,7 +88,7 @@ def killed_mid_upload(url: str, bucket: str, key: str, tries: int = 3) -> None:
     raise AssertionError(f"{tries} saves to {url} completed before their upload was listed")
 
 
-def _save_child(url: str, tag: int, dcp: bool, aws: dict[str, str], said: Any) -> None:
+def _save_child(url: str, tag: int, dcp: bool, mib: int, aws: dict[str, str], said: Any) -> None:
     """In a child: take the parent's AWS_* settings (the fork server's are older), say "r", save, say "d"; an
     error is said as "e<type>: <message>"."""
     for key in [key for key in os.environ if key.startswith("AWS_")]:
@@ -100,14 +100,15 @@ def _save_child(url: str, tag: int, dcp: bool, aws: dict[str, str], said: Any) -
         from ckptio import IOOptions, Writer, save
 
         warnings.simplefilter("ignore")  # DCP's "assuming the intent is to save in a single process"
-        writer = Writer(url) if dcp else None
+        options = IOOptions(part_bytes=5 << 20)
+        writer = Writer(url, options=options) if dcp else None
         said.send("r")
-        big = torch.full((16 << 20,), float(tag))
+        big = torch.full((mib << 18,), float(tag))
         if writer is not None:
             state = {"w": torch.full((1000,), float(tag)), "tag": tag, "big": big}
             torch_dcp.save(state, storage_writer=writer, no_dist=True)
         else:
-            save({"big": big}, url, options=IOOptions(part_bytes=5 << 20))
+            save({"big": big}, url, options=options)
         said.send("d")
     except Exception as error:
         said.send(f"e{type(error).__name__}: {error}"[:4000])

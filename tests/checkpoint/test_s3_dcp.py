@@ -332,7 +332,7 @@ def test_without_awscrt_an_object_location_names_the_extra(monkeypatch: pytest.M
 def _forked_save(url: str, tag: int, kill_after: float | None) -> float:
     """Start a child saving to `url` (tests.checkpoint.s3_bucket.start_save); SIGKILL it `kill_after` seconds after
     it is ready, or (None) let it finish. Returns the seconds from ready to the kill or to its end."""
-    child, said = start_save(url, tag, dcp=True)
+    child, said = start_save(url, tag, dcp=True, mib=16)  # a multipart upload of 4 parts
     try:
         assert (ready := heard(child, said)) == "r", f"the saving child: {ready[1:]}"
         start = time.monotonic()
@@ -372,7 +372,7 @@ def _settled(bucket: Any, prefix: str, quiet: float = 1.0, most: float = 15.0) -
 
 @pytest.mark.timeout(120)
 def test_killed_saves_never_show_and_the_next_commit_aborts_their_uploads(radosgw: Any, bucket: Any) -> None:  # noqa: F811
-    """20 times, a child (forked from the tests' fork server) saves 64 MiB (a multipart upload) to a committed
+    """20 times, a child (forked from the tests' fork server) saves 16 MiB (a multipart upload) to a committed
     checkpoint's prefix and is SIGKILLed at a random moment: what loads is always one committed save, whole (the
     first one, unless a child got through its commit); then one more save commits, aborts the killed saves' uploads
     and leaves only its own objects."""
