@@ -16,7 +16,7 @@ import mmap
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -133,15 +133,13 @@ class DcpUpload(CheckpointRunner):
             "restore_object_seconds": self._restore_objects(workload, place, newest),
             "work_at_risk_steps": ladder.median(risk),
         }
-        summary = train.summarize(times, restore_seconds)
-        summary["durable_seconds"] = figures["durable_object_seconds"] or summary["durable_seconds"]
         notes = [
             f"{len(times.stalls)} checkpoints in {len(times.steps)} steps",
             f"local restore from {cache_note}; object restore: GETs into a new folder, then dcp.load; both verified",
             workload.description,
         ]
-        measured = train.measurement(summary, workload.nbytes, notes, usage)
-        return replace(measured, figures={**measured.figures, **figures})
+        farthest = figures["durable_object_seconds"]
+        return ladder.row(times, restore_seconds, farthest, figures, workload.nbytes, notes, usage)
 
     def _save_locally(self, tensors: Any, folder: Path, number: int, threads: int) -> Saved:
         """dcp.save into a new folder, files and folders fsynced; the local folder before the previous removed."""

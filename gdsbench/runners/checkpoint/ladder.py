@@ -20,14 +20,18 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from gdsbench.cases import Case
 from gdsbench.columns import TEXT, Column
 from gdsbench.errors import ToolError
 from gdsbench.runners import s3
-from gdsbench.runners.base import RunContext
+from gdsbench.runners.base import Measurement, RunContext
+from gdsbench.runners.checkpoint import train
+from gdsbench.runners.resources import Usage
 from gdsbench.runners.s3_client import Bucket
 
 COLUMNS = (
@@ -70,6 +74,23 @@ def step_seconds(step: Callable[[], None]) -> float:
     started = time.perf_counter()
     step()
     return time.perf_counter() - started
+
+
+def row(
+    times: train.LoopTimes,
+    restore_seconds: float,
+    durable: float | None,
+    figures: Mapping[str, Any],
+    nbytes: int,
+    notes: list[str],
+    usage: Usage | None,
+) -> Measurement:
+    """A train row whose seconds run until `durable` (the farthest tier's median; None: the loop's own), with the
+    ladder's figures beside the loop's."""
+    summary = train.summarize(times, restore_seconds)
+    summary["durable_seconds"] = durable or summary["durable_seconds"]
+    measured = train.measurement(summary, nbytes, notes, usage)
+    return replace(measured, figures={**measured.figures, **figures})
 
 
 def median(values: Iterable[float | int]) -> float | None:

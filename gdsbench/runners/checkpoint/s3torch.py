@@ -22,7 +22,7 @@ import abc
 import contextlib
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -238,10 +238,8 @@ class S3TorchRunner(CheckpointRunner):
         }
         notes += [f"{len(times.stalls)} checkpoints in {len(times.steps)} steps", "restore: the service's caches as "
                   "they were, verified", workload.description]  # fmt: skip
-        summary = train.summarize(times, restore_seconds)
-        summary["durable_seconds"] = figures["durable_object_seconds"] or summary["durable_seconds"]
-        measured = train.measurement(summary, workload.nbytes, notes, usage)
-        return replace(measured, figures={**measured.figures, **figures})
+        farthest = figures["durable_object_seconds"]
+        return ladder.row(times, restore_seconds, farthest, figures, workload.nbytes, notes, usage)
 
     def _write(
         self, case: Case, ctx: RunContext, workload: workloads.Workload, target: Target

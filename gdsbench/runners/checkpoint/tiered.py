@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -363,12 +363,9 @@ class Tiered(CheckpointRunner):
         usage: Usage | None,
     ) -> Measurement:
         """A train row (seconds: until durable in the farthest tier reached) with the ladder's figures."""
-        summary = train.summarize(times, restore_seconds)
         farthest = figures.get("durable_object_seconds") or figures.get("durable_local_seconds")
-        summary["durable_seconds"] = farthest or summary["durable_seconds"]
         notes = [f"{len(times.stalls)} checkpoints in {len(times.steps)} steps", *notes, workload.description]
-        measured = train.measurement(summary, workload.nbytes, notes, usage)
-        return replace(measured, figures={**measured.figures, **figures})
+        return ladder.row(times, restore_seconds, farthest, figures, workload.nbytes, notes, usage)
 
 
 def step_name(step: int) -> str:
