@@ -3,6 +3,7 @@ the longest mount point wins, block device facts equal sysfs, and the sidecar's 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -139,7 +140,10 @@ def test_a_cpu_build_of_torch_is_read_without_importing_it_and_agrees_with_torch
 
     probed = subprocess.run([sys.executable, "-c", gpu._TORCH_PROBE], capture_output=True, text=True, check=True)
     assert gpu.torch_cuda() == json.loads(probed.stdout)
-    assert "torch" not in sys.modules or gpu.torch_build()["__version__"] == sys.modules["torch"].__version__
+    assert (
+        "torch" not in sys.modules
+        or gpu.torch_build(importlib.util.find_spec("torch"))["__version__"] == sys.modules["torch"].__version__
+    )
 
 
 @pytest.mark.parametrize(

@@ -256,11 +256,10 @@ _TORCH_PROBE = (
 )
 
 
-def torch_build() -> dict[str, Any]:
-    """The constants of torch's generated torch/version.py (__version__, cuda, hip), read without importing
-    torch; empty where the file is missing or not plain assignments."""
-    spec = importlib.util.find_spec("torch")
-    folders = list(spec.submodule_search_locations or []) if spec else []
+def torch_build(spec: Any) -> dict[str, Any]:
+    """The constants of torch's generated torch/version.py (__version__, cuda, hip), torch found as `spec`, read
+    without importing torch; empty where the file is missing or not plain assignments."""
+    folders = list(spec.submodule_search_locations or [])
     try:
         tree = ast.parse((Path(folders[0]) / "version.py").read_text())
     except (IndexError, OSError, SyntaxError, ValueError):
@@ -279,9 +278,10 @@ def torch_cuda() -> dict[str, Any]:
     """torch's version, the CUDA it was built for and whether it sees a GPU: a CPU build (neither CUDA nor ROCm
     in its version.py) sees none, so only a GPU build is probed, in a child process (a sweep never imports
     torch for this: ~1.5 s of CPU)."""
-    if importlib.util.find_spec("torch") is None:
+    spec = importlib.util.find_spec("torch")
+    if spec is None:
         return {"version": None, "reason": "torch is not installed"}
-    build = torch_build()
+    build = torch_build(spec)
     if isinstance(build.get("__version__"), str) and "cuda" in build and not build["cuda"] and not build.get("hip"):
         return {"version": build["__version__"], "cuda_build": None, "cuda_available": False, "devices": 0}
     try:

@@ -116,16 +116,21 @@ def kill_uploads(objects: Any, key: str, url: str, kills: int, size: int, restor
     for _ in range(kills):
         killed, began, _ = save_child(url, size, lambda: upload_ids(objects, key), random.uniform(0.0, window))
         done.made += killed
-        done.inside += killed and began and key in {u.key for u in objects.uploads(key)}
+        done.inside += killed and began and bool(key_uploads(objects, key))
         why = restore()
         if why:
             done.torn.append(why)
     return done
 
 
+def key_uploads(objects: Any, key: str) -> list[Any]:
+    """The key's own incomplete multipart uploads (the listing also holds those of longer keys it prefixes)."""
+    return [u for u in objects.uploads(key) if u.key == key]
+
+
 def upload_ids(objects: Any, key: str) -> set[str]:
     """The ids of the key's incomplete multipart uploads."""
-    return {u.upload_id for u in objects.uploads(key) if u.key == key}
+    return {u.upload_id for u in key_uploads(objects, key)}
 
 
 def figures(done: Kills, left: int) -> dict[str, Any]:

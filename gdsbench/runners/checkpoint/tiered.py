@@ -307,7 +307,7 @@ class Tiered(CheckpointRunner):
             raise ToolError(f"kill_upload: the save after the kills never reached S3: {saved.errors.get(objects)}")
         tier_faults.apply("none", local, local)
         final = self._restore(case, tiers, workload, objects, after)
-        left = [u for u in store.uploads(key) if u.key == key]
+        left = kill_upload.key_uploads(store, key)
         for upload in left:  # this run's own prefix: nothing else to keep them for
             store.abort(upload)
         said = {"restore_object_seconds": final.seconds, "restored_tier": "s3", "state_exact": "yes"}
