@@ -154,7 +154,11 @@ def test_torchrun_starts_one_launcher_per_node_and_reaches_others_through_ssh():
     here, there = launchers.get("torchrun").commands(Launch("torchrun", 2, ("127.0.0.1", "node1")), 4, PROGRAM, 29500)
     assert here[:3] == ["/venv/bin/python", "-m", "torch.distributed.run"] and "--nproc-per-node=2" in here
     assert "--rdzv-endpoint=127.0.0.1:29500" in here and here[-3:] == ["gdsbench.cli_rank", *PROGRAM.args]
-    assert there[:4] == ["ssh", "-o", "BatchMode=yes", "node1"] and shlex.split(there[4]) == here
+    assert "--rdzv-backend=static" in here and "--node-rank=0" in here  # node 0's agent binds the port, or fails
+    assert there[:4] == ["ssh", "-o", "BatchMode=yes", "node1"]
+    read, remote = there[4].split(" && exec ", 1)  # the secret from ssh's standard input, never an argument
+    assert read == "IFS= read -r GDSBENCH_RENDEZVOUS_SECRET && export GDSBENCH_RENDEZVOUS_SECRET"
+    assert shlex.split(remote) == [arg.replace("--node-rank=0", "--node-rank=1") for arg in here]
     assert launchers.get("torchrun").needs(Launch("torchrun", 2)) is None  # local nodes: no ssh
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from gdsbench.hosts import free_port
 from gdsbench.launchers import local, mpirun, srun, torchrun
-from gdsbench.launchers.base import Launch, Launcher, LaunchError, Program, environment
+from gdsbench.launchers.base import Launch, Launcher, LaunchError, Program, environment, new_secret
 from gdsbench.launchers.base import parse as parse_with
 
 LAUNCHERS: dict[str, Launcher] = {module.LAUNCHER.name: module.LAUNCHER for module in (local, torchrun, srun, mpirun)}
@@ -24,4 +24,15 @@ def parse(value: Any, where: str = "launcher") -> Launch:
     return parse_with(value, LAUNCHERS, where)
 
 
-__all__ = ["LAUNCHERS", "Launch", "LaunchError", "Launcher", "Program", "environment", "free_port", "get", "parse"]
+__all__ = [
+    "LAUNCHERS",
+    "Launch",
+    "LaunchError",
+    "Launcher",
+    "Program",
+    "environment",
+    "free_port",
+    "get",
+    "new_secret",
+    "parse",
+]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import secrets
 import shutil
 import socket
 import sys
@@ -17,6 +18,13 @@ from typing import Any, ClassVar
 
 from gdsbench.errors import GdsbenchError
 from gdsbench.hosts import free_port
+
+#: The variable that carries a launch's rendezvous secret to its ranks (never an argument: /proc/PID/cmdline is
+#: anyone's to read, a process's environment its owner's alone). Ranks derive from it the key namespace of their
+#: store and the proof that the store is their own (gdsbench.runners.checkpoint.join).
+SECRET_VARIABLE = "GDSBENCH_RENDEZVOUS_SECRET"
+#: How the launcher or a rank says a rendezvous port was held by someone else.
+PORT_HELD = re.compile(r"EADDRINUSE|address already in use|is held by another process", re.IGNORECASE)
 
 #: Host names that mean this machine (a torchrun node there starts without ssh).
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -90,8 +98,12 @@ class Launcher(ABC):
         """The commands that start `world_size` ranks of `program`, meeting at `port`."""
 
     def failure(self, stderr: str, returncode: int) -> str:
-        """Why the ranks failed, as the launcher said it: its last telling lines (`telling`), else its last line."""
+        """Why the ranks failed, as the launcher said it: a rendezvous port someone else held, else its last
+        telling lines (`telling`), else its last line."""
         lines = [line.strip() for line in stderr.splitlines() if line.strip().strip("=-*")]
+        held = port_held(lines)
+        if held:
+            return held
         said = [line for line in lines if re.search(self.telling, line)]
         return "; ".join(dict.fromkeys(said[-2:])) or (lines[-1] if lines else f"{self.name} exited {returncode}")
 
@@ -157,6 +169,24 @@ def parse(value: Any, known: Mapping[str, Launcher], where: str = "launcher") ->
     return Launch(name, nodes, hosts, port, partition)
 
 
-def environment() -> dict[str, str]:
-    """The environment the ranks start with: this one, one OpenMP thread per rank."""
-    return {**os.environ, "OMP_NUM_THREADS": "1"}
+def port_held(lines: list[str]) -> str:
+    """The refusal, where the output says the rendezvous port was held by another process ('' where not)."""
+    said = next((line for line in lines if PORT_HELD.search(line)), "")
+    if not said:
+        return ""
+    port = re.search(r"port:? (\S*?\d+)\b", said)
+    where = f" ({port.group(1)})" if port else ""
+    return (
+        f"the rendezvous port{where} is held by another process: refused, never connected to it "
+        f"(a launch meets only at a store it started; free the port or leave launcher.port unset); said: {said}"
+    )
+
+
+def new_secret() -> str:
+    """A fresh launch's rendezvous secret (256 bits)."""
+    return secrets.token_hex(32)
+
+
+def environment(secret: str = "") -> dict[str, str]:
+    """The environment the ranks start with: this one, one OpenMP thread per rank, the launch's secret."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", **({SECRET_VARIABLE: secret} if secret else {})}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from gdsbench.launchers.base import Launch, Launcher, Program
+from gdsbench.launchers.base import SECRET_VARIABLE, Launch, Launcher, Program
 from gdsbench.launchers.torchrun import bracketed
 
 
@@ -37,6 +37,8 @@ class Mpirun(Launcher):
                 "none",
                 "-x",
                 "OMP_NUM_THREADS",
+                "-x",
+                SECRET_VARIABLE,  # by name: its value travels in mpirun's environment, never on a command line
                 *program.argv("--rendezvous", rendezvous),
             ]
         ]

@@ -264,15 +264,20 @@ def run_tool(
 
 
 def run_tools(
-    argvs: list[list[str]], timeout: float, env: Mapping[str, str] | None = None, settle: float = 30.0
+    argvs: list[list[str]],
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    settle: float = 30.0,
+    stdin: str = "",
 ) -> list[subprocess.CompletedProcess]:
     """Run several commands at once (a launcher on every node) as run_tool runs one: all by `timeout` (ToolError
-    past it), each in a session of its own. Once one has failed the others get `settle` seconds to end (their
-    peers' loss reaches them through the rendezvous), then are stopped; every one's result is returned."""
+    past it), each in a session of its own, `stdin` written to each one's standard input (then closed). Once one
+    has failed the others get `settle` seconds to end (their peers' loss reaches them through the rendezvous),
+    then are stopped; every one's result is returned."""
     procs: list[subprocess.Popen] = []
     try:
         for argv in argvs:
-            procs.append(_start(argv, env, None, False))
+            procs.append(_start(argv, env, None, False, stdin))
         outputs = [_Output(proc, None) for proc in procs]
         _drain_all(outputs, time.monotonic() + timeout, settle)
     except BaseException as stopped:  # a timeout, a start that failed, Ctrl-C: stop every command still running
@@ -330,12 +335,14 @@ def run_polled(
 
 
 def _start(
-    argv: list[str], env: Mapping[str, str] | None, cwd: Path | None, keep_sigpipe_ignored: bool
+    argv: list[str], env: Mapping[str, str] | None, cwd: Path | None, keep_sigpipe_ignored: bool, stdin: str = ""
 ) -> subprocess.Popen:
-    """Start a tool in a session of its own, its output piped; ToolError when it cannot start."""
+    """Start a tool in a session of its own, its output piped (`stdin`, where given, written to it and closed);
+    ToolError when it cannot start."""
     try:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             argv,
+            stdin=subprocess.PIPE if stdin else None,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=dict(env) if env is not None else None,
@@ -345,6 +352,13 @@ def _start(
         )
     except OSError as exc:
         raise ToolError(f"cannot start {argv[0]}: {exc.strerror}") from None
+    if proc.stdin is not None:
+        try:
+            proc.stdin.write(stdin.encode())  # a line or two: within the pipe's buffer, never blocking
+            proc.stdin.close()
+        except BrokenPipeError:  # a tool that ended at once: its exit status says why
+            pass
+    return proc
 
 
 class _Output:

@@ -106,6 +106,34 @@ def test_a_corrupt_tier0_copy_is_skipped_and_tier1_restores_exact(tmp_path: Path
     assert_same(state(3), into.state)
 
 
+def test_a_tier0_copy_damaged_before_its_drain_is_never_durable_and_keep_removes_no_good_step(
+    tmp_path: Path,
+) -> None:
+    """Issue 45, item 3: the newest local copy damaged between its save and its drain (the drainer busy with an
+    earlier job meanwhile). The drain verifies it against its checksums, drains it nowhere and trims no tier:
+    with keep=1 the previous good step stays in both tiers and is what restore loads, exact."""
+    import threading
+
+    t0, t1 = tmp_path / "local", tmp_path / "far"
+    with TieredCheckpointer([t0, t1], keep=1) as ckpt:
+        ckpt.save(state(1), 1)
+        ckpt.wait_drained()
+        busy = threading.Event()
+        ckpt._drainer.submit(busy.wait, 30)  # the drain of step 2 queues behind this
+        record = ckpt.save(state(2), 2)
+        flip_a_data_byte(t0 / "step-000000000002.ckpt")
+        busy.set()
+        ckpt.wait_drained()
+        restored = ckpt.restore()
+    assert 1 not in record.durable_seconds and "tier 0's copy does not verify" in record.errors[1]
+    assert "checksum mismatch" in record.errors[1]
+    assert steps_in(t0) == ["step-000000000001.ckpt", "step-000000000002.ckpt"]
+    assert steps_in(t1) == ["step-000000000001.ckpt"]
+    assert (restored.step, restored.tier) == (1, 0)
+    assert_same(state(1), restored.state)
+    assert [(s.tier, s.step) for s in restored.skipped] == [(0, 2)]
+
+
 def test_a_lost_tier0_directory_restores_from_tier1_and_saves_again(tmp_path: Path) -> None:
     t0, t1 = tmp_path / "local", tmp_path / "far"
     with TieredCheckpointer([t0, t1]) as ckpt:

@@ -419,8 +419,10 @@ class DistributedRunner(CheckpointRunner):
             commands = launcher.commands(
                 launch, case.get("world_size"), Program(RANK_PROGRAM, job), launcher.port(launch)
             )
+            secret = launchers.new_secret()  # every launch its own: its ranks meet only at their own store
             try:
-                done = run_tools(commands, timeout=ctx.timeout, env=launchers.environment())
+                env = launchers.environment(secret)
+                done = run_tools(commands, timeout=ctx.timeout, env=env, stdin=secret + "\n")
             except ToolError as exc:  # a timeout: say which rank left the job, and why, when one did
                 raise ToolError("; ".join([f"{self.name}: {exc}", *rank_errors(Path(out))])) from None
             gathered = Path(out) / "ranks.json"

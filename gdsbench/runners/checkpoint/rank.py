@@ -32,7 +32,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultSavePlanner
 
-from gdsbench.runners.checkpoint import cycle, io_options
+from gdsbench.runners.checkpoint import cycle, io_options, join
 from gdsbench.runners.checkpoint.conditions import fsync_path, set_cache
 from gdsbench.runners.checkpoint.rank_job import RankJob
 from gdsbench.runners.checkpoint.rank_state import destination, local_tensors, preset_state, rank_state, same
@@ -336,7 +336,9 @@ def execute(job: RankJob, join_timeout: float = 1800.0) -> int:
     quiet_but_direct()
     backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     try:
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=join_timeout))
+        join.join(backend, datetime.timedelta(seconds=join_timeout))
+    except join.RendezvousError as exc:
+        raise SystemExit(f"gdsbench.cli_rank: rank {os.environ.get('RANK')}: {exc}") from None
     except (RuntimeError, ValueError) as exc:  # torch's DistStoreError: a peer never joined, a port taken
         address = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
         who = f"rank {os.environ.get('RANK')} of {os.environ.get('WORLD_SIZE')}"

@@ -1,5 +1,9 @@
 """Crash-safe replacement of a file: temp name in the same directory, fsync, rename, fsync dir.
 
+Only in a folder no other user controls (folder.py: every folder on the way ours or root's, writable by no one
+else unless sticky, and in a sticky one the name ours), the temp file created exclusively and never through a
+link: names there cannot be swapped under the save.
+
 A SIGKILL at any moment leaves either the previous file or the new complete one under the final
 name; at worst a temp file `.NAME.HOST.BOOT.PID.START.TOKEN.ckptio-tmp` is left behind. The next
 save to the same path removes it once it can prove the writer is gone: same host and boot, and no
@@ -29,6 +33,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from .folder import check_destination, resolved_folder
 
 TEMP_SUFFIX = ".ckptio-tmp"
 SPARE_SUFFIX = ".ckptio-spare"
@@ -131,7 +137,10 @@ def replace_atomically(path: str, *, recycle: bool = False) -> Iterator[Target]:
     new temp file), and the generation being replaced becomes the next spare. Without it, spares
     are never touched (they belong to the Checkpointer that keeps them).
     """
-    path = os.path.abspath(path)
+    head, base = os.path.split(os.path.abspath(path))
+    folder = resolved_folder(head)  # UnsafeLocation where another user controls a folder on the way
+    check_destination(folder, base)
+    path = os.path.join(folder, base)
     remove_stale_temps(path)
     target = Target(temp_path(path))
     if recycle and claim_spare(path, target.path):
@@ -237,11 +246,16 @@ def _keep_as_spare(path: str) -> bool:
 
 
 def _hold(path: str) -> int | None:
-    """An fd on the file about to be replaced, so the rename does not free its blocks inline."""
+    """An fd on the file about to be replaced, so the rename does not free its blocks inline (a regular file only,
+    never through a link: a FIFO at the name must not block the save)."""
     try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except OSError:
         return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
 
 
 def _release_later(fd: int | None) -> None:

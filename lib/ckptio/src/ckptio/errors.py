@@ -197,3 +197,13 @@ class NoCheckpoint(CheckpointError):
             f"tier {s.tier}" + (f" step {s.step}" if s.step is not None else "") + f": {s.reason}" for s in skipped
         )
         super().__init__(f"no checkpoint that verifies in {', '.join(tiers)}: " + (tried or "no tier holds one"))
+
+
+class UnsafeLocation(CheckpointError, PermissionError):
+    """A folder a save or a tier would write in that another user controls (owns it or an ancestor, can write it,
+    planted a link on the way or a file at the name): refused before a byte is written."""
+
+    def __init__(self, path: str | os.PathLike[str], problem: str) -> None:
+        self.path = os.fspath(path)
+        self.problem = problem
+        Exception.__init__(self, f"{self.path}: refused: {problem}")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import durable
 from .errors import OptionError
+from .folder import resolved_folder
 from .loading import load_existing, load_new
 from .location import object_location
 from .memory import StagingCache
@@ -64,7 +65,9 @@ def pinned(path: str) -> Iterator[str]:
 
 
 class LocalTier:
-    """A local directory of checkpoints (made on the first save into it)."""
+    """A local directory of checkpoints, ours alone (made, mode 0700, on the first save into it): one another user
+    owns or can write, or reached through a link another user could have planted, is refused (UnsafeLocation),
+    so no file in it can have been planted or swapped by anyone but this user (or root)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.fspath(path))
@@ -76,15 +79,26 @@ class LocalTier:
         """Where a step's checkpoint is."""
         return os.path.join(self.path, name_of(step))
 
+    def prepare(self) -> None:
+        """Make the folder (0700) if missing; UnsafeLocation where it, or a folder on the way, is not safe."""
+        resolved_folder(self.path, create=True, alone=True)
+
     def steps(self) -> list[int]:
-        """The steps of the checkpoint files here: regular files (no link followed) of ckptio's names only."""
+        """The steps of the checkpoint files here: regular files of this user's (no link followed) of ckptio's names
+        only, in a folder that is ours alone (UnsafeLocation otherwise)."""
+        resolved_folder(self.path, alone=True)
+        me = os.geteuid()
         with os.scandir(self.path) as entries:
             found = [(step_of(e.name), e) for e in entries]
-            return [step for step, e in found if step is not None and e.is_file(follow_symlinks=False)]
+            return [
+                step
+                for step, e in found
+                if step is not None and e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_uid == me
+            ]
 
     def put(self, source: str, step: int) -> None:
         """Copy the file `source` in as `step`: to a temp name, fsynced, renamed into place, directory fsynced."""
-        os.makedirs(self.path, exist_ok=True)
+        self.prepare()
         with durable.replace_atomically(self.file(step)) as target, open(source, "rb") as src:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             out = os.open(target.path, flags, 0o644)

@@ -30,6 +30,7 @@ from .options import IOOptions, resolve
 from .saving import save_to
 from .tier_records import Restored, Skipped, TierSave, reason
 from .tier_stores import LocalTier, Tier, name_of, pinned
+from .verify import verify_file
 
 if TYPE_CHECKING:
     from .host_copy import HostCopy
@@ -128,8 +129,8 @@ class TieredCheckpointer:
         return sorted(waited, key=lambda r: r._start)
 
     def _write(self, state_dict: Any, step: int) -> None:
-        """Save durably into tier 0."""
-        os.makedirs(self._tier0.path, exist_ok=True)
+        """Save durably into tier 0 (a folder ours alone)."""
+        self._tier0.prepare()
         staging = self._staging().within(self.options.buffer_bytes, self.options.chunk_bytes)
         save_to(state_dict, self._tier0.file(step), self.options, self.checksum, staging)
 
@@ -187,20 +188,28 @@ class TieredCheckpointer:
         return [record for record, _ in due.values()]
 
     def _drain(self, record: TierSave, tiers: list[int]) -> None:
-        """Copy a save's tier-0 file to each of `tiers` in order (the file as it was opened), then keep tier 0."""
+        """Verify a save's tier-0 file against the checksums it was saved with, then copy that same file (as it was
+        opened) to each of `tiers` in order, then keep tier 0. A copy that does not verify is drained nowhere and
+        trims no tier: the older steps it would have replaced stay."""
+        verified = False
         try:
             with pinned(self._tier0.file(record.step)) as source:
+                verify_file(source, self._tier0.file(record.step))
+                verified = True
                 for i in tiers:
                     self._drain_to(record, i, source)
-        except OSError as error:  # tier 0's copy is gone: nothing to retry from
+        except (OSError, CheckpointError) as error:  # tier 0's copy is gone or damaged: nothing to retry from
+            said = "cannot be read" if isinstance(error, OSError) else "does not verify"
+            log.warning("step %d: tier 0's copy %s, not drained: %s", record.step, said, reason(error))
             for i in tiers:
-                record._failed(i, f"tier 0's copy cannot be read: {error}")
+                record._failed(i, f"tier 0's copy {said}: {reason(error)}")
         finally:
             with self._lock:
                 self._needed[record.step] -= 1
                 if not self._needed[record.step]:
                     del self._needed[record.step]
-            self._keep(0, record.step)
+            if verified:
+                self._keep(0, record.step)
 
     def _drain_to(self, record: TierSave, i: int, source: str) -> None:
         """One copy into tier i: durable (older steps there then trimmed to `keep`), or its failure recorded and

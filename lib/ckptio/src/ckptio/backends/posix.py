@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -56,8 +57,12 @@ class PosixBackend:
         """Create `path` exclusively (so a failure here never touches someone else's file), then open it
         with this backend's flags; `existing` reopens a file to overwrite it in place."""
         if not existing:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | self.flags)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK | self.flags)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # never a FIFO or a device put at the name meanwhile
+            os.close(fd)
+            raise OSError(errno.EEXIST, "not a regular file", path)
+        os.set_blocking(fd, True)
         return PosixWriter(fd, self, options, staging)
 
     def open(self, path: str, options: IOOptions, staging: StagingBuffers | None) -> PosixReader:

@@ -13,6 +13,7 @@ from typing import IO, Any, Protocol
 from .. import backends
 from ..durable import fsync_dir
 from ..errors import CheckpointError
+from ..folder import resolved_folder
 from ..location import object_location
 from ..memory import StagingBuffers
 from ..options import IOOptions
@@ -117,7 +118,8 @@ class DirectoryStore:
         """Nothing to note: the commit lock decides what a sweep may remove."""
 
     def prepare(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
+        """Make the checkpoint directory; UnsafeLocation where another user controls it or a folder on the way."""
+        resolved_folder(self.path, create=True)
 
     def write(self, name: str, items: list[Any], options: IOOptions, codec: Any, checksum: str,
               staging: StagingBuffers, rank: int) -> list[ItemRecord]:  # fmt: skip
