@@ -129,6 +129,13 @@ class IOOptions:
         object_connections: requests in flight to an object store: the cap on the S3 client's connections (an
             upload's parts, a load's GETs) and how many pieces a load requests at once; network latency, not
             the cores, sets how many it takes (default 8).
+        request_seconds: the most one request to an object store may take, from sent to its last byte (a part, a
+            ranged GET, a listing page); past it the request is cancelled and the call fails (default 120: a
+            16 MiB part at 140 KB/s).
+        object_retries: how often a request is retried after a transient failure (a 5xx, SlowDown, a reset
+            connection), with exponential back-off and jitter capped at 5 s; 0 to 10 (default 2).
+        operation_seconds: the most one call on an object store may take in all, every request and retry
+            included: a single-file save or load, a tier's drain, listing or removal (default 3600).
     """
 
     threads: int = _env_field(default_threads)
@@ -144,6 +151,9 @@ class IOOptions:
     # part_bytes, object_connections: the knee of benchmarks/s3_options.py (1 GiB to a one-host Ceph; docs/api.md)
     part_bytes: int = _env_field(16 * MiB)
     object_connections: int = _env_field(8)
+    request_seconds: int = _env_field(120)
+    object_retries: int = _env_field(2)
+    operation_seconds: int = _env_field(3600)
 
     def __post_init__(self) -> None:
         """Fill unset fields from the environment or the host, then validate every field; "auto" pages become
@@ -162,7 +172,8 @@ class IOOptions:
 
 def _check(o: IOOptions) -> None:
     """Refuse values that cannot work, naming the field and what it takes."""
-    for name in ("threads", "prefault_threads", "overlap_bytes", "span_bytes", "scratch_bytes", "object_connections"):
+    positive = ("threads", "prefault_threads", "overlap_bytes", "span_bytes", "scratch_bytes", "object_connections")
+    for name in (*positive, "request_seconds", "operation_seconds"):
         if not isinstance(getattr(o, name), int) or getattr(o, name) < 1:
             raise OptionError(f"IOOptions.{name} must be an integer >= 1, not {getattr(o, name)!r}")
     if not isinstance(o.chunk_bytes, int) or o.chunk_bytes <= 0 or o.chunk_bytes % 4096:
@@ -172,6 +183,8 @@ def _check(o: IOOptions) -> None:
     low, high = PART_LIMITS
     if not isinstance(o.part_bytes, int) or not low <= o.part_bytes <= high:
         raise OptionError(f"IOOptions.part_bytes must be an integer from 5 MiB to 5 GiB (S3's), not {o.part_bytes!r}")
+    if isinstance(o.object_retries, bool) or not isinstance(o.object_retries, int) or not 0 <= o.object_retries <= 10:
+        raise OptionError(f"IOOptions.object_retries must be an integer from 0 to 10, not {o.object_retries!r}")
     if o.backend not in BACKENDS:
         raise OptionError(f"IOOptions.backend must be one of {BACKENDS}, not {o.backend!r}")
     if o.flush not in FLUSHES:

@@ -162,7 +162,8 @@ class ObjectTier:
 
     def steps(self) -> list[int]:
         """The steps of the checkpoint objects directly under the prefix (ckptio's names only)."""
-        found = [self._step(s.key) for s in self.bucket().listing(self.location.key("step-"))]
+        bucket = self.bucket().within(self.options.operation_seconds)
+        found = [self._step(s.key) for s in bucket.listing(self.location.key("step-"))]
         return [step for step in found if step is not None]
 
     def put(self, source: str, step: int) -> None:
@@ -170,7 +171,7 @@ class ObjectTier:
         then abort the incomplete uploads of checkpoint names listed before it began (a failed or killed drain's)."""
         from .s3.stale import abort_earlier, earlier_uploads
 
-        bucket = self.bucket()
+        bucket = self.bucket().within(self.options.operation_seconds)
         earlier = earlier_uploads(bucket, self.location.key("step-"), lambda key: self._step(key) is not None)
         bucket.put_file(self.location.key(name_of(step)), source)
         abort_earlier(bucket, earlier)
@@ -182,7 +183,7 @@ class ObjectTier:
 
     def remove(self, step: int) -> None:
         """Delete a step's object."""
-        self.bucket().delete(self.location.key(name_of(step)))
+        self.bucket().within(self.options.operation_seconds).delete(self.location.key(name_of(step)))
 
     @contextlib.contextmanager
     def readable(self, step: int) -> Iterator[str]:

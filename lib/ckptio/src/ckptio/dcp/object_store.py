@@ -47,10 +47,11 @@ class ObjectStore:
 
     @property
     def bucket(self) -> Bucket:
-        """The bucket's client (made anew in a process this store was pickled to)."""
+        """The bucket's client (made anew in a process this store was pickled to), for one step of a save or load
+        (a rank's write, the commit, a load's listing or reads): at most options.operation_seconds in all."""
         if self._bucket is None:
             self._bucket = bucket_for(self.path.bucket, self.options)
-        return self._bucket
+        return self._bucket.within(self.options.operation_seconds)
 
     def where(self, name: str) -> str:
         return f"s3://{self.path.bucket}/{self.path.key(name)}"

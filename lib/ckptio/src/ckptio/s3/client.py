@@ -1,17 +1,24 @@
 """Requests to one bucket through the AWS CRT's S3 client (awscrt, the extra `ckptio[s3]`).
 
 Path-style requests (`/<bucket>/<key>`: AWS, radosgw and MinIO all take them), SigV4-signed with the
-environment's credentials, a transient failure retried twice (the CRT's standard strategy, with backoff; a
-4xx is never retried) and a connect timeout, so a stopped store is an error in seconds, not a hang. An upload above
-`part_size` is a multipart upload of parallel parts (the CRT aborts it when a part fails); a ranged GET above
-`part_size` is split into parallel ranged GETs. Every failure is an ObjectStoreError with the HTTP status.
+environment's credentials. Nothing a store does can hold a caller past its limits: a connect timeout; every
+request (a part, a ranged GET, a listing page) cancelled once it has taken `request_seconds`; every request
+of an operation (`within`) refused once the operation's deadline passed; a transient failure (a 5xx, SlowDown,
+a reset) retried `retries` times with capped exponential back-off and jitter (the CRT's standard strategy; a
+4xx never); a listing of at most MAX_PAGES pages, each at most MAX_LISTING bytes, a page token that repeats
+refused; XML with a DOCTYPE (entities) refused unparsed. An upload above `part_size` is a multipart upload of
+parallel parts (the CRT aborts it when a part fails); a ranged GET above `part_size` is split into parallel
+ranged GETs. Every failure is an ObjectStoreError: the request, the key, the HTTP status, the tries.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import io
 import re
 import threading
+import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -27,7 +34,14 @@ CONNECT_TIMEOUT_MS = 5000
 #: A request (one part of an upload, one ranged GET) is retried this often on a transient failure (a 5xx, SlowDown, a
 #: reset connection) before the save or load fails: S3's own advice for a library; the benchmark's client retries none.
 RETRIES = 2
+REQUEST_SECONDS = 120  # the most one request may take, sent to its last byte (IOOptions.request_seconds)
+BACKOFF_MS, MAX_BACKOFF_S = 200, 5  # a retry waits up to 200 ms x 2^attempt (full jitter), never over 5 s
+CANCEL_WAIT_S = 10  # how long a cancelled request may take to let go of its buffers
 MAX_LISTING = 16 << 20  # a listing page of 1,000 keys is ~300 KB
+MAX_PAGES = 10_000  # a listing of up to 10 million keys; a store that pages on forever is refused
+MAX_ERROR_BODY = 64 << 10
+#: The CRT's names for a throttling answer whose status it does not pass on.
+THROTTLED = {"AWS_ERROR_S3_SLOW_DOWN": 503}  # how much of an error's body is searched for S3's code
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 _CODE = re.compile(rb"<Code>([^<]{1,100})</Code>")
 
@@ -143,9 +157,17 @@ class _Collect:
 
 
 class Bucket:
-    """Blocking requests to one bucket (thread-safe: call from many threads, or start several with `begin`)."""
+    """Blocking requests to one bucket (thread-safe: call from many threads, or start several with `begin`), each
+    bounded in time and retries; `within(seconds)` gives the same client with an operation's deadline."""
 
-    def __init__(self, bucket: str, part_size: int = 16 << 20, connections: int | None = None) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        part_size: int = 16 << 20,
+        connections: int | None = None,
+        retries: int = RETRIES,
+        request_seconds: float = REQUEST_SECONDS,
+    ) -> None:
         crt = _crt()
         from awscrt import auth, s3
         from awscrt import io as crt_io
@@ -165,10 +187,19 @@ class Bucket:
             part_size=part_size,
             multipart_upload_threshold=part_size,
             max_active_connections_override=connections,
-            retry_config=s3.S3RetryConfig(retry_mode=s3.S3RetryMode.STANDARD, max_retries=RETRIES),
+            retry_config=retry_config(s3, retries),
             connect_timeout_ms=CONNECT_TIMEOUT_MS,
         )
         self._errors = crt.exceptions.AwsCrtError
+        self.retries, self.request_seconds = retries, request_seconds
+        self.deadline: float | None = None  # time.monotonic() past which no request of the operation is sent
+        self.budget = 0.0  # the operation's seconds, for messages
+
+    def within(self, seconds: float) -> Bucket:
+        """This client for one operation that may take at most `seconds` in all (its requests, its retries)."""
+        bound = copy.copy(self)
+        bound.deadline, bound.budget = time.monotonic() + seconds, seconds
+        return bound
 
     def url(self, key: str) -> str:
         """How a key is named in errors."""
@@ -199,8 +230,8 @@ class Bucket:
 
     def finish_get(self, key: str, started: tuple[Any, _Into]) -> int:
         """Wait for a GET `begin_get` started; the bytes received (ObjectStoreError if more came than asked)."""
-        future, sink = started
-        self._wait("GetObject", key, future)
+        request, sink = started
+        self._wait("GetObject", key, request)
         if sink.overflow:
             raise ObjectStoreError(self.url(key), "GetObject", None, f"{sink.received} bytes, more than asked")
         return sink.received
@@ -236,25 +267,30 @@ class Bucket:
         """Every object whose key starts with `prefix` (ListObjectsV2, page by page)."""
         found: list[Stored] = []
         token: str | None = None
-        while True:
+        seen: set[str] = set()
+        for _ in range(MAX_PAGES):
             query = {"list-type": "2", "prefix": prefix} | ({"continuation-token": token} if token else {})
-            root = self._xml("ListObjectsV2", query)
-            found += [_stored(e) for e in _children(root, "Contents")]
-            token = _next_token(root, "NextContinuationToken")
+            entries, token = parse_listing(self._xml("ListObjectsV2", query))
+            found += entries
             if token is None:
                 return found
+            _new_page(token, seen, self.url(prefix), "ListObjectsV2")
+        raise ObjectStoreError(self.url(prefix), "ListObjectsV2", None, f"a listing of more than {MAX_PAGES} pages")
 
     def uploads(self, prefix: str) -> list[Upload]:
         """Multipart uploads begun under `prefix` and neither completed nor aborted (ListMultipartUploads)."""
         found: list[Upload] = []
         marker: dict[str, str] = {}
-        while True:
+        seen: set[str] = set()
+        for _ in range(MAX_PAGES):
             root = self._xml("ListMultipartUploads", {"uploads": "", "prefix": prefix} | marker)
             for e in _children(root, "Upload"):
                 found.append(Upload(_text(e, "Key"), _text(e, "UploadId"), _iso(_find(e, "Initiated"))))
             if _find(root, "IsTruncated").lower() != "true":
                 return found
             marker = {"key-marker": _find(root, "NextKeyMarker"), "upload-id-marker": _find(root, "NextUploadIdMarker")}
+            _new_page(repr(sorted(marker.items())), seen, self.url(prefix), "ListMultipartUploads")
+        raise ObjectStoreError(self.url(prefix), "ListMultipartUploads", None, f"more than {MAX_PAGES} pages")
 
     def abort(self, upload: Upload) -> None:
         """AbortMultipartUpload (one already gone is no error)."""
@@ -275,10 +311,7 @@ class Bucket:
         self._wait(operation, "", self._start(operation, "GET", "", query=query, sink=body))
         if body.received > MAX_LISTING:
             raise ObjectStoreError(self.url(""), operation, None, f"an answer of {body.received} bytes")
-        try:
-            return ElementTree.fromstring(b"".join(body.parts))
-        except ElementTree.ParseError as e:
-            raise ObjectStoreError(self.url(""), operation, None, f"not an XML answer ({e})") from None
+        return parse_xml(b"".join(body.parts), self.url(""), operation)
 
     def _start(
         self,
@@ -306,30 +339,86 @@ class Bucket:
         kind = kinds.get(operation, self._s3.S3RequestType.DEFAULT)
         named = {} if operation in kinds else {"operation_name": operation}
         request = HttpRequest(method, path, sent, body)
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise ObjectStoreError(self.url(key), operation, None, self._out_of_time())
         try:
-            made = self.client.make_request(
+            return self.client.make_request(
                 type=kind, request=request, on_body=sink, on_headers=on_headers, send_filepath=send_filepath, **named
             )
         except self._errors as e:
             raise ObjectStoreError(self.url(key), operation, None, f"{e.name} ({e.message})") from None
-        return made.finished_future
 
-    def _wait(self, operation: str, key: str, future: Any) -> None:
-        """Wait for a request; ObjectStoreError with the HTTP status and S3's error code if it failed."""
+    def _wait(self, operation: str, key: str, request: Any) -> None:
+        """Wait for a request, at most request_seconds and never past the operation's deadline (then it is cancelled);
+        ObjectStoreError with the HTTP status, S3's error code and the tries if it failed."""
+        limit = self.request_seconds
+        if self.deadline is not None:
+            limit = min(limit, max(0.0, self.deadline - time.monotonic()))
         try:
-            future.result()
+            request.finished_future.result(timeout=limit)
         except self._errors as e:
-            status = getattr(e, "status_code", None) or None
-            raise ObjectStoreError(self.url(key), operation, status, _reason(e)) from None
+            status = getattr(e, "status_code", None) or THROTTLED.get(e.name)
+            transient = status is None or status >= 500
+            tries = f" (after up to {self.retries + 1} tries)" if self.retries and transient else ""
+            raise ObjectStoreError(self.url(key), operation, status, _reason(e) + tries) from None
+        except TimeoutError:
+            request.cancel()
+            with contextlib.suppress(Exception):  # the CRT ends a cancelled request with an error: expected
+                request.finished_future.result(timeout=CANCEL_WAIT_S)
+            why = (
+                self._out_of_time()
+                if limit < self.request_seconds
+                else (f"no whole answer within {self.request_seconds:g} s (IOOptions.request_seconds): cancelled")
+            )
+            raise ObjectStoreError(self.url(key), operation, None, why) from None
+
+    def _out_of_time(self) -> str:
+        return f"the operation's {self.budget:g} s (IOOptions.operation_seconds) ran out: cancelled"
 
     def close(self) -> None:
         """Let the CRT client go (its connections close with it)."""
         self.client = None
 
 
+def retry_config(s3: Any, retries: int) -> Any:
+    """The CRT's retry strategy: `retries` per request with capped back-off, or none at all (its 0 means 5)."""
+    if not retries:
+        return s3.S3RetryConfig(retry_mode=s3.S3RetryMode.NONE)
+    return s3.S3RetryConfig(
+        retry_mode=s3.S3RetryMode.STANDARD,
+        max_retries=retries,
+        backoff_scale_factor_ms=BACKOFF_MS,
+        max_backoff_secs=MAX_BACKOFF_S,
+    )
+
+
+def parse_xml(data: bytes, where: str, operation: str) -> ElementTree.Element:
+    """An answer's XML document; ObjectStoreError for one that is not XML, or that declares a DOCTYPE (S3 never
+    does: entities are never expanded)."""
+    if b"<!DOCTYPE" in data[:4096].upper() or b"<!ENTITY" in data.upper():
+        raise ObjectStoreError(where, operation, None, "an XML answer with a DOCTYPE or entities: refused unparsed")
+    try:
+        return ElementTree.fromstring(data)
+    except ElementTree.ParseError as e:
+        raise ObjectStoreError(where, operation, None, f"not an XML answer ({e})") from None
+
+
+def parse_listing(root: ElementTree.Element) -> tuple[list[Stored], str | None]:
+    """One ListObjectsV2 page: its entries and the next page's token (None on the last page); ObjectStoreError
+    for an entry or a page it cannot read."""
+    return [_stored(e) for e in _children(root, "Contents")], _next_token(root, "NextContinuationToken")
+
+
+def _new_page(token: str, seen: set[str], where: str, operation: str) -> None:
+    """A listing's next page token, refused when the store gave it before (it would page on forever)."""
+    if token in seen:
+        raise ObjectStoreError(where, operation, None, "a listing whose page token repeats")
+    seen.add(token)
+
+
 def _reason(error: Any) -> str:
     """What a failed request said: S3's error code where it answered, else the CRT's error."""
-    code = _CODE.search(getattr(error, "body", None) or b"")
+    code = _CODE.search((getattr(error, "body", None) or b"")[:MAX_ERROR_BODY])
     if code:
         return code.group(1).decode("ascii", "replace")
     return f"{error.name} ({error.message})"
@@ -356,7 +445,9 @@ def _stored(e: ElementTree.Element) -> Stored:
     try:
         size = int(_text(e, "Size"))
     except ValueError:
-        raise ObjectStoreError("listing", "ListObjectsV2", None, "an entry with a size that is not a number") from None
+        size = -1
+    if not 0 <= size < 1 << 63:
+        raise ObjectStoreError("listing", "ListObjectsV2", None, "an entry with a size that is not a byte count")
     return Stored(_text(e, "Key"), size, _find(e, "ETag"), _iso(_find(e, "LastModified")))
 
 

@@ -47,7 +47,7 @@ def object_writer(location: ObjectLocation, options: IOOptions, staging: Staging
     """A writer of the object at `location`, uploaded whole by its `finish` (parts of `options.part_bytes`); once the
     block succeeded, the incomplete uploads of the key listed before it are aborted (stale.py); its client closed."""
     key = object_key(location)
-    bucket = bucket_for(location.bucket, options)
+    bucket = bucket_for(location.bucket, options).within(options.operation_seconds)
     try:
         earlier = earlier_uploads(bucket, key, key.__eq__)
         writer = ObjectBackend(bucket).create(key, options, staging)
@@ -140,7 +140,7 @@ def pinned_object(location: ObjectLocation, options: IOOptions) -> Iterator[Pinn
     """The object at `location`, validated and pinned to its version for the block (one client, with the options'
     part size and connections); a read that finds it replaced raises ObjectStoreError (HTTP 412) saying so."""
     object_key(location)
-    bucket = bucket_for(location.bucket, options)
+    bucket = bucket_for(location.bucket, options).within(options.operation_seconds)
     try:
         yield PinnedObject(bucket, location)
     except ObjectStoreError as e:
