@@ -1,6 +1,6 @@
 """The rank program: what torchrun starts on every rank of every node for a distributed checkpoint case.
 
-    torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=node0:29500 --rdzv-id=ck1 \\
+    torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=static --node-rank=0 --rdzv-endpoint=node0:29500 \\
         -m gdsbench.cli_rank --checkpoint /shared/ckpt --out /tmp/ck1 \\
         --case engine=dcp_fast,pattern=save,world_size=8,workload=llama3-8b,checkpoint_size=4G
 
