@@ -291,13 +291,26 @@ def smoke(output: Path, directory: Path, gpu: bool, quick: bool) -> None:
     help="A slower case fails the comparison when new/base is below 1 - threshold.",
 )
 @click.option("--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True)
-def compare(base: Path, new: Path, threshold: str, fmt: str) -> None:
-    """Compare NEW results with BASE case by case; exit 1 on a regression beyond --threshold."""
+@click.option("--strict", is_flag=True, help="Fail (exit 3) on a case left inconclusive by its rows' flags.")
+@click.option(
+    "--allow-flags",
+    default="",
+    metavar="NAMES",
+    help="Comma-separated guard-rail flags to judge anyway (e.g. page_cache); others make a case inconclusive.",
+)
+def compare(base: Path, new: Path, threshold: str, fmt: str, strict: bool, allow_flags: str) -> None:
+    """Compare NEW results with BASE case by case; exit 1 on a regression beyond --threshold, 3 when a case was
+    inconclusive (its rows flagged) under --strict or when no case could be judged, else 0."""
     from gdsbench import compare as compare_mod
+    from gdsbench import flags
 
-    result = compare_mod.compare_files(base, new, compare_mod.parse_threshold(threshold))
+    try:
+        allowed = flags.parse_allowed(allow_flags)
+    except ValueError as exc:
+        raise UsageError(f"--allow-flags: {exc}") from None
+    result = compare_mod.compare_files(base, new, compare_mod.parse_threshold(threshold), allowed)
     click.echo(compare_mod.render(result, fmt, str(base), str(new)), nl=False)
-    sys.exit(1 if len(result.regressions) else 0)
+    sys.exit(result.exit_status(strict))
 
 
 @cli.command()
@@ -326,8 +339,12 @@ def compare(base: Path, new: Path, threshold: str, fmt: str) -> None:
     show_default=True,
     help="How to print the outcomes on stdout (the sweep's progress goes to stderr).",
 )
-def qualify(config_file: Path, output: Path, results_files: tuple[Path, ...], junit: Path | None, fmt: str) -> None:
-    """Run CONFIG_FILE's sweep (or read --results) and judge its `checks:`; exit 1 if any check fails."""
+@click.option("--strict", is_flag=True, help="Fail (exit 3) on a check left inconclusive by its rows' flags.")
+def qualify(
+    config_file: Path, output: Path, results_files: tuple[Path, ...], junit: Path | None, fmt: str, strict: bool
+) -> None:
+    """Run CONFIG_FILE's sweep (or read --results) and judge its `checks:`; exit 1 if any check fails, 3 when one
+    was inconclusive (its rows flagged) under --strict or when none passed, else 0."""
     from gdsbench import config as config_mod
     from gdsbench import flags, results
     from gdsbench import qualify as qualify_mod
@@ -354,9 +371,9 @@ def qualify(config_file: Path, output: Path, results_files: tuple[Path, ...], ju
     if junit:
         hosts = ",".join(sorted(frame["host"].astype(str).unique()))
         junit.parent.mkdir(parents=True, exist_ok=True)
-        junit.write_text(junit_mod.to_xml(outcomes, config.name, hosts, properties=props))
+        junit.write_text(junit_mod.to_xml(outcomes, config.name, hosts, properties=props, strict=strict))
         err.print(f"junit: {junit}")
-    sys.exit(1 if any(o.status == junit_mod.FAIL for o in outcomes) else 0)
+    sys.exit(junit_mod.exit_status(outcomes, strict))
 
 
 @cli.command()

@@ -16,6 +16,12 @@ The verdict rule, per case (ok rows only; `spread` = (max - min) / median over r
 A case is a regression when it is `slower` and its ratio is below 1 - threshold, or when NEW has only
 failed rows for a case BASE measured (`failed`); `compare` exits 1 on any regression. With one
 repetition a side the ranges are points, so any difference is faster or slower: use repetitions.
+
+A case whose rows (either side's) carry a guard-rail flag not allowed (`--allow-flags`) is `inconclusive`
+instead of same, faster or slower: its own flags say the measurement is not to be trusted (a busy machine, a
+spread, the page cache), so it is never a regression nor a pass; the notes name the flags and their remedies.
+`compare --strict` fails on an inconclusive case (exit 3); without it a run with no conclusive case exits 3 too
+(a gate that judged nothing must not pass).
 """
 
 from __future__ import annotations
@@ -50,6 +56,18 @@ class Comparison:
     def regressions(self) -> pd.DataFrame:
         """The cases that make `compare` fail."""
         return self.table[self.table["regression"]]
+
+    @property
+    def inconclusive(self) -> pd.DataFrame:
+        """The cases whose flags left them unjudged."""
+        return self.table[self.table["verdict"] == flags.INCONCLUSIVE]
+
+    def exit_status(self, strict: bool = False) -> int:
+        """1 on a regression; 3 on an inconclusive case with `strict`, or when no case was judged; else 0."""
+        if len(self.regressions):
+            return 1
+        judged = self.table["verdict"].isin(["same", "faster", "slower"]).any()
+        return 3 if len(self.inconclusive) and (strict or not judged) else 0
 
 
 def parse_threshold(text: str) -> float:
@@ -120,6 +138,7 @@ def compare(
     servers: set[str] | None = None,
     warnings: tuple[str, ...] = (),
     sides: tuple[str, str] = ("BASE", "NEW"),
+    allowed: frozenset[str] = frozenset(),
 ) -> Comparison:
     """Match (case, host) pairs and compute ratio, verdict and regression for each; `servers` are the
     fio server labels of multi-host sweeps (rows of other hosts match whatever machine they ran on).
@@ -142,6 +161,10 @@ def compare(
         word = verdict(b, n)
         if b["n"] == 0 and n["n"] == 0:
             word = "skipped"
+        if word in ("same", "faster", "slower") and (
+            flags.distrusted(b["flags"], allowed) or flags.distrusted(n["flags"], allowed)
+        ):
+            word = flags.INCONCLUSIVE
         regression = (word == "failed" and b["n"] > 0) or (word == "slower" and ratio < 1 - threshold)
         rows.append(
             {
@@ -193,13 +216,15 @@ def host_warnings(left: pd.DataFrame, right: pd.DataFrame) -> list[str]:
     ]
 
 
-def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD) -> Comparison:
+def compare_files(
+    base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD, allowed: frozenset[str] = frozenset()
+) -> Comparison:
     """compare() on two results CSVs, flags judged, hosts matched and fingerprints compared by their sidecars."""
     metas = results.read_sidecar(base), results.read_sidecar(new)
     servers = {label for meta in metas for label in (meta.get("settings") or {}).get("hosts") or []}
     frames = [flags.annotate(results.load([path])) for path in (base, new)]
     notes = (*schema_change(*metas), *fingerprint_changes(*metas))
-    return compare(frames[0], frames[1], threshold, servers, notes, (f"BASE {base}", f"NEW {new}"))
+    return compare(frames[0], frames[1], threshold, servers, notes, (f"BASE {base}", f"NEW {new}"), allowed)
 
 
 def schema_change(base: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
@@ -314,12 +339,28 @@ def summary_notes(comparison: Comparison, base: str, new: str) -> list[str]:
             "match on the other side"
         )
     notes += [f"warning: {line.replace('BASE', base).replace('NEW', new)}" for line in comparison.warnings]
+    notes += inconclusive_notes(comparison)
     count = len(comparison.regressions)
     notes.append(
         f"{count} regression{'s' if count != 1 else ''} beyond {comparison.threshold:.0%} "
         f"({len(comparison.table)} cases compared; verdict 'same' = ranges overlap or change within combined spread)"
     )
     return notes
+
+
+def inconclusive_notes(comparison: Comparison) -> list[str]:
+    """How many cases were left unjudged, on which flags, and what to do about each flag."""
+    unjudged = comparison.inconclusive
+    if unjudged.empty:
+        return []
+    raised = flags.text(
+        n for cells in unjudged[["base_flags", "new_flags"]].values for c in cells for n in flags.parse(c)
+    )
+    return [
+        f"inconclusive: {len(unjudged)} case(s), their rows flagged {raised}: their own measurement says it is not to "
+        "be trusted (no regression or pass is called on them; --strict fails on them, --allow-flags judges them anyway)",
+        *(f"inconclusive because {line}" for line in flags.remedies(raised.split(","))),
+    ]
 
 
 def to_json(comparison: Comparison, base: str, new: str) -> str:
@@ -334,6 +375,7 @@ def to_json(comparison: Comparison, base: str, new: str) -> str:
         "new": new,
         "threshold": comparison.threshold,
         "regressions": len(comparison.regressions),
+        "inconclusive": len(comparison.inconclusive),
         "cases": cases,
         "only_base": list(comparison.only_base),
         "only_new": list(comparison.only_new),

@@ -117,9 +117,24 @@ RULES: dict[str, Rule] = {
 }
 
 
-#: Flags on a figure beside the bandwidth (the machine's CPU), which depend on what else ran: a qualify check on
-#: bandwidth or latency does not fail on them (the report still shows them).
-ADVISORY = frozenset({"busy_machine"})
+#: Every guard rail says its row's figures cannot be taken at face value: a compare verdict or a qualify check on a
+#: row that carries one (and that the caller did not allow) is `inconclusive`, never a regression, a pass or a fail.
+INCONCLUSIVE = "inconclusive"
+
+
+def distrusted(cell: Any, allowed: Iterable[str] = ()) -> list[str]:
+    """The flags of a `flags` cell that make a verdict on its row inconclusive: all of them but those `allowed`."""
+    spared = set(allowed)
+    return [name for name in parse(cell) if name not in spared]
+
+
+def parse_allowed(text: str) -> frozenset[str]:
+    """A comma-separated list of flag names (--allow-flags); ValueError naming an unknown one."""
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    unknown = sorted(names - set(RULES))
+    if unknown:
+        raise ValueError(f"unknown flag {unknown[0]!r}: one of {', '.join(RULES)}")
+    return names
 
 
 def text(names: Iterable[str]) -> str:

@@ -16,9 +16,11 @@ Each check selects rows with `where:` (parameter values, e.g. {pattern: read, io
 
 In a multi-host sweep a check judges every host's rows and the aggregate's unless it names `host:` (a
 server's label, or `all` for the aggregate); `per_host: true` makes it one check per host (one JUnit
-case each), the aggregate left out. A check that passed fails on a row flagged by a guard rail
-(gdsbench.flags) unless the config allows that flag: `allow_flags: [page_cache]` at the top level or in
-the check (JUnit type Flagged); one that missed its threshold fails as ThresholdNotMet, its flags named.
+case each), the aggregate left out. A check whose rows a guard rail flagged (gdsbench.flags: their measurement is
+not to be trusted) is `inconclusive`, whichever way its threshold went, naming the flags, the rows, the measured
+value and the remedy, unless the config allows the flag: `allow_flags: [page_cache]` at the top level or in the
+check. `qualify --strict` fails the gate on an inconclusive check (JUnit failure type Inconclusive; else a
+skipped test case); a run in which nothing passed and something was inconclusive exits 3 either way.
 
 A check whose rows all failed or that matched no rows fails; one whose rows were all skipped is skipped
 (with the runner's reason); skipped rows beside ok ones are ignored. Checks are validated when the config
@@ -42,7 +44,7 @@ from gdsbench.cases import plain
 from gdsbench.errors import ConfigError
 from gdsbench.keys import duration
 from gdsbench.report import goodput, tables
-from gdsbench.report.junit import FAIL, PASS, SKIP, Outcome
+from gdsbench.report.junit import FAIL, INCONCLUSIVE, PASS, SKIP, Outcome
 from gdsbench.units import latency_text, parse_duration, parse_size
 
 RUN_COLUMNS = ("host", "run_id")
@@ -337,8 +339,8 @@ def evaluate(check: Check, frame: pd.DataFrame) -> Outcome:
 
 
 def _judged(check: Check, ok: pd.DataFrame, seconds: float) -> Outcome:
-    """The threshold's verdict on the ok rows, then their flags: a check that passed fails as Flagged on a
-    flag it does not allow; one that missed its threshold stays ThresholdNotMet (allowing would not help)."""
+    """The threshold's verdict on the ok rows, unless a row carries a flag the check does not allow: then the
+    check is inconclusive, whichever way the threshold went (the measurement is not to be trusted)."""
     status, message, details = JUDGES[check.kind](check, ok)
     names = _unallowed(check, ok)
     hit = ok[names.map(bool)]
@@ -350,25 +352,27 @@ def _judged(check: Check, ok: pd.DataFrame, seconds: float) -> Outcome:
         for _, r in hit.iterrows()
     )
     details = f"{listing}\n{details}".strip()
-    if status == FAIL:
-        return Outcome(check.name, FAIL, f"{message} (rows also flagged {raised})", details, seconds, "ThresholdNotMet")
-    return Outcome(check.name, FAIL, _flagged(check, hit, raised, message), details, seconds, "Flagged")
+    said = _inconclusive(check, hit, raised, message, status)
+    return Outcome(check.name, INCONCLUSIVE, said, details, seconds, "Inconclusive")
 
 
 def _unallowed(check: Check, ok: pd.DataFrame) -> pd.Series:
     """Each row's guard-rail flags that the check does not allow (an empty list for a clean row)."""
     cells = ok["flags"] if "flags" in ok else pd.Series("", index=ok.index)
-    return cells.map(lambda cell: [n for n in flags.parse(cell) if n not in check.allow and n not in flags.ADVISORY])
+    return cells.map(lambda cell: flags.distrusted(cell, check.allow))
 
 
-def _flagged(check: Check, hit: pd.DataFrame, raised: str, measured: str) -> str:
-    """A passed check's FAIL message: what was measured, which flag on which row, the exact line that accepts it."""
+def _inconclusive(check: Check, hit: pd.DataFrame, raised: str, measured: str, status: str) -> str:
+    """An inconclusive check's message: what was measured and which way it went, which flag on which row, the
+    remedy, and the exact line that judges such rows anyway."""
     first = hit.iloc[0]
     accept = f"allow_flags: [{', '.join(sorted({*check.allow, *raised.split(',')}))}]"
+    went = "would pass" if status == PASS else "would fail"
     return (
-        f"flagged {raised} on {len(hit)} row(s), first {tables.case_text(first['case'])} rep {first['repetition']} "
-        f"(measured: {measured}); if the flag is expected here, add `{accept}` to this check: "
-        + "; ".join(flags.remedies(raised.split(",")))
+        f"inconclusive: flagged {raised} on {len(hit)} row(s), first {tables.case_text(first['case'])} "
+        f"rep {first['repetition']} (measured: {measured}; {went}): the rows' own flags say the measurement is not to "
+        f"be trusted; {'; '.join(flags.remedies(raised.split(',')))}; if the flag is expected here, add `{accept}` "
+        "to this check"
     )
 
 
@@ -475,7 +479,7 @@ def per_host(check: Check, frame: pd.DataFrame) -> list[Check]:
 def to_json(outcomes: list[Outcome], suite: str, properties: dict[str, str]) -> str:
     """The outcomes for machines: the suite, what was judged, each check (status, message, failure type
     when it failed, details) and the totals."""
-    counts = {s: sum(o.status == s for o in outcomes) for s in (PASS, FAIL, SKIP)}
+    counts = {s: sum(o.status == s for o in outcomes) for s in (PASS, FAIL, INCONCLUSIVE, SKIP)}
     checks = [{**dataclasses.asdict(o), "failure": o.failure if o.status == FAIL else None} for o in outcomes]
     document = {"schema": "gdsbench.qualify/1", "suite": suite, **properties, "counts": counts, "checks": checks}
     return json.dumps(document, indent=2) + "\n"
@@ -484,6 +488,9 @@ def to_json(outcomes: list[Outcome], suite: str, properties: dict[str, str]) -> 
 def summary_lines(outcomes: list[Outcome]) -> list[str]:
     """'PASS name: message' per check, then the totals."""
     lines = [f"{o.status.upper():4} {o.name}: {o.message}" for o in outcomes]
-    counts = {s: sum(o.status == s for o in outcomes) for s in (PASS, FAIL, SKIP)}
-    lines.append(f"{len(outcomes)} checks: {counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped")
+    counts = {s: sum(o.status == s for o in outcomes) for s in (PASS, FAIL, INCONCLUSIVE, SKIP)}
+    lines.append(
+        f"{len(outcomes)} checks: {counts[PASS]} passed, {counts[FAIL]} failed, {counts[INCONCLUSIVE]} inconclusive, "
+        f"{counts[SKIP]} skipped"
+    )
     return lines

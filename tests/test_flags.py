@@ -133,21 +133,24 @@ def test_a_real_page_cache_read_is_flagged_and_a_clean_direct_read_is_not(tmp_pa
             {"name": "cached read", "where": {"pattern": "read", "transfer": "CPU_CACHED"}, "min_bw": "1MiB/s"},
         ],
     }
+    # the suite runs beside this sweep: busy_machine is expected here and judged elsewhere (test_gate_truth.py)
+    document["allow_flags"] = ["busy_machine"]
     path = tmp_path / "guard.yaml"
     path.write_text(yaml.safe_dump(document))
-    result = CliRunner().invoke(cli, ["qualify", str(path), "-o", str(tmp_path / "out")])
-    assert_exits(result, 1)
+    result = CliRunner().invoke(cli, ["qualify", str(path), "-o", str(tmp_path / "out"), "--strict"])
+    assert_exits(result, 3)
     assert "PASS direct read" in result.output
-    assert "FAIL cached read: flagged page_cache on 1 row(s)" in result.output and "drop caches" in result.output
+    assert "INCONCLUSIVE cached read: inconclusive: flagged page_cache on 1 row(s)" in result.output
+    assert "would pass" in result.output and "drop caches" in result.output
     [csv_path] = (tmp_path / "out").glob("*.csv")
     marked = flags.annotate(results.load([csv_path]))
-    # busy_machine depends on what else runs on this machine (flags.ADVISORY), not on the rows: left out here
-    cells = marked["flags"].map(lambda cell: flags.text(n for n in flags.parse(cell) if n not in flags.ADVISORY))
+    # busy_machine depends on what else runs on this machine, not on the rows: left out here
+    cells = marked["flags"].map(lambda cell: flags.text(n for n in flags.parse(cell) if n != "busy_machine"))
     by_case = dict(zip(marked["transfer"] + " " + marked["pattern"], cells))
     assert by_case == {"CPU_CACHED write": "", "CPU_CACHED read": "page_cache", "CPU_ONLY read": ""}
     text = report.render(results.load([csv_path]), None, "text")
     assert "flag page_cache on 1 case(s)" in text and "remedy: drop caches" in text
-    document["allow_flags"] = ["page_cache"]
+    document["allow_flags"] = ["page_cache", "busy_machine"]
     path.write_text(yaml.safe_dump(document))
     allowed = CliRunner().invoke(cli, ["qualify", str(path), "--results", str(csv_path)])
     assert_exits(allowed, 0)

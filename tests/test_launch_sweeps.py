@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The MLPerf Storage geometry shrunk to a few MiB: every rank its own tensors, so the rules' per-rank metrics.
 MATRIX = {"engine": ["dcp_fast"], "pattern": ["save", "load"], "world_size": [2], "workload": ["mlperf-llama3-8b"],
           "scale": ["1/8192"], "checkpoints": [2], "threads": [2]}  # fmt: skip
-ALLOWED = ["too_short"]  # a few MiB per checkpoint: the rows are tested for what they carry, not for speed
+#: A few MiB per checkpoint, beside the rest of the suite: the rows are tested for what they carry, not for speed.
+ALLOWED = ["too_short", "busy_machine", "unstable"]
 SAVE = {**MATRIX, "pattern": ["save"]}
 CHECKS = [
     {"where": {"pattern": "save"}, "min_rank_bw": "1MiB/s", "allow_flags": ALLOWED},
@@ -93,7 +94,8 @@ def test_torchrun_on_two_nodes_reads_back_across_nodes_and_report_compare_qualif
     table = report.stdout[report.stdout.index("Ranks across nodes") :].splitlines()
     assert any(line.split()[:6] == ["dcp_fast", "save", "1", "torchrun", "2", rows[0]["slowest_node"].split()[0]]
                for line in table), table  # fmt: skip
-    assert in_process("compare", str(csv_path), str(csv_path)).exit_code == 0
+    allowed = ",".join(ALLOWED)  # the rows are judged for what they carry (a tiny checkpoint beside the suite)
+    assert in_process("compare", str(csv_path), str(csv_path), "--allow-flags", allowed).exit_code == 0
     assert not [p for p in (tmp_path / "target").rglob("*") if p.is_file()], "the sweep removes what it wrote"
 
 

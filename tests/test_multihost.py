@@ -105,7 +105,7 @@ def assert_report_compare_and_qualify_group_by_host(csv_path: Path, hosts: list[
         spreads = sorted(fleet["spread_seconds"])
         named = f"straggler host=all pattern={pattern}: slowest host " in text
         assert named == (spreads[(len(spreads) - 1) // 2] > 0), "the median repetition's straggler, if any"
-    same = compare.compare_files(csv_path, csv_path)
+    same = compare.compare_files(csv_path, csv_path, allowed=frozenset(flags.RULES))  # judged whatever the suite did
     assert sorted(set(same.table["host"])) == sorted([*hosts, AGGREGATE]) and set(same.table["verdict"]) == {"same"}
     checks = qualify.parse_checks(
         "q",
@@ -113,7 +113,7 @@ def assert_report_compare_and_qualify_group_by_host(csv_path: Path, hosts: list[
             {"name": "each host", "where": {"pattern": "read"}, "min_bw": "1MiB/s", "per_host": True},
             {"name": "fleet", "where": {"pattern": "read"}, "min_bw": "1MiB/s", "host": "all"},
         ],
-        allow_flags=["too_short", "unstable"],
+        allow_flags=["too_short", "unstable", "busy_machine"],
     )
     outcomes = qualify.evaluate_all(checks, flags.annotate(frame))
     assert [o.name for o in outcomes] == [f"each host [{h}]" for h in hosts] + ["fleet"]

@@ -141,10 +141,10 @@ def test_terminal_width_follows_columns(monkeypatch: pytest.MonkeyPatch) -> None
 def test_compare_at_80_columns_wraps_and_splits_by_kind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     run = CliRunner().invoke(cli, ["compare", *map(str, SAVES)])
-    assert run.exit_code == 1  # the second run is slower: real regressions
+    assert run.exit_code == 1  # the second run is slower: real regressions (its flagged cases inconclusive)
     lines = run.output.splitlines()
     assert "storage I/O:" in lines and "checkpoints:" in lines
-    notes = ("NEW ", "only in", "... and", "left out", "warning", "6 regressions")  # prose: the terminal wraps it
+    notes = ("NEW ", "only in", "... and", "left out", "warning", "inconclusive", "2 regressions")  # prose: wrapped
     tabled = [ln for ln in lines if not ln.startswith(notes)]
     assert max(map(len, tabled)) <= 80 and "…" not in run.output
     assert "io_size=16M" in run.output and "16777216" not in run.output
@@ -170,7 +170,8 @@ def test_compare_json_lists_every_case_and_the_verdicts() -> None:
     run = CliRunner().invoke(cli, ["compare", "--format", "json", *map(str, SAVES)])
     assert run.exit_code == 1
     document = json.loads(run.output)
-    assert document["regressions"] == sum(c["regression"] for c in document["cases"]) == 6
+    assert document["regressions"] == sum(c["regression"] for c in document["cases"]) == 2
+    assert document["inconclusive"] == sum(c["verdict"] == "inconclusive" for c in document["cases"]) >= 4
     assert {c["parameters"]["engine"] for c in document["cases"]} >= {"fio", "fastpersist", "dcp"}
     assert document["threshold"] == 0.1 and len(document["only_base"]) == 4
 
@@ -180,7 +181,7 @@ def test_qualify_json_reports_each_check(tmp_path: Path) -> None:
     run = CliRunner().invoke(cli, ["qualify", str(config), "--results", str(QUALIFY_RUN), "--format", "json"])
     document = json.loads(run.stdout)
     statuses = [c["status"] for c in document["checks"]]
-    assert document["counts"] == {s: statuses.count(s) for s in ("pass", "fail", "skip")}
+    assert document["counts"] == {s: statuses.count(s) for s in ("pass", "fail", "inconclusive", "skip")}
     assert run.exit_code == (1 if "fail" in statuses else 0)
     assert all(c["failure"] is None for c in document["checks"] if c["status"] != "fail")
     assert document["results"] == str(QUALIFY_RUN) and document["suite"] == "qualify-local"
