@@ -312,6 +312,6 @@ def test_a_flagged_check_is_inconclusive_saying_what_was_measured_which_flag_whe
 def test_a_flagged_check_that_missed_its_threshold_is_inconclusive_too_never_a_fail(tmp_path: Path) -> None:
     """The same unstable rows under a threshold none of them reaches: inconclusive, saying it would fail; the
     measurement that says it cannot be trusted decides nothing either way."""
-    line, junit, status = fastpersist_loads_judged(tmp_path, "1000GiB/s")
+    line, _, status = fastpersist_loads_judged(tmp_path, "1000GiB/s")
     assert line.startswith("INCONCLUSIVE saves:") and "5 of 5 case(s) miss >= 1000GiB/s" in line
     assert "would fail" in line and status == 3
