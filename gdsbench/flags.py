@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gdsbench import results
+from gdsbench.ceilings import CEILINGS, bounded, ceiling
 from gdsbench.columns import FILES
 
 if TYPE_CHECKING:
@@ -33,6 +34,8 @@ FIRST_SLOW = 0.70
 PAGE_CACHE_MARGIN = 1.10
 #: Bandwidth this much above the physical limit (the limits' own rounding allowed for).
 LINK_MARGIN = 1.02
+#: A checkpoint case's median this much above its run's ceiling (fio's medians move a little between cases).
+CEILING_MARGIN = 1.02
 #: Throttled: the last third of a job's windows averages below this share of the first third.
 THROTTLE_DROP = 0.75
 #: Windows a job's series needs (beyond the first and the last, partial ones) to judge throttling.
@@ -77,6 +80,15 @@ RULES: dict[str, Rule] = {
             "bandwidth above the physical limit of the device or its PCIe link (sidecar fingerprint)",
             "the data came from a cache, or the limit is wrong: check the device and link in the sidecar "
             "and the limits table (docs/guard-rails.md)",
+        ),
+        Rule(
+            "above_ceiling",
+            "a checkpoint save or load faster than its run's own ceiling (fio's best durable direct write for "
+            "saves, its best direct read for loads, the s3 engine's best PUT or GET for objects): the engine read "
+            "through the page cache (a buffered engine, cache: warm), or the run's ceiling case is not the device's "
+            "best (smaller or fewer requests than the engine's); the report names which",
+            "add a fio case shaped like the engine's I/O (its request size and threads, direct) so the ceiling "
+            "bounds it, and load with cache: cold",
         ),
         Rule(
             "unstable",
@@ -360,8 +372,25 @@ def usable_cpus(meta: Mapping[str, Any]) -> float:
     return float(count) if isinstance(count, int) and not isinstance(count, bool) and count > 0 else float("nan")
 
 
+def above_ceiling(frame: pd.DataFrame, sidecars: Mapping[str, Any]) -> list[Any]:
+    """Every row of a checkpoint case (save, load) whose median is above its run's ceiling of that pattern on the
+    same host (gdsbench.ceilings: fio's best durable write or direct read, or the s3 engine's for objects)."""
+    flagged: list[Any] = []
+    for run in _runs(frame):
+        if "stores_on" not in run:
+            continue
+        for _, here in run.groupby("host", sort=False):
+            ckpt = here[here["pattern"].isin(list(CEILINGS)) & bounded(here)]
+            for (_, pattern), group in ckpt.groupby(["case", "pattern"], sort=False):
+                limit = ceiling(here, pattern, group).bw
+                if limit == limit and group["bw_bytes"].median() > limit * CEILING_MARGIN:
+                    flagged += list(group.index)
+    return flagged
+
+
 SWEEP_RULES = {
     "page_cache": page_cache,
+    "above_ceiling": above_ceiling,
     "unstable": unstable,
     "above_link": above_link,
     "remote_fs": remote_fs,

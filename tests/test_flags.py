@@ -91,13 +91,26 @@ def test_above_the_links_limit(tmp_path):
     assert list(marked["flags"]) == ["above_link", "", "above_link", ""]  # buffered I/O may beat the device
 
 
-@pytest.mark.parametrize(("fstype", "remote"), [("fuse.ceph-fuse", True), ("nfs4", True), ("lustre", True),
-                                                ("ceph", True), ("ext4", False), ("xfs", False), ("tmpfs", False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("fstype", "remote"),
+    [
+        ("fuse.ceph-fuse", True),
+        ("nfs4", True),
+        ("lustre", True),
+        ("ceph", True),
+        ("ext4", False),
+        ("xfs", False),
+        ("tmpfs", False),
+    ],
+)
 def test_direct_io_on_a_network_or_fuse_file_system_is_flagged(fstype, remote):
     """O_DIRECT stops at the client on fuse and network file systems: every direct row of such a run says so,
     buffered rows (judged by page_cache) and other runs do not."""
-    frame = rows({"repetition": 1, "bw_bytes": 1.0e9}, {"repetition": 1, "bw_bytes": 0.5e9, "transfer": "CPU_CACHED"},
-                 {"repetition": 1, "bw_bytes": 1.0e9, "pattern": "write"})  # fmt: skip
+    frame = rows(
+        {"repetition": 1, "bw_bytes": 1.0e9},
+        {"repetition": 1, "bw_bytes": 0.5e9, "transfer": "CPU_CACHED"},
+        {"repetition": 1, "bw_bytes": 1.0e9, "pattern": "write"},
+    )
     frame["case"] += frame.index.astype(str)
     marked = flags.annotate(frame, {"none.csv": {"target": {"fstype": fstype, "directory": "/mnt/x"}}})
     assert list(marked["flags"]) == (["remote_fs", "", "remote_fs"] if remote else ["", "", ""])
@@ -183,3 +196,43 @@ def test_repetitions_too_short_to_judge_are_not_called_unstable():
     assert set(flags.annotate(rows(*swinging), {})["flags"]) == {""}
     judged = [{**row, "seconds": 2.0} for row in swinging]
     assert set(flags.annotate(rows(*judged), {})["flags"]) == {"unstable"}
+
+
+def checkpoint_run(load_bw: float, transfer: str = "CPU_ONLY", cache: str = "cold") -> pd.DataFrame:
+    """One run: fio's direct read at 1M (1 GB/s) and a checkpoint engine's loads at `load_bw`."""
+    frame = rows(
+        *({"repetition": r, "bw_bytes": 1.0e9} for r in (1, 2, 3)),
+        *(
+            {
+                "engine": "fastpersist",
+                "pattern": "load",
+                "transfer": transfer,
+                "cache": cache,
+                "repetition": r,
+                "bw_bytes": load_bw,
+                "ceiling": "files",
+            }
+            for r in (1, 2, 3)
+        ),
+    )
+    frame["case"] = frame["case"].str.replace("engine=fio", "engine=fio,io_size=1M", regex=False)
+    frame.loc[frame["engine"] == "fastpersist", "case"] = f"engine=fastpersist,pattern=load,transfer={transfer}"
+    return frame
+
+
+def test_a_load_above_its_runs_ceiling_is_flagged_and_the_report_says_why():
+    """make run's report showed loads at 1.27-1.45x "fio best" with no flag: the ceiling read 1M requests while
+    the engine read 16M. A checkpoint case above its run's ceiling is above_ceiling, and the report names the
+    reason it can: the ceiling case's shape, or the page cache."""
+    marked = flags.annotate(checkpoint_run(1.4e9), {})
+    assert list(marked["flags"]) == [""] * 3 + ["above_ceiling"] * 3
+    assert list(flags.annotate(checkpoint_run(0.9e9), {})["flags"]) == [""] * 6
+    text = report.render(checkpoint_run(1.4e9), None, "text")
+    assert "above_ceiling: fastpersist load at 1.40x fio read: the ceiling case (io_size=1M" in text
+    assert "add a fio case of its request size and threads" in text
+    head = text.splitlines()[:4]  # the text report opens with the headline, in three lines
+    assert head[0] == "headline:" and head[1].startswith("  ceilings: storage read: 954MiB/s at best")
+    assert head[2].startswith("  engines: loads against fio's ceiling") and "fastpersist 1.40x" in head[2]
+    assert head[3].startswith("  flags: above_ceiling on 1 of")
+    cached = report.render(checkpoint_run(1.4e9, "CPU_CACHED"), None, "text")
+    assert "it read through the page cache" in cached

@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,9 +18,9 @@ import pytest
 import yaml
 
 from gdsbench import flags, results
+from gdsbench.testbeds import throttle
 
 ROOT = Path(__file__).resolve().parents[1]
-BLKIO = Path("/sys/fs/cgroup/blkio")
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.timeout(400),
@@ -79,7 +78,7 @@ def sweep(folder: Path, name: str, target: Path, cgroup: Path | None = None) -> 
 
     def enter() -> None:
         if cgroup is not None:
-            (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+            throttle.enter(cgroup)
 
     done = subprocess.run(
         [sys.executable, "-m", "gdsbench", "sweep", str(config), "-o", str(out)],
@@ -131,21 +130,6 @@ def load(folder: Path, seconds: float = 120) -> Iterator[None]:
             proc.wait(10)
 
 
-@contextlib.contextmanager
-def throttled(mount: Path, bps: int) -> Iterator[Path]:
-    """A blkio cgroup reading the loop device under `mount` at `bps` bytes/s at most (removed after)."""
-    if not (BLKIO / "blkio.throttle.read_bps_device").exists():
-        pytest.skip("no blkio cgroup (v1) throttle here")
-    device = os.stat(mount).st_dev
-    group = BLKIO / f"gdsbench-test-{uuid.uuid4().hex[:8]}"
-    group.mkdir()
-    try:
-        (group / "blkio.throttle.read_bps_device").write_text(f"{os.major(device)}:{os.minor(device)} {bps}")
-        yield group
-    finally:
-        group.rmdir()
-
-
 def test_an_aa_pair_under_load_is_never_called_a_regression(tmp_path: Path, device: Path) -> None:
     with load(device):
         first = sweep(tmp_path, "a", device)
@@ -165,8 +149,10 @@ def test_a_real_slowdown_is_still_caught(tmp_path: Path, device: Path) -> None:
     every case is slower beyond the threshold. The flags the suite's neighbours may raise are allowed here (this
     test is about the verdict rule, not the machine); without them a case is a regression or, where a row was
     flagged, inconclusive: never same or faster."""
+    if throttle.available():
+        pytest.skip(str(throttle.available()))
     base = sweep(tmp_path, "base", device)
-    with throttled(device, THROTTLE_BPS) as group:
+    with throttle.throttled(device, THROTTLE_BPS) as group:
         new = sweep(tmp_path, "new", device, group)
     new_bw = results.load([new])["bw_bytes"]
     assert (new_bw < THROTTLE_BPS * 1.2).all(), new_bw.tolist()

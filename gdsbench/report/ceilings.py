@@ -13,35 +13,20 @@ engine's best PUT or GET of the run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pandas as pd
 
-from gdsbench.columns import FILES, OBJECTS_CEILING
+from gdsbench.ceilings import CEILINGS, NO_FSYNC, best, bounded, ceiling, ceiling_rows, in_objects
+from gdsbench.flags import CEILING_MARGIN
 from gdsbench.report import tables
 from gdsbench.report.derived import Derived, Inputs
 from gdsbench.results import figures_of, parameters
 
-#: Patterns of checkpoint engines and the fio pattern whose bandwidth is their ceiling.
-CEILINGS = {"save": "write", "load": "read"}
-S3_CALLS = {"save": "PUT", "load": "GET"}
 #: The state a load starts from: torch_save baselines are compared in the same one.
 CONDITIONS = ("cache", "memory")
 #: What makes two distributed checkpoint rows comparable: dcp_fast is compared with dcp at the same world
 #: size, layout, async mode and executor (and codec, where DCP has it: else DCP uncompressed).
 DISTRIBUTED = ("world_size", "layout", "async", "executor")
-NO_FSYNC = "no fsync"
 TITLE = "Checkpoint engines against the fio ceiling of the same run"
-
-
-@dataclass(frozen=True)
-class Ceiling:
-    """fio's limit for one pattern of one run: the bandwidth, what it is, and the non-durable reference."""
-
-    bw: float
-    label: str  # "fio durable write", "fio write (no fsync)", "fio read"
-    durable: bool  # False only for a save compared with a write that never fsynced
-    no_fsync_bw: float = float("nan")  # saves: fio's best write without fsync, shown beside the ceiling
 
 
 def engine_labels(rows: pd.DataFrame) -> pd.Series:
@@ -55,64 +40,6 @@ def engine_labels(rows: pd.DataFrame) -> pd.Series:
             text = group[varying].apply(lambda r: ", ".join(f"{c}={tables.cell(c, v)}" for c, v in r.items()), axis=1)
             labels.loc[group.index] = group["engine"].astype(str) + " (" + text + ")"
     return labels
-
-
-def _best(rows: pd.DataFrame) -> float:
-    """The best configuration's median: the highest median bandwidth over the rows' cases (NaN when none)."""
-    return float(rows.groupby("case")["bw_bytes"].median().max()) if not rows.empty else float("nan")
-
-
-def durable(fio: pd.DataFrame) -> pd.Series:
-    """Which fio rows fsynced their files before the job ended (end_fsync=1, as a CSV reads it back)."""
-    if "end_fsync" not in fio:
-        return pd.Series(False, index=fio.index)
-    return fio["end_fsync"].astype(str).str.strip().str.lower().isin(("true", "1", "1.0"))
-
-
-def _fio_of(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
-    """The fio rows a checkpoint pattern's ceiling is chosen from: its fio pattern on the run's directory (not
-    objects in a Ceph cluster), never the page cache."""
-    fio = run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern]) & (run["transfer"] != "CPU_CACHED")]
-    return fio[fio["stores_on"] == FILES]
-
-
-def _s3_of(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
-    """The s3 engine's rows an object store's checkpoint pattern is held to: its PUTs (saves) or GETs (loads)."""
-    return run[(run["engine"] == "s3") & (run["pattern"] == CEILINGS[pattern])]
-
-
-def in_objects(rows: pd.DataFrame | None) -> bool:
-    """Whether checkpoint rows declare the s3 engine as their ceiling (checkpoints that are objects: an engine's
-    own, or a case of a file engine that a `bucket` sent to S3)."""
-    return rows is not None and "ceiling" in rows and bool((rows["ceiling"] == OBJECTS_CEILING).any())
-
-
-def ceiling_rows(run: pd.DataFrame, pattern: str, rows: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The rows of the fio case that is a checkpoint pattern's ceiling (durable where the run has it); for
-    checkpoint `rows` that are objects, the s3 engine's best case."""
-    objects = in_objects(rows)
-    fio = _s3_of(run, pattern) if objects else _fio_of(run, pattern)
-    if pattern == "save" and not objects and durable(fio).any():
-        fio = fio[durable(fio)]
-    if fio.empty:
-        return fio
-    return fio[fio["case"] == fio.groupby("case")["bw_bytes"].median().idxmax()]
-
-
-def ceiling(run: pd.DataFrame, pattern: str, rows: pd.DataFrame | None = None) -> Ceiling:
-    """fio's ceiling for a checkpoint pattern in one run's ok rows: the durable write for saves (else the
-    non-durable one, labelled), the best direct read for loads; page-cache cases never count. Checkpoint `rows`
-    that are objects are held to the s3 engine's best PUT or GET of the run instead (a PUT is durable)."""
-    if in_objects(rows):
-        return Ceiling(_best(_s3_of(run, pattern)), f"s3 {S3_CALLS[pattern]}", durable=True)
-    fio = _fio_of(run, pattern)
-    if pattern != "save":
-        return Ceiling(_best(fio), f"fio {CEILINGS[pattern]}", durable=True)
-    synced = durable(fio)
-    best_durable, no_fsync = _best(fio[synced]), _best(fio[~synced])
-    if pd.notna(best_durable):
-        return Ceiling(best_durable, "fio durable write", durable=True, no_fsync_bw=no_fsync)
-    return Ceiling(no_fsync, f"fio write ({NO_FSYNC})", durable=False, no_fsync_bw=no_fsync)
 
 
 def _same_conditions(baseline: pd.DataFrame, group: pd.DataFrame) -> pd.DataFrame:
@@ -141,12 +68,14 @@ def _median(group: pd.DataFrame, column: str) -> float:
     return float(group[column].median()) if column in group else float("nan")
 
 
-def bounded(rows: pd.DataFrame) -> pd.Series:
-    """Rows whose traits name their ceiling (`ceiling` empty: nothing of their run bounds them, as an imported
-    DLIO summary's rows: `gdsbench import`)."""
-    if "ceiling" not in rows:
-        return pd.Series(True, index=rows.index)
-    return rows["ceiling"].notna() & (rows["ceiling"] != "")
+def _case_of(rows: pd.DataFrame) -> str:
+    """The case of a ceiling's rows ('' where the run has none)."""
+    return str(rows["case"].iloc[0]) if not rows.empty else ""
+
+
+def _first(group: pd.DataFrame, column: str) -> str:
+    """A group's value of a parameter ('' where its rows do not have it)."""
+    return str(group[column].iloc[0]) if column in group else ""
 
 
 def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
@@ -180,24 +109,50 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
                     "x_fio": float("nan") if objects else median / limit.bw,
                     "x_s3": median / limit.bw if objects else float("nan"),
                     "x_fio_no_fsync": median / limit.no_fsync_bw,
-                    "x_torch_save": median / _best(base),
-                    "x_dcp": median / _best(dcp) if "world_size" in group else float("nan"),
+                    "x_torch_save": median / best(base),
+                    "x_dcp": median / best(dcp) if "world_size" in group else float("nan"),
                     "blocking_s": _median(group, "blocking_seconds"),
                     "compression_ratio": _median(group, "compression_ratio"),
                     "fio_bw": limit.bw,
                     "fio_no_fsync_bw": limit.no_fsync_bw,
                     "ceiling": limit.label,
                     "durable": limit.durable,
+                    "ceiling_case": _case_of(ceiling_rows(run, pattern, group)),
+                    "transfer": _first(group, "transfer"),
+                    "cache": _first(group, "cache"),
                 }
             )
     return pd.DataFrame(rows)
 
 
 def warnings(ratios: pd.DataFrame, labels: dict[str, str] | None = None) -> list[str]:
-    """Runs whose saves had no durable fio write to be compared with, and what they were compared with
-    (each run by its label when several are reported)."""
+    """Engines above their run's ceiling, and why (flag above_ceiling); runs whose saves had no durable fio write to
+    be compared with, and what they were compared with (each run by its label when several are reported)."""
     if ratios.empty:
         return []
+    return [*above_ceiling_notes(ratios), *_undurable_notes(ratios, labels)]
+
+
+def above_ceiling_notes(ratios: pd.DataFrame) -> list[str]:
+    """Each engine faster than its run's ceiling (flagged above_ceiling), with the reason the rows can name: the page
+    cache (a buffered engine, a warm cache), or the ceiling case's requests."""
+    ratio = ratios["x_fio"].where(ratios["x_fio"].notna(), ratios["x_s3"])
+    notes = []
+    for row, x in zip(ratios.itertuples(), ratio):
+        if not x > CEILING_MARGIN:
+            continue
+        if row.transfer == "CPU_CACHED" or row.cache == "warm":
+            why = "it read through the page cache (a buffered engine or a warm cache): memory, not the device"
+        else:
+            case = tables.parse_case(row.ceiling_case)
+            shape = ", ".join(f"{k}={tables.cell(k, case[k])}" for k in ("io_size", "threads", "iodepth") if k in case)
+            why = f"the ceiling case ({shape or row.ceiling}) is not the device's best for this engine's I/O: add a fio case of its request size and threads"
+        notes.append(f"above_ceiling: {row.engine} {row.pattern} at {tables.number(x, 2)}x {row.ceiling}: {why}")
+    return notes
+
+
+def _undurable_notes(ratios: pd.DataFrame, labels: dict[str, str] | None) -> list[str]:
+    """Runs whose saves had no durable fio write to be compared with."""
     saves = ratios[(ratios["pattern"] == "save") & ~ratios["durable"].astype(bool)]
     notes = []
     for (run_id, host), run in saves.groupby(["run_id", "host"], sort=False):

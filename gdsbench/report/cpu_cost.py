@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from gdsbench import ceilings as ceiling_of
 from gdsbench import flags
 from gdsbench.report import ceilings, tables
 from gdsbench.report.derived import Derived, Inputs
@@ -47,7 +48,7 @@ def cpu_costs(frame: pd.DataFrame, metas: Mapping[str, dict[str, Any]]) -> pd.Da
     ok = frame[frame["status"] == "ok"]
     rows = []
     for (run_id, host), run in ok.groupby(["run_id", "host"], sort=False):
-        ckpt = run[run["pattern"].isin(list(ceilings.CEILINGS))]
+        ckpt = run[run["pattern"].isin(list(ceiling_of.CEILINGS))]
         if ckpt.empty:
             continue
         cores = _cores(run, metas)
@@ -55,7 +56,7 @@ def cpu_costs(frame: pd.DataFrame, metas: Mapping[str, dict[str, Any]]) -> pd.Da
         for (label, pattern), group in ckpt.groupby(["label", "pattern"], sort=False):
             machine = per_gib(group, "machine_cpu_seconds", _cpus(run, metas) * TICK_S)
             process = per_gib(group, "cpu_seconds", TICK_S)
-            ceiling = ceilings.ceiling_rows(run, pattern, group)
+            ceiling = ceiling_of.ceiling_rows(run, pattern, group)
             if pd.isna(machine) and pd.isna(process):
                 continue
             rows.append(
@@ -70,7 +71,7 @@ def cpu_costs(frame: pd.DataFrame, metas: Mapping[str, dict[str, Any]]) -> pd.Da
                     "process_cpu_s_per_gib": process,
                     "cores": cores,
                     "cpu_bound_bw": cores * GIB / machine if machine > 0 else float("nan"),
-                    "fio_bw": ceilings.ceiling(run, pattern, group).bw,
+                    "fio_bw": ceiling_of.ceiling(run, pattern, group).bw,
                     "fio_machine_cpu_s_per_gib": per_gib(ceiling, "machine_cpu_seconds", _cpus(run, metas) * TICK_S),
                     "machine_busy": busy(group),
                     "fio_machine_busy": busy(ceiling),

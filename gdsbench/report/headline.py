@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from gdsbench import flags
-from gdsbench.report import ceilings, tables
+from gdsbench import ceilings, flags
+from gdsbench.report import tables
 from gdsbench.report.sections import Report
 from gdsbench.units import num2str
 
@@ -24,6 +24,14 @@ def lines(report: Report) -> list[str]:
         *engine_lines(report.figures("ceilings")),
         flag_line(report.summary),
     ]
+
+
+def three_lines(report: Report) -> list[str]:
+    """The headline as the text report opens with it: the storage's ceilings, the engines against them, the flags."""
+    labels = dict(report.labels)
+    ceilings_said = "; ".join(ceiling_lines(report.summary, labels)) or "no storage I/O case in these results"
+    engines_said = "; ".join(engine_lines(report.figures("ceilings"))) or "no checkpoint engine against a ceiling"
+    return [f"ceilings: {ceilings_said}", f"engines: {engines_said}", flag_line(report.summary)]
 
 
 def bw(value: float) -> str:

@@ -41,8 +41,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullLocator
 
+from gdsbench.ceilings import CEILINGS, durable
 from gdsbench.flags import WRITES
-from gdsbench.report.ceilings import CEILINGS, ceiling_ratios, durable, engine_labels
+from gdsbench.report.ceilings import ceiling_ratios, engine_labels
 from gdsbench.units import size_label
 
 IO_PATTERNS = ("write", "read", "randwrite", "randread")

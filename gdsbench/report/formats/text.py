@@ -3,7 +3,7 @@ columns into a file or pipe): tables wrap their cells and split into blocks of c
 
 from __future__ import annotations
 
-from gdsbench.report import register, textout
+from gdsbench.report import headline, register, textout
 from gdsbench.report.sections import Legend, Lines, Notes, Report, Section, Table
 
 
@@ -39,6 +39,7 @@ def parts(section: Section, width: int) -> list[str]:
 
 @register("text")
 def render(report: Report) -> str:
-    """Every section in order, as plain text, a blank line between sections."""
+    """The headline in three lines, then every section in order, as plain text, a blank line between sections."""
     width = textout.terminal_width()
-    return "\n\n".join("\n".join(parts(section, width)) for section in report.sections) + "\n"
+    top = "\n".join(["headline:", *(f"  {line}" for line in headline.three_lines(report))])
+    return "\n\n".join([top, *("\n".join(parts(section, width)) for section in report.sections)]) + "\n"
