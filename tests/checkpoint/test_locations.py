@@ -37,7 +37,8 @@ def test_a_url_is_refused_by_name_and_nothing_is_created(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, entry: str, url: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(UnsupportedLocation, match="locations are not supported") as info:
+    said = "maps a local file, not a URL" if entry == "load_mmap" else "locations are not supported"
+    with pytest.raises(UnsupportedLocation, match=said) as info:
         ENTRY_POINTS[entry](url)
     assert info.value.scheme == url.split(":")[0] and info.value.path == url
     assert isinstance(info.value, CheckpointError) and isinstance(info.value, ValueError)
@@ -51,3 +52,12 @@ def test_local_names_with_colons_are_still_paths(tmp_path: pathlib.Path, name: s
     path.parent.mkdir(parents=True, exist_ok=True)
     save(SD, path)
     assert torch.equal(load(path)["w"], SD["w"])
+
+
+def test_load_mmap_of_an_object_says_it_needs_a_local_file() -> None:
+    """It said "s3:// locations are not supported here: ckptio reads and writes ... s3:// locations" (issue 43)."""
+    with pytest.raises(UnsupportedLocation) as info:
+        load_mmap("s3://bucket/run/c.ckpt")
+    assert str(info.value) == (
+        "s3://bucket/run/c.ckpt: load_mmap maps a local file, not a URL: use load or load_into for an object"
+    )

@@ -274,3 +274,34 @@ def test_without_awscrt_an_object_location_names_the_extra(monkeypatch: pytest.M
     for call in (lambda: save({"w": torch.ones(2)}, "s3://bkt/x.ckpt"), lambda: load("s3://bkt/x.ckpt")):
         with pytest.raises(BackendUnavailable, match=r"pip install 'ckptio\[s3\]'"):
             call()
+
+
+@pytest.mark.usefixtures("radosgw")
+def test_a_missing_bucket_fails_a_save_alone_and_create_bucket_makes_it(
+    bucket: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ckptio-only user has a way to make the bucket (issue 43), and NoSuchBucket comes alone: no second line
+    about incomplete uploads not listed. create_bucket is idempotent for the bucket's owner."""
+    import logging
+    import uuid
+
+    from ckptio.errors import OptionError
+    from ckptio.s3 import create_bucket
+    from ckptio.s3.client import Bucket
+
+    fresh = f"{bucket}-made-{uuid.uuid4().hex[:6]}"
+    with caplog.at_level(logging.WARNING, logger="ckptio"), pytest.raises(ObjectStoreError) as missing:
+        save(state(), f"s3://{fresh}/c.ckpt")
+    assert missing.value.status == 404 and "NoSuchBucket" in str(missing.value)
+    assert not [r for r in caplog.records if "not listed" in r.getMessage()]
+    assert create_bucket(f"s3://{fresh}/run1") is True and create_bucket(f"s3://{fresh}") is False
+    try:
+        save(state(), f"s3://{fresh}/run1/c.ckpt")
+        assert same_bits(load(f"s3://{fresh}/run1/c.ckpt")["w"], state()["w"])
+    finally:
+        made = Bucket(fresh)
+        for stored in made.listing(""):
+            made.delete(stored.key)
+        made._wait("DeleteBucket", "", made._start("DeleteBucket", "DELETE", ""))
+    with pytest.raises(OptionError, match="create_bucket takes an s3://bucket location"):
+        create_bucket("/local/folder")

@@ -129,5 +129,5 @@ def load_mmap(path: str | os.PathLike[str], *, options: IOOptions | None = None,
             page cache); and the errors of `load`.
         UnsupportedLocation: any URL, `s3://` included (a mapping needs a file).
     """
-    refuse_url(path)
+    refuse_url(path, "load_mmap maps a local file, not a URL: use load or load_into for an object")
     return load_mapped(path, resolve(options), verify).obj

@@ -60,13 +60,16 @@ class CorruptCheckpoint(CheckpointError):
 class UnsupportedLocation(CheckpointError, ValueError):
     """A URL of a scheme ckptio does not take (`gs://bucket/ck`), or one a call cannot use (`load_mmap` of `s3://`)."""
 
-    def __init__(self, location: str, scheme: str) -> None:
+    def __init__(self, location: str, scheme: str, needs: str = "") -> None:
         self.path = location
         self.scheme = scheme
-        super().__init__(
-            f"{location}: {scheme}:// locations are not supported here: ckptio reads and writes local paths and "
+        said = (
+            needs
+            if needs
+            else f"{scheme}:// locations are not supported here: ckptio reads and writes local paths and "
             "(with ckptio[s3]) s3:// locations, and will not take a URL for a folder"
         )
+        super().__init__(f"{location}: {said}")
 
 
 class InvalidLocation(CheckpointError, ValueError):

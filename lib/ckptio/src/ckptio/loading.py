@@ -142,7 +142,7 @@ def load_new(
 
 def load_mapped(path: str | os.PathLike[str], options: IOOptions, verify: bool) -> Loaded:
     """Map a checkpoint copy-on-write, fault it in with parallel readahead, rebuild its object."""
-    refuse_url(path)  # a mapping needs a file
+    refuse_url(path, "load_mmap maps a local file, not a URL: use load or load_into for an object")
     if options.backend not in ("auto", "buffered"):
         raise OptionError(f"load_mmap reads through the page cache: it cannot use backend {options.backend!r}")
     how = f"mmap of the file, faulted in by {options.threads} readahead threads"

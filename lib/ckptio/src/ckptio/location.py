@@ -17,12 +17,12 @@ if TYPE_CHECKING:
 SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
-def refuse_url(path: str | os.PathLike[str]) -> None:
-    """UnsupportedLocation for any `scheme://` location; nothing for a local path."""
+def refuse_url(path: str | os.PathLike[str], needs: str = "") -> None:
+    """UnsupportedLocation for any `scheme://` location (saying what the call `needs`); nothing for a local path."""
     text = os.fsdecode(os.fspath(path))
     found = SCHEME.match(text)
     if found:
-        raise UnsupportedLocation(_shown(text), found.group(1))
+        raise UnsupportedLocation(_shown(text), found.group(1), needs)
 
 
 def object_location(path: str | os.PathLike[str]) -> ObjectLocation | None:

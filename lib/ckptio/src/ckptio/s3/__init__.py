@@ -6,3 +6,31 @@ its object from the same write pieces and uploads it in parallel parts; a load r
 ranged GETs); single.py is a single-file checkpoint as one object. The DCP layer's store and commit on objects
 are dcp/object_store.py and dcp/object_commit.py: this package knows nothing of DCP.
 """
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..options import IOOptions
+
+
+def create_bucket(location: str | os.PathLike[str], options: IOOptions | None = None) -> bool:
+    """Make the bucket of an `s3://bucket[/prefix]` location (ckptio's saves need it to exist: a missing one is
+    ObjectStoreError 404 NoSuchBucket); True when made, False when it was already there and ours. The endpoint,
+    region and credentials come from the environment, as every other call's do."""
+    from ..errors import OptionError
+    from ..location import object_location
+    from ..options import resolve
+    from .location import region
+    from .transfer import bucket_for
+
+    parsed = object_location(location)
+    if parsed is None:
+        raise OptionError(f"create_bucket takes an s3://bucket location, not {os.fspath(location)!r}")
+    bucket = bucket_for(parsed.bucket, resolve(options)).within(resolve(options).operation_seconds)
+    try:
+        return bucket.create(region())
+    finally:
+        bucket.close()

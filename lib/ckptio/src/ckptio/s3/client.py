@@ -259,6 +259,31 @@ class Bucket:
             raise
         return Stored(key, int(found.get("content-length", "0")), found.get("etag", ""), _when(found))
 
+    def create(self, region: str = "us-east-1") -> bool:
+        """CreateBucket (in `region`: AWS wants it named outside us-east-1) unless HeadBucket finds it there: False
+        then (or on 409 BucketAlreadyOwnedByYou); ObjectStoreError otherwise (409 BucketAlreadyExists: another
+        account's, 403 a bucket we may not use)."""
+        try:
+            self._wait("HeadBucket", "", self._start("HeadBucket", "HEAD", ""))
+            return False
+        except ObjectStoreError as e:
+            if e.status != 404:
+                raise
+        body = b""
+        if region != "us-east-1":
+            body = (
+                b'<CreateBucketConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><LocationConstraint>'
+                + region.encode()
+                + b"</LocationConstraint></CreateBucketConfiguration>"
+            )
+        try:
+            self._wait("CreateBucket", "", self._start("CreateBucket", "PUT", "", body=io.BytesIO(body), size=len(body)))
+        except ObjectStoreError as e:
+            if e.status == 409 and "BucketAlreadyOwnedByYou" in str(e):
+                return False
+            raise
+        return True
+
     def delete(self, key: str) -> None:
         """DeleteObject (a missing object is no error: S3 answers 204 either way)."""
         self._wait("DeleteObject", key, self._start("DeleteObject", "DELETE", key))
