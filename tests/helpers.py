@@ -14,6 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
+#: The most a command a test starts may take before the test calls it hung: a guard against hangs, never a measure
+#: of speed, so generous (a Python start with torch imported took 2-5 s here on a quiet machine, 40 s on one loaded
+#: by the whole suite and a neighbour) and below pytest's own 300 s per test (pyproject.toml), which names the test.
+HANG_S = 240
+
 
 def write_config(folder: Path, **overrides: Any) -> Path:
     """A tiny real fio sweep config (16 MiB files, size-bound) in `folder`, with overrides."""

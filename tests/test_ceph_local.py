@@ -23,6 +23,7 @@ import pytest
 from gdsbench.testbeds import ceph
 from gdsbench.testbeds.daemons import alive as _alive
 from tests.ceph_cluster import _installed
+from tests.helpers import HANG_S
 
 MiB = 1 << 20
 pytestmark = pytest.mark.slow
@@ -32,7 +33,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (Ceph daem
 def _rados(ceph_cluster: ceph.Cluster, *args: str) -> None:
     """Run the rados CLI against the cluster (its conf), failing the test on an error."""
     subprocess.run(
-        ["rados", "-c", str(ceph_cluster.conf), "-p", ceph_cluster.rados_pool, *args], check=True, timeout=60
+        ["rados", "-c", str(ceph_cluster.conf), "-p", ceph_cluster.rados_pool, *args], check=True, timeout=HANG_S
     )
 
 
@@ -66,7 +67,7 @@ def test_the_cluster_is_healthy_and_rados_round_trips_bytes(ceph_cluster, tmp_pa
     assert (tmp_path / "out").read_bytes() == data
 
     info = subprocess.run(["rbd", "-c", str(ceph_cluster.conf), "info", f"{ceph_cluster.rbd_pool}/{ceph_cluster.rbd_image}",
-                           "--format", "json"], capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+                           "--format", "json"], capture_output=True, text=True, check=True, timeout=HANG_S)  # fmt: skip
     assert json.loads(info.stdout)["size"] == 4 << 30
 
 

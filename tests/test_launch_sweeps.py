@@ -22,7 +22,7 @@ from click.testing import CliRunner, Result
 from gdsbench.cli import cli
 from gdsbench.config import load as load_config
 from gdsbench.launchers import free_port
-from tests.helpers import data_rows
+from tests.helpers import HANG_S, data_rows
 
 pytestmark = [pytest.mark.needs_torch, pytest.mark.slow, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,7 +169,7 @@ def test_a_node_that_never_joins_ends_the_rank_waiting_for_it_within_its_join_ti
     argv = [sys.executable, "-m", "gdsbench.cli_rank", "--case", case, "--checkpoint", str(tmp_path / "ckpt"),
             "--out", str(tmp_path / "out"), "--rendezvous", f"127.0.0.1:{free_port()}", "--join-timeout", "3"]  # fmt: skip
     started = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=ROOT, env=env)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_S, cwd=ROOT, env=env)
     assert done.returncode != 0 and time.monotonic() - started < 30
     assert done.stderr.startswith("gdsbench.cli_rank: rank 0 of 2: joining at 127.0.0.1:"), done.stderr[-2000:]
     assert "1/2 clients joined" in done.stderr and "Traceback" not in done.stderr

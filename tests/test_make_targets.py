@@ -14,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import HANG_S
+
 ROOT = Path(__file__).parent.parent
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed (apt-get install make)")
 
 
 def make(*args: str) -> str:
     """make's output in the repository root (its exit status is not the point: -q says 'out of date')."""
-    return subprocess.run(["make", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30).stdout
+    return subprocess.run(["make", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=HANG_S).stdout
 
 
 def prerequisites(target: str) -> set[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import data_rows
+from tests.helpers import HANG_S, data_rows
 
 CONFIGS = Path(__file__).parent.parent / "configs"
 CHECKPOINT_EXTRA = ("torch", "ckptio", "safetensors")
@@ -56,7 +56,7 @@ sys.meta_path[:] = [Hidden(finder) for finder in sys.meta_path]
 def python_without(hidden: tuple[str, ...], program: str, *args: str) -> subprocess.CompletedProcess:
     """`program` run where the `hidden` packages cannot be imported."""
     argv = [sys.executable, "-c", WITHOUT + program, ",".join(hidden), *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=HANG_S, check=False)
 
 
 def gdsbench_without(*args: str) -> subprocess.CompletedProcess:

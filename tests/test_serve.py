@@ -23,7 +23,7 @@ from gdsbench.runners.fio_client import run_clients
 from gdsbench.runners.fio_jobfile import host_jobs
 from gdsbench.serve import listen_host, listening, private_socket, server_argv, wait_listening
 from tests.fio_servers import free_port
-from tests.helpers import assert_exits
+from tests.helpers import HANG_S, assert_exits
 
 
 @pytest.mark.parametrize(
@@ -148,7 +148,7 @@ def test_serve_daemonized_on_loopback(tmp_path):
         [sys.executable, "-m", "gdsbench", "serve", "--listen", host.label, "--daemonize", str(pidfile)],
         capture_output=True,
         text=True,
-        timeout=30,
+        timeout=HANG_S,
     )
     pid = int(pidfile.read_text())
     try:
@@ -179,7 +179,7 @@ def test_serve_refuses_a_socket_path_that_exists(tmp_path):
 @pytest.mark.needs_fio
 def test_serve_fails_with_fios_message_when_fio_cannot_bind():
     done = subprocess.run([sys.executable, "-m", "gdsbench", "serve", "--listen", f"[fe80::1%lo]:{free_port()}"],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+                          capture_output=True, text=True, timeout=HANG_S)  # fmt: skip
     assert done.returncode == 1, done.stderr
     error = done.stderr.strip().splitlines()[-1]
     assert error.startswith("gdsbench: error: fio server did not listen on [fe80::1%lo]")
