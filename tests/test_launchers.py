@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -167,3 +168,20 @@ def test_a_case_that_cannot_start_says_why():
         "launcher srun: world_size 4 does not split evenly over 3 nodes"
     )
     assert launchers.get("local").unavailable(Launch(), 3) is None
+
+
+@pytest.mark.parametrize(
+    ("recorded", "cause"),
+    [
+        ("ppr-conflict", "Your job has requested more processes than the ppr for this topology can support:"),
+        ("not-enough-slots", "There are not enough slots available in the system to satisfy the 4 slots"),
+    ],
+)
+def test_an_mpirun_failure_keeps_its_cause_not_only_its_closing_line(recorded: str, cause: str) -> None:
+    """Open MPI's real output (tests/data/mpirun): the row's error starts with the banner's cause; it said only
+    "Please revise the conflict and try again." before (issue 43)."""
+    stderr = (Path(__file__).parent / "data" / "mpirun" / f"{recorded}.stderr").read_text()
+    said = launchers.get("mpirun").failure(stderr, 1)
+    assert said.startswith(cause) and "Please revise" not in said, said
+    ours = stderr + "gdsbench.cli_rank: rank 1 of 2: joining at 10.0.0.5:29500 failed: timed out\n"
+    assert "gdsbench.cli_rank: rank 1 of 2" in launchers.get("mpirun").failure(ours, 1)

@@ -17,6 +17,16 @@ class Mpirun(Launcher):
     takes_hosts = True
     telling = r"mpirun noticed|exited on signal|not enough slots|(?i:\berror\b)|^gdsbench\.cli_rank:"
 
+    def failure(self, stderr: str, returncode: int) -> str:
+        """A rank's own words where one said why, else the first paragraph of Open MPI's first banner (its cause:
+        "Your job has requested more processes than the ppr ... can support:", never only its closing "Please
+        revise the conflict and try again."), else the telling lines."""
+        ours = [line.strip() for line in stderr.splitlines() if line.startswith("gdsbench.cli_rank:")]
+        cause = banner_cause(stderr)
+        if ours or not cause:
+            return super().failure(stderr, returncode)
+        return cause
+
     def commands(self, launch: Launch, world_size: int, program: Program, port: int) -> list[list[str]]:
         """One mpirun for every rank."""
         per_node = world_size // launch.nodes
@@ -45,3 +55,17 @@ class Mpirun(Launcher):
 
 
 LAUNCHER = Mpirun()
+
+
+def banner_cause(stderr: str, most: int = 4) -> str:
+    """The first paragraph of the first block Open MPI draws between lines of dashes, with the detail lines it
+    indents under it (at most `most` lines, joined); '' where there is none."""
+    lines = stderr.splitlines()
+    rules = [
+        i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {"-"} and len(line.strip()) > 20
+    ]
+    if not rules:
+        return ""
+    block = lines[rules[0] + 1 : rules[1] if len(rules) > 1 else len(lines)]
+    said = [line.strip() for line in block if line.strip()]
+    return " ".join(said[:most])

@@ -131,6 +131,21 @@ def measured_cost(ranks: list[dict[str, Any]], **figures: Any) -> dict[str, Any]
     return {**cost, "figures": figures}
 
 
+def keep_output(ctx: RunContext, done: list[Any]) -> str:
+    """A failed launch's commands and what each printed, kept beside the results (`<raw>/<run>.launcher.txt`);
+    its path ('' where the sweep keeps no raw output)."""
+    if ctx.raw_dir is None:
+        return ""
+    ctx.raw_dir.mkdir(parents=True, exist_ok=True)
+    path = ctx.raw_dir / f"{ctx.run_stem}.launcher.txt"
+    parts = [
+        f"$ {' '.join(map(str, p.args))}\nexit status {p.returncode}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}"
+        for p in done
+    ]
+    path.write_text("\n\n".join(parts))
+    return str(path)
+
+
 def with_nodes(measured: Measurement, ranks: list[dict[str, Any]], launch: Launch, case: Case) -> Measurement:
     """The measurement with the launcher, the nodes its ranks ran on and the slowest of them (its index and host,
     its slowest rank's time per checkpoint); where ranks ran on several nodes, each node's figures in the note."""
@@ -434,7 +449,8 @@ class DistributedRunner(CheckpointRunner):
             where = f"node {failed[0][0]}: " if failed and len(done) > 1 else ""
             said = [where + launcher.failure(failed[0][1].stderr, failed[0][1].returncode)] if failed else []
             why = reported[:1] or [*said, *left[:1]] or ["no figures gathered"]  # a rank that died: who, then why
-            raise ToolError(f"{self.name}: " + "; ".join(why))
+            kept = keep_output(ctx, done)
+            raise ToolError(f"{self.name}: " + "; ".join(why) + (f" (the launcher's output: {kept})" if kept else ""))
         return ranks
 
     def _job(self, case: Case, path: Path | str, shared: Path | None, out: str, warmup: int) -> list[str]:

@@ -344,7 +344,7 @@ class Bucket:
         method: str,
         key: str,
         *,
-        body: io.RawIOBase | None = None,
+        body: io.RawIOBase | io.BytesIO | None = None,
         size: int | None = None,
         query: dict[str, str] | None = None,
         sink: Callable[..., None] | None = None,
