@@ -1,5 +1,6 @@
 """The files a sweep keeps in its directory, and the guard before its first case: enough free space for
-all of them, and a directory that is not on the root file system unless the config says so.
+all of them, a directory that is not on the root file system unless the config says so, and enough memory for
+its largest checkpoint case.
 
 gdsio's per-thread files (`gdsio.<n>`), fio's per-job files (`gdsbench.<file_size>.<job>.0`) and every
 checkpoint engine's checkpoint all live until the end of the sweep, so the sweep needs their sum at
@@ -23,7 +24,7 @@ from gdsbench.errors import TargetError
 from gdsbench.runners import fio_job, gdsio
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.checkpoint.base import CheckpointRunner, workload_spec
-from gdsbench.sysinfo import storage
+from gdsbench.sysinfo import host, storage
 from gdsbench.units import num2str, size_label
 
 #: Checkpoint formats add headers, indexes and 4 KiB alignment to the tensors' bytes.
@@ -134,6 +135,35 @@ def mount_text(directory: Path) -> str:
     """The file system and device under `directory`: 'xfs on /dev/nvme0n1 mounted at /mnt/nvme'."""
     mount = storage.mount_of(directory)
     return f"{mount.get('fstype')} on {mount.get('device')} mounted at {mount.get('mount_point')}"
+
+
+#: What a checkpoint case holds in memory at its peak: its state dict and, while a load runs, the copy it loads.
+CHECKPOINT_MEMORY = 2.0
+
+
+def memory_need(cases: list[Case], ctx: RunContext) -> tuple[int, Case | None]:
+    """The memory the largest checkpoint case needs at its peak (CHECKPOINT_MEMORY x its workload), and that case."""
+    most, which = 0, None
+    for case in cases:
+        if isinstance(runners.get(case.engine), CheckpointRunner):
+            spec = workload_spec(case, ctx)
+            size = Path(spec.source).stat().st_size if spec.is_file else spec.size
+            if int(size * CHECKPOINT_MEMORY) > most:
+                most, which = int(size * CHECKPOINT_MEMORY), case
+    return most, which
+
+
+def check_memory(cases: list[Case], ctx: RunContext) -> None:
+    """Refuse, with the numbers, a sweep whose largest checkpoint case cannot fit in the memory available now."""
+    need, case = memory_need(cases, ctx)
+    available = host.meminfo("MemAvailable")
+    if case is None or available is None or need <= available:
+        return
+    raise TargetError(
+        f"the checkpoint case {case.key} holds its state dict and, loading, a second copy: about {human(need)} "
+        f"({need} bytes) of memory, but this host has {human(available)} available (MemAvailable, "
+        "/proc/meminfo): lower checkpoint_size, or free memory"
+    )
 
 
 def check_files(sets: list[FileSet]) -> None:

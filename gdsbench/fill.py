@@ -42,7 +42,9 @@ def prepare(
     config: SweepConfig, ctx: RunContext, skip_reason: Callable[[Case, RunContext], str | None]
 ) -> Iterator[dict[str, Any]]:
     """Check the target for every case that can run here, then fill what its reads need; yield progress rows."""
-    runnable = [c for c in config.cases if skip_reason(c, ctx) is None and uses_directory(c)]
+    can_run = [c for c in config.cases if skip_reason(c, ctx) is None]
+    filesets.check_memory(can_run, ctx)
+    runnable = [c for c in can_run if uses_directory(c)]
     if not runnable:  # nothing here uses the directory (fio on RADOS or RBD, S3 only)
         return
     filesets.check_mount(ctx.directory, bool(config.settings.get("allow_root_filesystem")))

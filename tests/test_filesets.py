@@ -163,3 +163,23 @@ def test_reads_that_unlink_their_files_need_no_fill(tmp_path):
                 "matrix": {"engine": ["fio"], "pattern": ["read"], "threads": [2], "unlink": [True]}}  # fmt: skip
     loaded = config.from_dict(document, "t.yaml")
     assert list(fill.prepare(loaded, sweep.context(loaded, None), lambda case, ctx: None)) == []
+
+
+def test_a_checkpoint_case_larger_than_the_memory_available_is_refused_with_the_numbers(tmp_path: Path) -> None:
+    """As the disk check does (issue 43): before the first case, naming the case, the need and what is free."""
+    from gdsbench.sysinfo import host
+
+    available = host.meminfo("MemAvailable")
+    assert available and available > 0
+    big = f"{available // (1 << 30) + 8}G"  # its state dict alone is more than the host has free
+    document = {
+        "directory": str(tmp_path / "t"),
+        "allow_root_filesystem": True,
+        "matrix": {"engine": ["fastpersist"], "pattern": ["save"], "checkpoint_size": [big]},
+    }
+    config = tmp_path / "big.yaml"
+    config.write_text(yaml.safe_dump(document))
+    run = CliRunner().invoke(cli, ["sweep", str(config), "-o", str(tmp_path / "out")])
+    assert run.exit_code == 2, run.output
+    assert "holds its state dict and, loading, a second copy: about" in run.output and "MemAvailable" in run.output
+    assert "Traceback" not in run.output and not list((tmp_path / "out").glob("*"))

@@ -41,6 +41,19 @@ def machine() -> dict[str, Any]:
     }
 
 
+def meminfo(key: str) -> int | None:
+    """A /proc/meminfo figure in bytes (MemTotal, MemAvailable, ...); None where the kernel does not say it."""
+    try:
+        lines = Path("/proc/meminfo").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        name, _, value = line.partition(":")
+        if name == key and value.split() and value.split()[0].isdigit():
+            return int(value.split()[0]) * (1024 if value.strip().endswith("kB") else 1)
+    return None
+
+
 def read_fact(path: Path) -> str | None:
     """A /proc or /sys file's text, stripped, or None when it cannot be read."""
     try:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
+from gdsbench.sysinfo import host
 from gdsbench.sysinfo.storage import MOUNTS, parse_mounts
 from gdsbench.testbeds.journal import Journal, undone_on_failure
 from gdsbench.units import size_label
@@ -66,11 +67,10 @@ def default_size() -> int:
 
 def _meminfo(key: str) -> int:
     """A /proc/meminfo figure in bytes."""
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name == key:
-            return int(value.split()[0]) * 1024
-    raise FastDevError(f"/proc/meminfo has no {key}")
+    found = host.meminfo(key)
+    if found is None:
+        raise FastDevError(f"/proc/meminfo has no {key}")
+    return found
 
 
 def check_can_make(size: int) -> None:

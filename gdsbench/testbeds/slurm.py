@@ -24,6 +24,7 @@ from pathlib import Path
 from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
 from gdsbench.hosts import free_port
+from gdsbench.sysinfo import host
 from gdsbench.testbeds.daemons import alive, argv_of, owned_by_us, read_pid, stop_daemons
 from gdsbench.testbeds.datadir import DataDir
 from gdsbench.testbeds.journal import Journal, undone_on_failure
@@ -142,8 +143,7 @@ def _cpus() -> int:
 
 def _memory_mib() -> int:
     """95 % of MemTotal, in MiB: what the node offers jobs."""
-    fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
-    return int(fields["MemTotal"].split()[0]) // 1024 * 95 // 100
+    return (host.meminfo("MemTotal") or 0) // (1 << 20) * 95 // 100
 
 
 def _free_ports(count: int) -> list[int]:
