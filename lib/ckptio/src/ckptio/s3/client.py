@@ -277,7 +277,9 @@ class Bucket:
                 + b"</LocationConstraint></CreateBucketConfiguration>"
             )
         try:
-            self._wait("CreateBucket", "", self._start("CreateBucket", "PUT", "", body=io.BytesIO(body), size=len(body)))
+            self._wait(
+                "CreateBucket", "", self._start("CreateBucket", "PUT", "", body=io.BytesIO(body), size=len(body))
+            )
         except ObjectStoreError as e:
             if e.status == 409 and "BucketAlreadyOwnedByYou" in str(e):
                 return False
