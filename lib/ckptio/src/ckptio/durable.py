@@ -121,10 +121,7 @@ def fsync_dir(directory: str) -> None:
     """fsync a directory so a rename inside it is durable."""
     fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        os.fsync(fd)
-    except OSError as e:  # some filesystems refuse fsync on directories
-        if e.errno not in (errno.EINVAL, errno.EBADF):
-            raise
+        _fsync_held(fd)
     finally:
         os.close(fd)
 
@@ -146,17 +143,30 @@ def replace_atomically(path: str, *, recycle: bool = False) -> Iterator[Target]:
     if recycle and claim_spare(path, target.path):
         target = Target(target.path, recycled=True)
     previous = None
+    held = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)  # the folder checked above
     try:
         yield target
         previous = None if recycle and _keep_as_spare(path) else _hold(path)
-        os.replace(target.path, path)
+        temp = os.path.basename(target.path)
+        os.replace(temp, base, src_dir_fd=held, dst_dir_fd=held)  # renameat within the folder held open
+        _fsync_held(held)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(target.path)
+            os.unlink(os.path.basename(target.path), dir_fd=held)
         _release_later(previous)
         raise
-    fsync_dir(os.path.dirname(path))
+    finally:
+        os.close(held)
     _release_later(previous)
+
+
+def _fsync_held(fd: int) -> None:
+    """fsync a directory held open, so a rename inside it is durable."""
+    try:
+        os.fsync(fd)
+    except OSError as e:  # some filesystems refuse fsync on directories
+        if e.errno not in (errno.EINVAL, errno.EBADF):
+            raise
 
 
 def drop_spare(path: str) -> bool:
