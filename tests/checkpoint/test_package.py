@@ -75,3 +75,10 @@ def test_the_options_import_without_torch_and_the_functions_stay_functions() -> 
         "assert ckptio.Checkpointer.__name__ == 'Checkpointer'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_readme_names_the_public_surface_as_all_has_it():
+    """lib/ckptio/README.md lists `ckptio.__all__` in its first parenthesis: the same names, none more (issue 43)."""
+    text = (LIBRARY / "README.md").read_text().replace("\n", " ")
+    listed = text.split("`ckptio.__all__` (", 1)[1].split(")", 1)[0]
+    assert sorted(name.strip() for name in listed.split(",")) == sorted(ckptio.__all__)
