@@ -190,3 +190,16 @@ def test_qualify_json_reports_each_check(tmp_path: Path) -> None:
 def test_case_text_writes_sizes_as_people_do() -> None:
     case = "engine=fio,pattern=write,io_size=16777216,threads=4,checkpoint_size=4294967296,staging=268435456"
     assert tables.case_text(case) == "engine=fio,pattern=write,io_size=16M,threads=4,checkpoint_size=4G,staging=256M"
+
+
+def test_the_small_things_a_newcomer_hit_in_the_ladder_report() -> None:
+    """Issue 43: train rows print no fio-style `TRAIN: bw=` line (a loop is not a storage run), a parameter a case
+    does not have is left out of its label (no `kills=-`), and `--mtbf 7d` is printed as written."""
+    from gdsbench.report.goodput import duration_text
+
+    sample = sorted((Path(__file__).parent.parent / "results" / "sample" / "tiers").glob("tiers-2*.csv"))[-1]
+    run = CliRunner().invoke(cli, ["report", str(sample), "--mtbf", "7d"])
+    assert run.exit_code == 0, run.output
+    assert "TRAIN:" not in run.output and "kills=-" not in run.output and "kills=20" in run.output
+    assert " 7d " in run.output and "168h" not in run.output
+    assert [duration_text(s) for s in (7 * 86400, 86400, 3600, 461)] == ["7d", "24h", "1h", "7m 41s"]

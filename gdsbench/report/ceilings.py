@@ -37,7 +37,9 @@ def engine_labels(rows: pd.DataFrame) -> pd.Series:
     for _, group in rows.groupby(["engine", "pattern"], sort=False):
         varying = [c for c in params if group[c].nunique(dropna=False) > 1]
         if varying:
-            text = group[varying].apply(lambda r: ", ".join(f"{c}={tables.cell(c, v)}" for c, v in r.items()), axis=1)
+            text = group[varying].apply(  # a parameter a row's case does not have is left out, not shown as "-"
+                lambda r: ", ".join(f"{c}={tables.cell(c, v)}" for c, v in r.items() if not tables.missing(v)), axis=1
+            )
             labels.loc[group.index] = group["engine"].astype(str) + " (" + text + ")"
     return labels
 

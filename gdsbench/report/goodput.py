@@ -120,9 +120,12 @@ def goodput_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tup
 
 
 def duration_text(seconds: float | None) -> str:
-    """'24h', '1h', '7m 41s', '12.5s': a duration as an operator reads it."""
+    """'7d', '24h', '1h', '7m 41s', '12.5s': a duration as an operator reads it (whole weeks of an mtbf as days,
+    as `--mtbf 7d` is written; a day stays 24h)."""
     if seconds is None or tables.missing(seconds):
         return "-"
+    if seconds > 86400 and seconds % 86400 == 0:
+        return f"{seconds / 86400:.0f}d"
     if seconds >= 3600 and seconds % 3600 == 0:
         return f"{seconds / 3600:.0f}h"
     if seconds >= 60:

@@ -119,10 +119,13 @@ def runs_legend(frame: pd.DataFrame, labels: dict[str, str]) -> Legend | None:
 
 
 def status_lines(frame: pd.DataFrame, groups: list[str], labels: dict[str, str] | None = None) -> Lines:
-    """fio's run-status line of each group's median repetition, titled by the group's values."""
+    """fio's run-status line of each group's median repetition, titled by the group's values; a training loop's
+    rows have none (their bandwidth is one checkpoint's bytes over its time until durable, not a storage run:
+    the train and ladder tables show their figures)."""
+    runs = frame[frame["pattern"] != "train"] if "pattern" in frame else frame
     items = [
         (tables.group_title(groups, values, labels or {}), fio_style.status_line(row))
-        for values, row in median_rows(frame, groups)
+        for values, row in median_rows(runs, groups)
     ]
     return Lines(STATUS_TITLE, tuple(items))
 
