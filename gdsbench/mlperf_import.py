@@ -425,6 +425,13 @@ def import_files(paths: Sequence[Path], output: Path, checkpoints: int = RULES_C
     twice = [s.path for i, s in enumerate(summaries) if s.sha256 in {t.sha256 for t in summaries[:i]}]
     if twice:
         raise SummaryError(f"{twice[0]}: the same summary is given twice; each run counts once")
+    known = imported_before(output)
+    again = next((s for s in summaries if s.sha256 in known), None)
+    if again is not None:
+        raise SummaryError(
+            f"{again.path}: already imported into {known[again.sha256]} (the same summary, byte for byte): each run "
+            "counts once; remove that file to import it again"
+        )
     made = rows(summaries, checkpoints)
     digest = hashlib.sha256("".join(s.sha256 for s in summaries).encode()).hexdigest()[:8]
     stamp = re.sub(r"[^0-9T]", "", min(s.start for s in summaries))[:15]
@@ -444,6 +451,18 @@ def import_files(paths: Sequence[Path], output: Path, checkpoints: int = RULES_C
     except OSError as exc:
         raise SummaryError(f"{output}: cannot write the results there: {exc.strerror}") from None
     return target
+
+
+def imported_before(output: Path) -> dict[str, str]:
+    """The summaries earlier imports wrote into `output`, by their sha256: the results file each went to (read from
+    the sidecars beside `<engine>-*.csv`; a sidecar that cannot be read counts for nothing)."""
+    found: dict[str, str] = {}
+    for csv_path in sorted(output.glob(f"{ENGINE}-*.csv")) if output.is_dir() else []:
+        imported = (results.read_sidecar(csv_path).get("imported") or {}) if csv_path.is_file() else {}
+        for summary in imported.get("summaries") or [] if isinstance(imported, dict) else []:
+            if isinstance(summary, dict) and isinstance(summary.get("sha256"), str):
+                found.setdefault(summary["sha256"], str(csv_path))
+    return found
 
 
 def _write_rows(out: Any, header: Sequence[str], made: Sequence[Mapping[str, Any]]) -> None:

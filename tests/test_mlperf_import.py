@@ -354,7 +354,11 @@ def test_a_bad_summary_among_good_ones_writes_nothing(tmp_path: Path) -> None:
     first = CliRunner().invoke(cli, ["import", str(SAVE_8B), "-o", str(out)])
     written = Path(first.output.strip()).read_bytes()
     again = CliRunner().invoke(cli, ["import", str(SAVE_8B), "-o", str(out)])
-    assert again.exit_code == 2 and "already exists" in again.output
+    assert again.exit_code == 2 and "already imported into" in again.output and "counts once" in again.output
+    beside = CliRunner().invoke(
+        cli, ["import", str(SAVE_8B), str(LOAD_70B), "-o", str(out)]
+    )  # with another: still once
+    assert beside.exit_code == 2 and f"{SAVE_8B}: already imported into" in beside.output, beside.output
     twice = CliRunner().invoke(cli, ["import", str(SAVE_8B), str(SAVE_8B), "-o", str(tmp_path / "o2")])
     assert twice.exit_code == 2 and "given twice" in twice.output
     assert Path(first.output.strip()).read_bytes() == written and len(list(out.iterdir())) == 2
