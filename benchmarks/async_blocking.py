@@ -67,8 +67,9 @@ def rounds(state: dict[str, Any], writer: TimedWriter, count: int, idle: float, 
         future = save(step)
         returned = time.perf_counter()
         future.result()
-        for name, seconds in zip(times, (returned - started, writer.began - started, writer.ended - writer.began,
-                                         returned - writer.ended)):  # fmt: skip
+        for name, seconds in zip(
+            times, (returned - started, writer.began - started, writer.ended - writer.began, returned - writer.ended)
+        ):
             times[name].append(seconds)
         time.sleep(idle)
         times["host copy"].append(host_copy_seconds(state))

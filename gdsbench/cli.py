@@ -522,8 +522,11 @@ def slurm_up(directory: Path) -> None:
         slurm_local.check_can_make(directory.absolute())
         cluster = slurm_local.up(directory)
     ctld, slurmd = cluster.ports
-    click.echo(f"node {cluster.nodename} ({cluster.cpus} CPUs, {cluster.memory_mib} MiB), partition {cluster.partition}; "
-               f"slurmctld 127.0.0.1:{ctld}, slurmd 127.0.0.1:{slurmd}", err=True)  # fmt: skip
+    click.echo(
+        f"node {cluster.nodename} ({cluster.cpus} CPUs, {cluster.memory_mib} MiB), partition {cluster.partition}; "
+        f"slurmctld 127.0.0.1:{ctld}, slurmd 127.0.0.1:{slurmd}",
+        err=True,
+    )
     click.echo(f"`gdsbench slurm down --dir {cluster.directory}` removes it; for srun, sbatch, sinfo:", err=True)
     click.echo(f"export SLURM_CONF={shlex.quote(str(cluster.conf))}")
 

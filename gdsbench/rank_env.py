@@ -105,8 +105,10 @@ def place(env: Mapping[str, str], world_size: int) -> Place:
     if found.world_size != world_size:
         raise RankEnvError(f"the case says world_size={world_size}, {found.launcher} started {found.world_size} ranks")
     if not (found.rank < found.world_size and found.local_rank < found.local_world_size):
-        raise RankEnvError(f"{found.launcher}: rank {found.rank} of {found.world_size}, local {found.local_rank} of "
-                           f"{found.local_world_size}: out of range")  # fmt: skip
+        raise RankEnvError(
+            f"{found.launcher}: rank {found.rank} of {found.world_size}, local {found.local_rank} of "
+            f"{found.local_world_size}: out of range"
+        )
     return found
 
 

@@ -49,14 +49,19 @@ def radosgw(ceph_cluster: ceph.Cluster, monkeypatch: pytest.MonkeyPatch) -> ceph
 
 def bucket_marker(conf: Path, bucket: str) -> str:
     """radosgw's marker of a bucket: the prefix of every RADOS object holding its data."""
-    stats = subprocess.run(["radosgw-admin", "-c", str(conf), "bucket", "stats", f"--bucket={bucket}"],
-                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    stats = subprocess.run(
+        ["radosgw-admin", "-c", str(conf), "bucket", "stats", f"--bucket={bucket}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return str(json.loads(stats)["marker"])
 
 
 def garbage_of(conf: Path, marker: str) -> list[str]:
     """The RADOS objects of the bucket with `marker` waiting for radosgw's garbage collection (other tests' buckets
     on the shared cluster make garbage of their own at any time: only this bucket's is the test's to judge)."""
-    listed = subprocess.run(["radosgw-admin", "-c", str(conf), "gc", "list", "--include-all"], capture_output=True,
-                            text=True, check=True).stdout  # fmt: skip
+    listed = subprocess.run(
+        ["radosgw-admin", "-c", str(conf), "gc", "list", "--include-all"], capture_output=True, text=True, check=True
+    ).stdout
     return [o["oid"] for entry in json.loads(listed) for o in entry["objs"] if o["oid"].startswith(f"{marker}_")]

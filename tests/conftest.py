@@ -61,8 +61,16 @@ PROBES = {
 
 #: Measured (pytest --durations) at 2 s or more on the 2-core VM: process start-ups (torch, gloo, torchrun,
 #: fio servers, kills) and real sweeps. Marked `slow`: `make test-fast` leaves them out, `make test` runs all.
-SLOW_MODULES = ("test_dcp_ranks.py", "test_multihost.py", "test_fio_client_live.py",
-                "test_smoke.py", "test_benchmark_scripts.py", "test_notebook.py", "test_e2e.py", "test_durability.py")  # fmt: skip
+SLOW_MODULES = (
+    "test_dcp_ranks.py",
+    "test_multihost.py",
+    "test_fio_client_live.py",
+    "test_smoke.py",
+    "test_benchmark_scripts.py",
+    "test_notebook.py",
+    "test_e2e.py",
+    "test_durability.py",
+)
 SLOW_TESTS = (
     "test_ctrl_c_or_sigterm_keeps_every_finished_row",
     "test_an_interrupt_during_start_up_leaves_no_file_without_its_sidecar",

@@ -45,8 +45,9 @@ def test_first_touch_measures_every_way(disk_tmp: Path) -> None:
 
 
 def test_dcp_ab_compares_two_checkouts_and_cleans_up(disk_tmp: Path) -> None:
-    out = run("benchmarks/dcp_ab.py", "--old", ".", "--new", ".", "--dir", str(disk_tmp), "--size", "32M",
-              "--pairs", "1")  # fmt: skip
+    out = run(
+        "benchmarks/dcp_ab.py", "--old", ".", "--new", ".", "--dir", str(disk_tmp), "--size", "32M", "--pairs", "1"
+    )
     ratios = dict(re.findall(r"^  (save|load)  old [\d.]+ .+ new/old x([\d.]+)$", out, re.M))
     assert set(ratios) == {"save", "load"} and all(float(r) > 0 for r in ratios.values())
     assert list(disk_tmp.iterdir()) == []
@@ -55,8 +56,19 @@ def test_dcp_ab_compares_two_checkouts_and_cleans_up(disk_tmp: Path) -> None:
 # a single file of ours saved; a DCP folder of torch's loaded (its save runs in the script's child process)
 @pytest.mark.parametrize(("engine", "pattern"), [("fastpersist", "save"), ("dcp", "load")])
 def test_cpu_profile_runs_each_engine_each_way_and_cleans_up(disk_tmp: Path, engine: str, pattern: str) -> None:
-    out = run("benchmarks/cpu_profile.py", "run", pattern, "--engine", engine, "--dir", str(disk_tmp),
-              "--size", "16M", "--reps", "1")  # fmt: skip
+    out = run(
+        "benchmarks/cpu_profile.py",
+        "run",
+        pattern,
+        "--engine",
+        engine,
+        "--dir",
+        str(disk_tmp),
+        "--size",
+        "16M",
+        "--reps",
+        "1",
+    )
     reps = re.findall(rf"^{engine} {pattern} rep (\d): ([\d.]+) s, ([\d.]+) CPU-s$", out, re.M)
     assert [r[0] for r in reps] == ["1"] and all(float(r[1]) > 0 for r in reps)
     assert list(disk_tmp.iterdir()) == []

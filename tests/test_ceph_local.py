@@ -66,8 +66,21 @@ def test_the_cluster_is_healthy_and_rados_round_trips_bytes(ceph_cluster, tmp_pa
     _rados(ceph_cluster, "rm", name)
     assert (tmp_path / "out").read_bytes() == data
 
-    info = subprocess.run(["rbd", "-c", str(ceph_cluster.conf), "info", f"{ceph_cluster.rbd_pool}/{ceph_cluster.rbd_image}",
-                           "--format", "json"], capture_output=True, text=True, check=True, timeout=HANG_S)  # fmt: skip
+    info = subprocess.run(
+        [
+            "rbd",
+            "-c",
+            str(ceph_cluster.conf),
+            "info",
+            f"{ceph_cluster.rbd_pool}/{ceph_cluster.rbd_image}",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=HANG_S,
+    )
     assert json.loads(info.stdout)["size"] == 4 << 30
 
 

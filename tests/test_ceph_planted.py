@@ -69,8 +69,15 @@ def test_down_refuses_a_folder_nobody_made_and_touches_nothing_its_state_names(v
     whose log file is a root-owned file: nothing is unmounted, run, written, killed or removed."""
     cluster = planted_dir if names == "itself" else victims["other"]
     victim = root_process("-c", str(cluster / "ceph.conf"))
-    state = {"directory": str(cluster), "fsid": "x", "mon_address": "127.0.0.1:1", "block_size": 0, "fs": True,
-             "mount": str(victims["mount"]), "pidfiles": [f"{planted_dir}/run/ceph-mds.a.pid"]}  # fmt: skip
+    state = {
+        "directory": str(cluster),
+        "fsid": "x",
+        "mon_address": "127.0.0.1:1",
+        "block_size": 0,
+        "fs": True,
+        "mount": str(victims["mount"]),
+        "pidfiles": [f"{planted_dir}/run/ceph-mds.a.pid"],
+    }
     conf = f"[global]\nmon host = 127.0.0.1:1\nlog file = {victims['target']}\nlog to file = true\n"
     plant = 'mkdir -p "$1/run" && printf x > "$1/.gdsbench-ceph" && printf %s "$2" > "$1/gdsbench-ceph.json" && '
     plant += 'printf %s "$3" > "$1/run/ceph-mds.a.pid" && printf %s "$4" > "$1/ceph.conf"'

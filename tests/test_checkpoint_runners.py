@@ -85,8 +85,15 @@ def test_save_then_load_measures_the_workload(engine, ctx):
 
 def train_case(engine: str, transfer: str, **axes) -> Case:
     """A short train case: 6 steps of 20 ms, a checkpoint every 3."""
-    block = {"engine": [engine], "pattern": ["train"], "transfer": [transfer], "steps": [6], "interval": [3],
-             "step_time": ["20ms"], **{k: [v] for k, v in axes.items()}}  # fmt: skip
+    block = {
+        "engine": [engine],
+        "pattern": ["train"],
+        "transfer": [transfer],
+        "steps": [6],
+        "interval": [3],
+        "step_time": ["20ms"],
+        **{k: [v] for k, v in axes.items()},
+    }
     document = {"checkpoint_size": SIZE, "workload": "llama3-8b", "dtype": "mixed", "matrix": block}
     [case] = config.from_dict(document, "test.yaml").cases
     return case

@@ -139,8 +139,16 @@ def run_ranks(python: Path, world: int, args: list[str], cwd: Path) -> list[subp
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(port),
         }
-        ranks.append(subprocess.Popen([str(python), "-c", PROGRAM, *args], stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, cwd=cwd, env=env))  # fmt: skip
+        ranks.append(
+            subprocess.Popen(
+                [str(python), "-c", PROGRAM, *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=cwd,
+                env=env,
+            )
+        )
     return ranks
 
 

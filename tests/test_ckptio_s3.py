@@ -27,8 +27,15 @@ MiB = 1 << 20
 
 def case_of(engine: str, pattern: str, **params: Any) -> Case:
     """A case as a config makes it: 4 MiB of llama3-8b, warm loads, free memory as it is."""
-    matrix = {"engine": [engine], "pattern": [pattern], "checkpoint_size": ["4M"], "cache": ["warm"],
-              "memory": ["as-is"], "transfer": ["CPU_ONLY"], **{k: [v] for k, v in params.items()}}  # fmt: skip
+    matrix = {
+        "engine": [engine],
+        "pattern": [pattern],
+        "checkpoint_size": ["4M"],
+        "cache": ["warm"],
+        "memory": ["as-is"],
+        "transfer": ["CPU_ONLY"],
+        **{k: [v] for k, v in params.items()},
+    }
     [case] = config.from_dict({"matrix": matrix}, "s3.yaml").cases
     return case
 
@@ -38,8 +45,10 @@ def case_of(engine: str, pattern: str, **params: Any) -> Case:
 
 def test_a_blocks_bucket_sends_a_case_to_s3_and_a_top_level_one_does_not(tmp_path: Path) -> None:
     """The sweep's `bucket:` is its S3 engines'; a ckptio engine goes to S3 where its own block names one."""
-    blocks = [{"engine": ["fastpersist", "dcp_fast"], "pattern": ["save"]},
-              {"engine": ["fastpersist"], "pattern": ["save"], "bucket": ["ckpts"]}]  # fmt: skip
+    blocks = [
+        {"engine": ["fastpersist", "dcp_fast"], "pattern": ["save"]},
+        {"engine": ["fastpersist"], "pattern": ["save"], "bucket": ["ckpts"]},
+    ]
     cases = config.load(write_config(tmp_path, bucket="shared", matrix=blocks)).cases
     assert [(c.engine, c["bucket"]) for c in cases] == [
         ("fastpersist", None),
@@ -90,9 +99,19 @@ def test_one_engines_s3_rows_are_held_to_the_s3_engine_and_its_local_rows_to_fio
     """fastpersist in one run on disk (x fio) and in S3 (x s3: the s3 engine's best PUT for saves, GET for loads)."""
 
     def row(engine: str, pattern: str, bw: float, stores_on: str, ceiling: str, **more: Any) -> dict[str, Any]:
-        return {"run_id": "r1", "host": "h1", "case": f"{engine}-{pattern}-{more}", "engine": engine,
-                "pattern": pattern, "transfer": "CPU_ONLY", "status": "ok", "bw_bytes": bw, "stores_on": stores_on,
-                "ceiling": ceiling, **more}  # fmt: skip
+        return {
+            "run_id": "r1",
+            "host": "h1",
+            "case": f"{engine}-{pattern}-{more}",
+            "engine": engine,
+            "pattern": pattern,
+            "transfer": "CPU_ONLY",
+            "status": "ok",
+            "bw_bytes": bw,
+            "stores_on": stores_on,
+            "ceiling": ceiling,
+            **more,
+        }
 
     frame = pd.DataFrame(
         [

@@ -54,8 +54,9 @@ def test_results_folder_under_a_regular_file_exits_2(tmp_path):
 
 def test_a_sweep_with_every_case_skipped_says_why_and_fails(tmp_path):
     matrix = {"engine": ["gdsio"], "pattern": ["read", "write"], "transfer": ["GDS"]}
-    result = invoke("sweep", write_config(tmp_path, matrix=matrix, gdsio=str(tmp_path / "no-gdsio")),
-                    "-o", tmp_path / "out")  # fmt: skip
+    result = invoke(
+        "sweep", write_config(tmp_path, matrix=matrix, gdsio=str(tmp_path / "no-gdsio")), "-o", tmp_path / "out"
+    )
     assert_exits(result, 1)
     assert "nothing was measured" in result.output and "2 cases skipped: " in result.output
 

@@ -105,11 +105,14 @@ def test_errors_name_file_key_and_expectation(document, key, expected):
     "document,key,expected",
     [
         (with_(directroy="/tmp/x"), "directroy", "a known key (did you mean directory?)"),
-        (with_(matrix={"engine": ["fio"], "pattern": ["read"], "io_sise": ["1M"]}), "matrix.io_sise",
-         "a matrix axis (did you mean io_size?)"),
+        (
+            with_(matrix={"engine": ["fio"], "pattern": ["read"], "io_sise": ["1M"]}),
+            "matrix.io_sise",
+            "a matrix axis (did you mean io_size?)",
+        ),
         (with_(exclude=[{"patern": "read"}]), "exclude[0].patern", "a matrix axis (did you mean pattern?)"),
     ],
-)  # fmt: skip
+)
 def test_a_key_typo_is_told_the_nearest_key_not_every_key(document, key, expected):
     error = error_of(document)
     assert (error.key, error.expected) == (key, expected)

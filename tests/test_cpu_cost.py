@@ -18,8 +18,16 @@ def costed_run() -> pd.DataFrame:
     """fio's durable write (2 GiB, 0.5 s machine CPU) and read, fastpersist save/load, torch_save save."""
 
     def engine(name: str, pattern: str, nbytes: int, bw: float, cpu: float, machine: float, rep: int = 1) -> dict:
-        return row(engine=name, pattern=pattern, io_size=None, bytes=nbytes, bw_bytes=bw, repetition=rep,
-                   cpu_seconds=cpu, machine_cpu_seconds=machine)  # fmt: skip
+        return row(
+            engine=name,
+            pattern=pattern,
+            io_size=None,
+            bytes=nbytes,
+            bw_bytes=bw,
+            repetition=rep,
+            cpu_seconds=cpu,
+            machine_cpu_seconds=machine,
+        )
 
     rows = [
         row(pattern="write", bytes=2 * GIB, bw_bytes=2000, end_fsync=1, cpu_seconds=0.4, machine_cpu_seconds=0.5),
@@ -78,10 +86,18 @@ def test_figures_below_the_clocks_resolution_are_left_out():
     """A quick run on 16 CPUs: 90 ms of machine CPU is under one 10 ms tick per CPU (it read below the process's own
     100 ms), so only the process figure stands; the machine's and its projection are omitted, not shown wrong."""
     quick = [
-        row(engine="fastpersist", pattern="save", io_size=None, bytes=GIB // 32, bw_bytes=900, repetition=rep,
-            cpu_seconds=0.1, machine_cpu_seconds=0.09)
+        row(
+            engine="fastpersist",
+            pattern="save",
+            io_size=None,
+            bytes=GIB // 32,
+            bw_bytes=900,
+            repetition=rep,
+            cpu_seconds=0.1,
+            machine_cpu_seconds=0.09,
+        )
         for rep in (1, 2)
-    ]  # fmt: skip
+    ]
     frame = rows_of(quick).assign(source="q.csv")
     costs = cpu_cost.cpu_costs(frame, {"q.csv": {"machine": {"cpu_count": 16}}}).iloc[0]
     assert pd.isna(costs["machine_cpu_s_per_gib"]) and pd.isna(costs["cpu_bound_bw"])

@@ -17,8 +17,18 @@ GiB = 1 << 30
 def row(engine: str, pattern: str, bw: float, rep: int, **params: object) -> dict[str, object]:
     """One ok result row of a distributed checkpoint case (or of fio, without params)."""
     case = ",".join([f"engine={engine}", f"pattern={pattern}", *(f"{k}={v}" for k, v in params.items())])
-    base = {"run_id": "r1", "host": "h", "case": case, "engine": engine, "pattern": pattern, "repetition": rep,
-            "status": "ok", "bytes": 4 * GiB, "bw_bytes": bw, "seconds": 4 * GiB / bw}  # fmt: skip
+    base = {
+        "run_id": "r1",
+        "host": "h",
+        "case": case,
+        "engine": engine,
+        "pattern": pattern,
+        "repetition": rep,
+        "status": "ok",
+        "bytes": 4 * GiB,
+        "bw_bytes": bw,
+        "seconds": 4 * GiB / bw,
+    }
     return {**base, **params}
 
 
@@ -28,16 +38,61 @@ def frame(tmp_path: Path) -> Path:
     for rep, jitter in enumerate((1.0, 1.1, 0.9), start=1):
         rows.append(row("fio", "write", 1.0e9 * jitter, rep, transfer="CPU_ONLY", end_fsync=True))
         common = {"transfer": "CPU_ONLY", "world_size": 2, "layout": "sharded", "executor": "thread"}
-        rows.append(row("dcp", "save", 0.4e9 * jitter, rep, **{**common, "async": False, "compression": "none"},
-                        blocking_seconds=10.7, compression_ratio=0.99))  # fmt: skip
-        rows.append(row("dcp_fast", "save", 1.2e9 * jitter, rep, **{**common, "async": False, "compression": "none"},
-                        blocking_seconds=3.6, compression_ratio=0.99))  # fmt: skip
-        rows.append(row("dcp", "save", 0.3e9 * jitter, rep, **{**common, "async": True, "compression": "none"},
-                        blocking_seconds=2.0, compression_ratio=0.99))  # fmt: skip
-        rows.append(row("dcp_fast", "save", 0.9e9 * jitter, rep, **{**common, "async": True, "compression": "none"},
-                        blocking_seconds=0.4, compression_ratio=0.99))  # fmt: skip
-        rows.append(row("dcp_fast", "save", 0.8e9 * jitter, rep, **{**common, "async": False, "compression": "blosc"},
-                        blocking_seconds=5.0, compression_ratio=1.37))  # fmt: skip
+        rows.append(
+            row(
+                "dcp",
+                "save",
+                0.4e9 * jitter,
+                rep,
+                **{**common, "async": False, "compression": "none"},
+                blocking_seconds=10.7,
+                compression_ratio=0.99,
+            )
+        )
+        rows.append(
+            row(
+                "dcp_fast",
+                "save",
+                1.2e9 * jitter,
+                rep,
+                **{**common, "async": False, "compression": "none"},
+                blocking_seconds=3.6,
+                compression_ratio=0.99,
+            )
+        )
+        rows.append(
+            row(
+                "dcp",
+                "save",
+                0.3e9 * jitter,
+                rep,
+                **{**common, "async": True, "compression": "none"},
+                blocking_seconds=2.0,
+                compression_ratio=0.99,
+            )
+        )
+        rows.append(
+            row(
+                "dcp_fast",
+                "save",
+                0.9e9 * jitter,
+                rep,
+                **{**common, "async": True, "compression": "none"},
+                blocking_seconds=0.4,
+                compression_ratio=0.99,
+            )
+        )
+        rows.append(
+            row(
+                "dcp_fast",
+                "save",
+                0.8e9 * jitter,
+                rep,
+                **{**common, "async": False, "compression": "blosc"},
+                blocking_seconds=5.0,
+                compression_ratio=1.37,
+            )
+        )
     path = tmp_path / "d.csv"
     columns = (*results.COLUMNS, "end_fsync", "world_size", "layout", "executor", "async", "compression")
     writer = results.ResultWriter(path, columns)

@@ -44,8 +44,21 @@ def test_up_makes_a_direct_io_device_down_removes_only_what_up_made_and_a_failed
         assert folder.st_uid == 0 and folder.st_mode & 0o777 == 0o700 and len(backing_folders()) == len(before) + 1
         assert os.lstat(fastdev.STATE).st_uid == 0 and os.lstat(fastdev.STATE_DIR).st_mode & 0o777 == 0o700
         assert os.path.ismount(mount) and sysinfo.odirect_works(mount)[0]
-        done = subprocess.run(["fio", "--name=w", f"--directory={mount}", "--size=64M", "--bs=1M", "--rw=write",
-                               "--direct=1", "--end_fsync=1", "--output-format=json"], capture_output=True, text=True)  # fmt: skip
+        done = subprocess.run(
+            [
+                "fio",
+                "--name=w",
+                f"--directory={mount}",
+                "--size=64M",
+                "--bs=1M",
+                "--rw=write",
+                "--direct=1",
+                "--end_fsync=1",
+                "--output-format=json",
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 0 and (mount / "w.0.0").stat().st_size == 64 * MiB
         with pytest.raises(fastdev.FastDevError, match="already up"):
             fastdev.up(256 * MiB, tmp_path / "again")
@@ -110,8 +123,17 @@ def planted_mount(tmp_path):
 
 def _planted_state(victim, keep) -> str:
     """A state that names a mount and a file gdsbench never made."""
-    return json.dumps({"backing": str(keep), "mount": str(victim), "size": 1, "loop": "/dev/loop7",
-                       "mounted": True, "made_mount": True, "steps": ["backing", "loop", "mounted"]})  # fmt: skip
+    return json.dumps(
+        {
+            "backing": str(keep),
+            "mount": str(victim),
+            "size": 1,
+            "loop": "/dev/loop7",
+            "mounted": True,
+            "made_mount": True,
+            "steps": ["backing", "loop", "mounted"],
+        }
+    )
 
 
 def test_a_state_planted_in_dev_shm_by_another_user_is_never_acted_on_nor_blocks_up(planted_mount):
@@ -122,8 +144,10 @@ def test_a_state_planted_in_dev_shm_by_another_user_is_never_acted_on_nor_blocks
     victim, keep = planted_mount
     planted = fastdev.SHM / "gdsbench-fastdev.json"
     write = 'printf %s "$1" > "$2"'
-    subprocess.run(["runuser", "-u", "nobody", "--", "sh", "-c", write, "sh", _planted_state(victim, keep), str(planted)],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        ["runuser", "-u", "nobody", "--", "sh", "-c", write, "sh", _planted_state(victim, keep), str(planted)],
+        check=True,
+    )
     try:
         assert fastdev.down() == []
         assert os.path.ismount(victim) and keep.read_text() == "root's" and planted.exists()

@@ -133,8 +133,12 @@ def test_a_failed_fill_fails_the_reads_at_once(tmp_path):
 
 @pytest.mark.needs_fio
 def test_fio_fill_lays_out_the_widest_read_case_once(tmp_path):
-    document = {"directory": str(tmp_path / "t"), "file_size": "4M", "allow_root_filesystem": True,
-                "matrix": {"engine": ["fio"], "pattern": ["read"], "threads": [1, 3]}}  # fmt: skip
+    document = {
+        "directory": str(tmp_path / "t"),
+        "file_size": "4M",
+        "allow_root_filesystem": True,
+        "matrix": {"engine": ["fio"], "pattern": ["read"], "threads": [1, 3]},
+    }
     loaded = config.from_dict(document, "t.yaml")
     ctx = sweep.context(loaded, None)
     ctx.directory.mkdir()
@@ -159,8 +163,12 @@ def test_default_fill_timeout_scales_with_the_bytes():
 
 def test_reads_that_unlink_their_files_need_no_fill(tmp_path):
     """fio unlink cases lay out and delete their own files each run: nothing to fill, and no crash."""
-    document = {"directory": str(tmp_path), "file_size": "1M", "allow_root_filesystem": True,
-                "matrix": {"engine": ["fio"], "pattern": ["read"], "threads": [2], "unlink": [True]}}  # fmt: skip
+    document = {
+        "directory": str(tmp_path),
+        "file_size": "1M",
+        "allow_root_filesystem": True,
+        "matrix": {"engine": ["fio"], "pattern": ["read"], "threads": [2], "unlink": [True]},
+    }
     loaded = config.from_dict(document, "t.yaml")
     assert list(fill.prepare(loaded, sweep.context(loaded, None), lambda case, ctx: None)) == []
 

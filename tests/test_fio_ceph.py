@@ -22,9 +22,21 @@ MiB = 1 << 20
 
 
 def ceph_case(**params: Any) -> Case:
-    base = {"pattern": Pattern.WRITE, "transfer": Transfer.CPU_ONLY, "io_size": 4 * MiB, "threads": 2, "iodepth": 8,
-            "ioengine": "rados", "iomem": "malloc", "end_fsync": False, "unlink": False, "gpu": "0",
-            "pool": "gdsbench", "clientname": "admin", "rbdname": "gdsbench"}  # fmt: skip
+    base = {
+        "pattern": Pattern.WRITE,
+        "transfer": Transfer.CPU_ONLY,
+        "io_size": 4 * MiB,
+        "threads": 2,
+        "iodepth": 8,
+        "ioengine": "rados",
+        "iomem": "malloc",
+        "end_fsync": False,
+        "unlink": False,
+        "gpu": "0",
+        "pool": "gdsbench",
+        "clientname": "admin",
+        "rbdname": "gdsbench",
+    }
     base.update(params)
     if base["pattern"] in (Pattern.READ, Pattern.RANDREAD):
         base.setdefault("osd_cache", "keep")
@@ -38,8 +50,11 @@ def object_names(case: Case, ctx: RunContext) -> tuple[str, ...]:
     return objects.names
 
 
-@given(file_size=st.integers(1, 1 << 36), io_size=st.sampled_from([4096, 1 << 20, 4 * MiB, 16 * MiB]),
-       limit=st.sampled_from([16 * MiB, 128 * MiB, 1 << 30]))  # fmt: skip
+@given(
+    file_size=st.integers(1, 1 << 36),
+    io_size=st.sampled_from([4096, 1 << 20, 4 * MiB, 16 * MiB]),
+    limit=st.sampled_from([16 * MiB, 128 * MiB, 1 << 30]),
+)
 def test_objects_stay_within_the_clusters_limit(file_size: int, io_size: int, limit: int) -> None:
     """Each object holds whole I/Os, at most the limit (where an I/O fits in it), and together they cover the file."""
     count, each = fio_ceph.layout(file_size, io_size, limit)
@@ -51,8 +66,14 @@ def test_argv_names_the_pool_not_a_directory(tmp_path: Path) -> None:
     ctx = RunContext(directory=tmp_path, file_size=300 * MiB)
     argv = fio_job.fio_argv(ceph_case(), ctx)
     count, each = fio_ceph.layout(300 * MiB, 4 * MiB)
-    assert {"--ioengine=rados", "--pool=gdsbench", "--clientname=admin", f"--nrfiles={count}",
-            f"--filesize={each}", f"--size={count * each}"} <= set(argv)  # fmt: skip
+    assert {
+        "--ioengine=rados",
+        "--pool=gdsbench",
+        "--clientname=admin",
+        f"--nrfiles={count}",
+        f"--filesize={each}",
+        f"--size={count * each}",
+    } <= set(argv)
     assert not any(a.startswith(("--directory", "--direct")) for a in argv)
     rbd = fio_job.fio_argv(ceph_case(ioengine="rbd", pool="gdsbench-rbd"), ctx)
     assert {"--ioengine=rbd", "--rbdname=gdsbench", f"--size={300 * MiB}", f"--offset_increment={300 * MiB}"} <= set(
@@ -130,8 +151,11 @@ def test_an_object_rados_cut_fails_the_write_case(
     monkeypatch.setattr(fio_ceph, "max_object_bytes", lambda: 512 * MiB)
     ctx = RunContext(directory=tmp_path, file_size=192 * MiB)
     case = ceph_case(threads=1, io_size=16 * MiB)
-    with pytest.raises(ToolError, match=r"RADOS holds 134217728 bytes of the 201326592 fio reported writing to 1 "
-                       r"objects of 201326592 bytes \(the largest holds 134217728\)"):  # fmt: skip
+    with pytest.raises(
+        ToolError,
+        match=r"RADOS holds 134217728 bytes of the 201326592 fio reported writing to 1 "
+        r"objects of 201326592 bytes \(the largest holds 134217728\)",
+    ):
         run(case, ctx)
     ctx.resources.cleanup()
 

@@ -124,8 +124,14 @@ def test_a_silent_host_is_named_within_the_handshake_deadline_and_the_others_run
     data = tmp_path / "data"
     data.mkdir()
     case = fio_case(pattern=Pattern.WRITE, transfer=Transfer.CPU_ONLY, io_size=MiB, iodepth=1, ioengine="psync")
-    ctx = RunContext(directory=data, file_size=16 * MiB, timeout=120, raw_dir=tmp_path / "raw",
-                     options={"handshake_timeout": 2.0}, hosts=(silent.host, live))  # fmt: skip
+    ctx = RunContext(
+        directory=data,
+        file_size=16 * MiB,
+        timeout=120,
+        raw_dir=tmp_path / "raw",
+        options={"handshake_timeout": 2.0},
+        hosts=(silent.host, live),
+    )
     try:
         started = time.monotonic()
         outcome = run_case("fio", case, ctx, fio_job.job_options(case, ctx))
@@ -149,8 +155,13 @@ def test_when_no_host_answers_every_row_says_so(tmp_path, short_dir):
 
     silent = SilentHost("tcp", short_dir)
     case = fio_case(pattern=Pattern.READ, transfer=Transfer.CPU_ONLY, io_size=MiB, iodepth=1, ioengine="psync")
-    ctx = RunContext(directory=tmp_path, file_size=16 * MiB, raw_dir=tmp_path / "raw",
-                     options={"handshake_timeout": 1.0}, hosts=(silent.host,))  # fmt: skip
+    ctx = RunContext(
+        directory=tmp_path,
+        file_size=16 * MiB,
+        raw_dir=tmp_path / "raw",
+        options={"handshake_timeout": 1.0},
+        hosts=(silent.host,),
+    )
     try:
         outcome = run_case("fio", case, ctx, fio_job.job_options(case, ctx))
     finally:

@@ -27,8 +27,18 @@ SAMPLES = DATA / "gdsio"
 
 def fio_case(**params):
     """A fio case with every parameter the config fills."""
-    base = {"pattern": Pattern.READ, "transfer": Transfer.GDS, "io_size": 128 << 20, "threads": 32, "iodepth": 16,
-            "ioengine": "libaio", "iomem": "malloc", "end_fsync": False, "unlink": False, "gpu": "0"}  # fmt: skip
+    base = {
+        "pattern": Pattern.READ,
+        "transfer": Transfer.GDS,
+        "io_size": 128 << 20,
+        "threads": 32,
+        "iodepth": 16,
+        "ioengine": "libaio",
+        "iomem": "malloc",
+        "end_fsync": False,
+        "unlink": False,
+        "gpu": "0",
+    }
     return Case("fio", tuple({**base, **params}.items()))
 
 
@@ -137,8 +147,11 @@ def test_failure_lines_beside_a_result_fail_the_row(tmp_path):
     with pytest.raises(ToolError, match=r"failed I/O beside its result: .*io failed :ret :-5 errno :22"):
         gdsio.checked(subprocess.CompletedProcess(["gdsio"], 0, text, ""))
     matrix = {"engine": ["gdsio"], "pattern": ["write"], "transfer": ["GDS"], "io_size": ["4K"], "threads": [1]}
-    _, csv_path = sweep(tmp_path, write_sweep(tmp_path, gdsio=str(FAKE), matrix=matrix),
-                             env={"FAKE_GDSIO_OUTPUT": "failed-io-beside-result.txt"})  # fmt: skip
+    _, csv_path = sweep(
+        tmp_path,
+        write_sweep(tmp_path, gdsio=str(FAKE), matrix=matrix),
+        env={"FAKE_GDSIO_OUTPUT": "failed-io-beside-result.txt"},
+    )
     (row,) = data_rows(csv_path)
     assert row["status"] == "failed" and "Error: IO failed stopping traffic" in row["error"]
 

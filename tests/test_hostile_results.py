@@ -168,9 +168,19 @@ def test_a_mathtext_label_is_drawn_as_written_in_figures_and_html(tmp_path):
 
 
 def test_a_mathtext_case_and_host_are_drawn_as_written_in_time_series():
-    table = pd.DataFrame({"run_id": "r1", "case": f"engine=fio,pattern=write,transfer={MATH}", "host": MATH,
-                          "repetition": 1, "job": 1, "time_s": [0.5, 1.0], "bw_bytes": 1e9, "lat_us": 50.0,
-                          "source": "x.csv"})  # fmt: skip
+    table = pd.DataFrame(
+        {
+            "run_id": "r1",
+            "case": f"engine=fio,pattern=write,transfer={MATH}",
+            "host": MATH,
+            "repetition": 1,
+            "job": 1,
+            "time_s": [0.5, 1.0],
+            "bw_bytes": 1e9,
+            "lat_us": 50.0,
+            "source": "x.csv",
+        }
+    )
     (plot,) = series.figures(table)
     plot.figure.canvas.draw()
     drawn = [t._preprocess_math(t.get_text()) for t in plot.figure.findobj(Text) if "$" in t.get_text()]
@@ -203,5 +213,13 @@ def test_spreadsheet_formulas_are_neutralised_and_numbers_kept(tmp_path, fmt):
 
 def test_formula_safe_keeps_numbers_and_the_empty_mark():
     assert [textout.formula_safe(t) for t in ["-5", "+1.5e3", "-12%", "-", "=A1", "-x", "@x", "ok"]] == [
-        "-5", "+1.5e3", "-12%", "-", "'=A1", "'-x", "'@x", "ok"]  # fmt: skip
+        "-5",
+        "+1.5e3",
+        "-12%",
+        "-",
+        "'=A1",
+        "'-x",
+        "'@x",
+        "ok",
+    ]
     assert textout.md_cell("=a|b\nc") == "\\=a\\|b c"

@@ -124,8 +124,15 @@ FLEET = sorted((Path(__file__).parents[1] / "results" / "sample" / "fleet").glob
 
 def test_the_answer_comes_before_the_evidence(page: str) -> None:
     """Headline (storage ceilings, flags) first; fio's status text after the tables; then metadata and rows."""
-    order = ["<h2>Headline</h2>", "<h2>Results: median", "<h2>Notes</h2>", "<h2>Run status", "<h2>Runs</h2>",
-             "<h2>Rows</h2>", "<h2>Figures</h2>"]  # fmt: skip
+    order = [
+        "<h2>Headline</h2>",
+        "<h2>Results: median",
+        "<h2>Notes</h2>",
+        "<h2>Run status",
+        "<h2>Runs</h2>",
+        "<h2>Rows</h2>",
+        "<h2>Figures</h2>",
+    ]
     where = [page.index(mark) for mark in order]
     assert where == sorted(where)
     headline = page[where[0] : where[1]]
@@ -219,8 +226,11 @@ def test_the_docs_screenshot_is_drawn_by_chromium(tmp_path: Path) -> None:
 
     out = tmp_path / "page.png"
     tool = Path(__file__).parents[1] / "tools" / "html_screenshot.py"
-    subprocess.run([sys.executable, str(tool), str(out), str(SAMPLE[0]), "--width", "900", "--height", "700"],
-                   check=True, timeout=180)  # fmt: skip
+    subprocess.run(
+        [sys.executable, str(tool), str(out), str(SAMPLE[0]), "--width", "900", "--height", "700"],
+        check=True,
+        timeout=180,
+    )
     with Image.open(out) as image:
         assert image.size == (900, 700) and image.getextrema() != ((255, 255), (255, 255), (255, 255))
 

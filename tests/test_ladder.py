@@ -32,8 +32,16 @@ MiB = 1 << 20
 
 def case_of(engine: str, **params: Any) -> Case:
     """A train case as a config makes it: 4 MiB of llama3-8b, 4 steps of 10 ms, a checkpoint every 2."""
-    matrix = {"engine": [engine], "pattern": ["train"], "checkpoint_size": ["4M"], "memory": ["as-is"],
-              "steps": [4], "step_time": ["10ms"], "interval": [2], **{k: [v] for k, v in params.items()}}  # fmt: skip
+    matrix = {
+        "engine": [engine],
+        "pattern": ["train"],
+        "checkpoint_size": ["4M"],
+        "memory": ["as-is"],
+        "steps": [4],
+        "step_time": ["10ms"],
+        "interval": [2],
+        **{k: [v] for k, v in params.items()},
+    }
     [case] = config.from_dict({"matrix": matrix}, "tiers.yaml").cases
     return case
 
@@ -41,8 +49,16 @@ def case_of(engine: str, **params: Any) -> Case:
 # -- configs ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("given", "text"), [(["local", "s3"], "local+s3"), (["local"], "local"), ("s3", "s3"),
-                                             ("local+s3", "local+s3"), ((" local", "s3 "), "local+s3")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("given", "text"),
+    [
+        (["local", "s3"], "local+s3"),
+        (["local"], "local"),
+        ("s3", "s3"),
+        ("local+s3", "local+s3"),
+        ((" local", "s3 "), "local+s3"),
+    ],
+)
 def test_tiers_are_a_ladder_of_local_then_s3_kept_as_text(given: Any, text: str) -> None:
     assert tier_list(given) == text
 
@@ -228,15 +244,32 @@ def ladder_rows() -> pd.DataFrame:
     from tests.test_report import row
 
     def one(engine: str, stall: float, **ladder: float | None) -> dict[str, Any]:
-        return row(engine=engine, pattern="train", io_size=None, stall_seconds=stall, checkpoint_cost_seconds=stall, slowdown=0.0,
-                   restore_seconds=1.0, **ladder)  # fmt: skip
+        return row(
+            engine=engine,
+            pattern="train",
+            io_size=None,
+            stall_seconds=stall,
+            checkpoint_cost_seconds=stall,
+            slowdown=0.0,
+            restore_seconds=1.0,
+            **ladder,
+        )
 
-    return pd.DataFrame([
-        one("tiered", 0.1, durable_local_seconds=0.1, durable_object_seconds=30.1, restore_local_seconds=20.0,
-            restore_object_seconds=60.0, work_at_risk_steps=20.0),
-        one("s3torch_dcp", 10.0, durable_object_seconds=10.0, restore_object_seconds=60.0, work_at_risk_steps=10.0),
-        one("fastpersist", 0.2),
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            one(
+                "tiered",
+                0.1,
+                durable_local_seconds=0.1,
+                durable_object_seconds=30.1,
+                restore_local_seconds=20.0,
+                restore_object_seconds=60.0,
+                work_at_risk_steps=20.0,
+            ),
+            one("s3torch_dcp", 10.0, durable_object_seconds=10.0, restore_object_seconds=60.0, work_at_risk_steps=10.0),
+            one("fastpersist", 0.2),
+        ]
+    )
 
 
 def test_the_report_puts_the_ladder_beside_its_baseline_at_each_failure_pair() -> None:

@@ -27,8 +27,15 @@ from tests.helpers import HANG_S, data_rows
 pytestmark = [pytest.mark.needs_torch, pytest.mark.slow, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[1]
 #: The MLPerf Storage geometry shrunk to a few MiB: every rank its own tensors, so the rules' per-rank metrics.
-MATRIX = {"engine": ["dcp_fast"], "pattern": ["save", "load"], "world_size": [2], "workload": ["mlperf-llama3-8b"],
-          "scale": ["1/8192"], "checkpoints": [2], "threads": [2]}  # fmt: skip
+MATRIX = {
+    "engine": ["dcp_fast"],
+    "pattern": ["save", "load"],
+    "world_size": [2],
+    "workload": ["mlperf-llama3-8b"],
+    "scale": ["1/8192"],
+    "checkpoints": [2],
+    "threads": [2],
+}
 #: A few MiB per checkpoint, beside the rest of the suite: the rows are tested for what they carry, not for speed.
 ALLOWED = ["too_short", "busy_machine", "unstable"]
 SAVE = {**MATRIX, "pattern": ["save"]}
@@ -40,9 +47,17 @@ CHECKS = [
 
 def launch_config(folder: Path, launcher: Any, matrix: dict[str, list[Any]] = MATRIX, **more: Any) -> Path:
     """A sweep of `matrix` on ranks started by `launcher`, in `folder`."""
-    document = {"name": "launched", "directory": str(folder / "target"), "allow_root_filesystem": True,
-                "repetitions": 1, "timeout": "120s", "launcher": launcher, "matrix": matrix, "checks": CHECKS,
-                **more}  # fmt: skip
+    document = {
+        "name": "launched",
+        "directory": str(folder / "target"),
+        "allow_root_filesystem": True,
+        "repetitions": 1,
+        "timeout": "120s",
+        "launcher": launcher,
+        "matrix": matrix,
+        "checks": CHECKS,
+        **more,
+    }
     path = folder / "launched.yaml"
     path.write_text(yaml.safe_dump(document))
     return path
@@ -92,8 +107,10 @@ def test_torchrun_on_two_nodes_reads_back_across_nodes_and_report_compare_qualif
     report = in_process("report", str(csv_path))
     assert report.exit_code == 0 and "MLPerf" in report.stdout, report.stdout
     table = report.stdout[report.stdout.index("Ranks across nodes") :].splitlines()
-    assert any(line.split()[:6] == ["dcp_fast", "save", "1", "torchrun", "2", rows[0]["slowest_node"].split()[0]]
-               for line in table), table  # fmt: skip
+    assert any(
+        line.split()[:6] == ["dcp_fast", "save", "1", "torchrun", "2", rows[0]["slowest_node"].split()[0]]
+        for line in table
+    ), table
     allowed = ",".join(ALLOWED)  # the rows are judged for what they carry (a tiny checkpoint beside the suite)
     assert in_process("compare", str(csv_path), str(csv_path), "--allow-flags", allowed).exit_code == 0
     assert not [p for p in (tmp_path / "target").rglob("*") if p.is_file()], "the sweep removes what it wrote"
@@ -142,12 +159,24 @@ def rank_pids(marker: str) -> dict[int, int]:
 def test_a_rank_killed_mid_case_is_a_failed_row_and_the_sweep_goes_on(tmp_path):
     if shutil.which("mpirun") is None:
         pytest.skip("mpirun is not installed (make test installs Open MPI)")
-    train = {"engine": ["dcp_fast"], "pattern": ["train"], "world_size": [2], "checkpoint_size": ["8M"],
-             "steps": [400], "interval": [100], "step_time": ["50ms"]}  # fmt: skip
+    train = {
+        "engine": ["dcp_fast"],
+        "pattern": ["train"],
+        "world_size": [2],
+        "checkpoint_size": ["8M"],
+        "steps": [400],
+        "interval": [100],
+        "step_time": ["50ms"],
+    }
     config = launch_config(tmp_path, "mpirun", matrix=train, timeout="90s", checks=[])
     started = time.monotonic()
-    sweep = subprocess.Popen([sys.executable, "-m", "gdsbench", "sweep", str(config), "-o", str(tmp_path / "out")],
-                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "gdsbench", "sweep", str(config), "-o", str(tmp_path / "out")],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while len(ranks := rank_pids(str(tmp_path))) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -163,11 +192,29 @@ def test_a_rank_killed_mid_case_is_a_failed_row_and_the_sweep_goes_on(tmp_path):
 
 def test_a_node_that_never_joins_ends_the_rank_waiting_for_it_within_its_join_timeout(tmp_path):
     """Rank 0 of 2 alone (its peer's node never came up): it waits --join-timeout, then fails, naming the wait."""
-    env = {**os.environ, "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
-           "OMPI_COMM_WORLD_LOCAL_SIZE": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "OMPI_COMM_WORLD_RANK": "0",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+    }
     case = "engine=dcp_fast,pattern=save,world_size=2,checkpoint_size=1M"
-    argv = [sys.executable, "-m", "gdsbench.cli_rank", "--case", case, "--checkpoint", str(tmp_path / "ckpt"),
-            "--out", str(tmp_path / "out"), "--rendezvous", f"127.0.0.1:{free_port()}", "--join-timeout", "3"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "gdsbench.cli_rank",
+        "--case",
+        case,
+        "--checkpoint",
+        str(tmp_path / "ckpt"),
+        "--out",
+        str(tmp_path / "out"),
+        "--rendezvous",
+        f"127.0.0.1:{free_port()}",
+        "--join-timeout",
+        "3",
+    ]
     started = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_S, cwd=ROOT, env=env)
     assert done.returncode != 0 and time.monotonic() - started < 30

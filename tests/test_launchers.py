@@ -21,21 +21,36 @@ PROGRAM = Program("gdsbench.cli_rank", ("--case", "engine=dcp_fast,pattern=save"
 #: What each launcher sets on rank 1 of 4 (2 per node), as read from their documentation and seen on this machine.
 RANK_VARIABLES = {
     "torchrun": {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0"},
-    "srun": {"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "0",
-             "SLURM_STEP_TASKS_PER_NODE": "2(x2)"},
-    "mpirun": {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
-               "OMPI_COMM_WORLD_LOCAL_SIZE": "2"},
+    "srun": {
+        "SLURM_PROCID": "1",
+        "SLURM_NTASKS": "4",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "0",
+        "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+    },
+    "mpirun": {
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+    },
     "mpirun (hydra)": {"PMI_RANK": "1", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"},
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("launcher", RANK_VARIABLES)
 def test_every_launchers_variables_give_the_same_place(launcher):
     variables = rank_env.torch_variables(RANK_VARIABLES[launcher], 4, "10.0.0.5:29500")
     assert variables == {
-        "RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "0",
-        "GDSBENCH_LAUNCHER": launcher, "MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29500",
-    }  # fmt: skip
+        "RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "0",
+        "GDSBENCH_LAUNCHER": launcher,
+        "MASTER_ADDR": "10.0.0.5",
+        "MASTER_PORT": "29500",
+    }
 
 
 def test_a_kubernetes_indexed_job_is_one_rank_per_pod_and_keeps_its_own_rendezvous():
@@ -46,8 +61,14 @@ def test_a_kubernetes_indexed_job_is_one_rank_per_pod_and_keeps_its_own_rendezvo
 
 
 def test_torchruns_variables_win_over_the_allocation_it_runs_in():
-    env = {**RANK_VARIABLES["srun"], "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "GROUP_RANK": "1",
-           "LOCAL_WORLD_SIZE": "2"}  # fmt: skip
+    env = {
+        **RANK_VARIABLES["srun"],
+        "RANK": "3",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+        "GROUP_RANK": "1",
+        "LOCAL_WORLD_SIZE": "2",
+    }
     assert rank_env.place(env, 4) == rank_env.Place(3, 4, 1, 2, 1, "torchrun")
 
 
@@ -106,8 +127,12 @@ def test_the_launcher_setting_is_a_name_or_a_mapping():
         "mpirun", 2, ("node0", "10.0.0.6")
     )
     assert launchers.parse({"name": "srun", "nodes": 4, "partition": "gpu", "port": 29500}).record() == {
-        "name": "srun", "nodes": 4, "hosts": [], "port": 29500, "partition": "gpu",
-    }  # fmt: skip
+        "name": "srun",
+        "nodes": 4,
+        "hosts": [],
+        "port": 29500,
+        "partition": "gpu",
+    }
 
 
 @pytest.mark.parametrize(
@@ -143,8 +168,16 @@ def test_the_command_lines_launcher_replaces_the_configs_name_only():
 
 def test_each_launcher_starts_every_rank_of_the_case():
     [srun] = launchers.get("srun").commands(Launch("srun", 2, partition="gpu"), 8, PROGRAM, 29500)
-    assert srun[:8] == ["srun", "--nodes=2", "--ntasks=8", "--ntasks-per-node=4", "--kill-on-bad-exit=1",
-                        "--immediate=30", "--export=ALL", "--partition=gpu"]  # fmt: skip
+    assert srun[:8] == [
+        "srun",
+        "--nodes=2",
+        "--ntasks=8",
+        "--ntasks-per-node=4",
+        "--kill-on-bad-exit=1",
+        "--immediate=30",
+        "--export=ALL",
+        "--partition=gpu",
+    ]
     assert srun[8:] == [*PROGRAM.argv(), "--rendezvous", ":29500"]
     [mpirun] = launchers.get("mpirun").commands(Launch("mpirun", 2, ("n0", "fd00::2")), 4, PROGRAM, 29500)
     assert mpirun[mpirun.index("--host") + 1] == "n0:2,fd00::2:2" and mpirun[-2:] == ["--rendezvous", "n0:29500"]

@@ -179,17 +179,37 @@ def test_a_sweep_of_the_geometry_writes_reads_and_reports_it(tmp_path: Path) -> 
     directory = tmp_path / "ckpt"
     directory.mkdir()
     cfg = tmp_path / "geometry.yaml"
-    cfg.write_text(yaml.safe_dump({
-        "name": "geometry", "directory": str(directory), "file_size": "1M", "workload": "mlperf-llama3-8b",
-        "memory": "as-is", "repetitions": 1, "allow_root_filesystem": True,
-        "matrix": [
-            {"engine": ["torch_save_ranks"], "pattern": ["save", "load"], "world_size": [2], "scale": ["1/8192"],
-             "checkpoints": [2], "transfer": ["CPU_CACHED"]},
-            {"engine": ["torch_save"], "pattern": ["save"], "transfer": ["CPU_CACHED"]},
-            {"engine": ["dcp"], "pattern": ["save"], "workload": ["mlperf-llama3-70b"], "world_size": [66],
-             "transfer": ["CPU_CACHED"]},
-        ],
-    }))  # fmt: skip
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "name": "geometry",
+                "directory": str(directory),
+                "file_size": "1M",
+                "workload": "mlperf-llama3-8b",
+                "memory": "as-is",
+                "repetitions": 1,
+                "allow_root_filesystem": True,
+                "matrix": [
+                    {
+                        "engine": ["torch_save_ranks"],
+                        "pattern": ["save", "load"],
+                        "world_size": [2],
+                        "scale": ["1/8192"],
+                        "checkpoints": [2],
+                        "transfer": ["CPU_CACHED"],
+                    },
+                    {"engine": ["torch_save"], "pattern": ["save"], "transfer": ["CPU_CACHED"]},
+                    {
+                        "engine": ["dcp"],
+                        "pattern": ["save"],
+                        "workload": ["mlperf-llama3-70b"],
+                        "world_size": [66],
+                        "transfer": ["CPU_CACHED"],
+                    },
+                ],
+            }
+        )
+    )
     out = tmp_path / "out"
     result = CliRunner().invoke(cli, ["sweep", str(cfg), "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -212,7 +232,11 @@ def test_a_sweep_of_the_geometry_writes_reads_and_reports_it(tmp_path: Path) -> 
     assert report.exit_code == 0, report.output
     [line] = json.loads(report.output)["mlperf_geometry"]
     assert (line["workload"], line["world_size"], line["division"], line["checkpoints"]) == (
-        "mlperf-llama3-8b", 2, "subset", 2)  # fmt: skip
+        "mlperf-llama3-8b",
+        2,
+        "subset",
+        2,
+    )
     assert line["write_min_rank_bw_bytes"] == pytest.approx(ran.loc["save", "min_rank_bw_bytes"])
 
 

@@ -44,14 +44,20 @@ def test_the_single_host_save_parses_to_its_exact_values() -> None:
     bytes over 2**30, to the last bit), the rate is GiB/s."""
     got = mlperf_import.read_summary(SAVE_8B)
     assert (got.workload, got.ranks, got.hosts, got.host, got.hostname) == (
-        "mlperf-llama3-8b", 8, 1, "ip-172-31-18-171", "ip-172-31-18-171")  # fmt: skip
+        "mlperf-llama3-8b",
+        8,
+        1,
+        "ip-172-31-18-171",
+        "ip-172-31-18-171",
+    )
     assert got.checkpoint_bytes == mlperf.geometry("mlperf-llama3-8b", 8).total_bytes() == 112425623552
     assert got.checkpoint_bytes == 104.70452117919922 * 2**30
     assert got.host_memory_bytes == 747.9131889343262 * 2**30  # the one host's entry
     assert got.potential_caching == (1,) and got.start == "2026-07-08T06:46:18.666818"
     [phase] = got.phases
-    assert phase == mlperf_import.Phase("save", 4.643973844563218 * 2**30, 0.24652423273229437 * 2**30, 22.6081011,
-                                        1.168297264853723)  # fmt: skip
+    assert phase == mlperf_import.Phase(
+        "save", 4.643973844563218 * 2**30, 0.24652423273229437 * 2**30, 22.6081011, 1.168297264853723
+    )
     assert phase.bw_bytes != 4.643973844563218 * 1e9  # binary, not decimal
 
 
@@ -228,8 +234,12 @@ def test_what_is_no_regular_file_or_too_large_is_refused_unread(tmp_path: Path) 
     os.mkfifo(fifo)
     big = tmp_path / "big.json"
     big.write_bytes(b" " * (mlperf_import.MAX_FILE_BYTES + 1))
-    for path, named in ((tmp_path, "not a regular file"), (fifo, "not a regular file"), (big, "over 1048576 bytes"),
-                        (tmp_path / "none.json", "cannot open: No such file")):  # fmt: skip
+    for path, named in (
+        (tmp_path, "not a regular file"),
+        (fifo, "not a regular file"),
+        (big, "over 1048576 bytes"),
+        (tmp_path / "none.json", "cannot open: No such file"),
+    ):
         with pytest.raises(SummaryError, match=named):
             mlperf_import.read_summary(path)
 
@@ -248,9 +258,20 @@ JSON = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=8,
 )
-KEYS = ["num_accelerators", "num_hosts", "hostname", "start", "end", "metric", "host_memory_GB", "potential_caching",
-        "metric.checkpoint_size_GB", RATE, "metric.load_checkpoint_duration_mean_seconds",
-        "metric.load_checkpoint_io_stdev_GB_per_second"]  # fmt: skip
+KEYS = [
+    "num_accelerators",
+    "num_hosts",
+    "hostname",
+    "start",
+    "end",
+    "metric",
+    "host_memory_GB",
+    "potential_caching",
+    "metric.checkpoint_size_GB",
+    RATE,
+    "metric.load_checkpoint_duration_mean_seconds",
+    "metric.load_checkpoint_io_stdev_GB_per_second",
+]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

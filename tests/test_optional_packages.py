@@ -24,8 +24,20 @@ from tests.helpers import HANG_S, data_rows
 CONFIGS = Path(__file__).parent.parent / "configs"
 CHECKPOINT_EXTRA = ("torch", "ckptio", "safetensors")
 #: Optional beyond torch and ckptio: the other extras' packages and the test tools beyond pytest and hypothesis.
-EXTRAS = ("safetensors", "blosc2", "zstandard", "awscrt", "s3torchconnector", "s3torchconnectorclient", "kvikio",
-          "deepspeed", "nbformat", "nbclient", "ipykernel", "xmlschema")  # fmt: skip
+EXTRAS = (
+    "safetensors",
+    "blosc2",
+    "zstandard",
+    "awscrt",
+    "s3torchconnector",
+    "s3torchconnectorclient",
+    "kvikio",
+    "deepspeed",
+    "nbformat",
+    "nbclient",
+    "ipykernel",
+    "xmlschema",
+)
 TESTS = Path(__file__).parent
 INSTALL = "not installed: pip install 'gdsbench[checkpoint]'"
 

@@ -232,8 +232,11 @@ def test_the_save_ceiling_is_fios_best_durable_write():
 
 def test_fio_on_a_ceph_cluster_is_never_a_checkpoints_ceiling():
     """RADOS objects and RBD images are not the directory the checkpoint's files are in."""
-    cluster = [row(pattern=p, bw_bytes=9000, end_fsync=True, ioengine=e, threads=t)
-               for p in ("write", "read") for e, t in (("rados", 8), ("rbd", 9))]  # fmt: skip
+    cluster = [
+        row(pattern=p, bw_bytes=9000, end_fsync=True, ioengine=e, threads=t)
+        for p in ("write", "read")
+        for e, t in (("rados", 8), ("rbd", 9))
+    ]
     frame = durable_run(*cluster).assign(ioengine=lambda f: f["ioengine"].fillna("libaio"))
     ratios = ceilings.ceiling_ratios(frame).set_index(["engine", "pattern"])
     assert (
@@ -322,8 +325,15 @@ def test_a_derived_table_declared_once_reaches_every_format(monkeypatch):
     def rows(found: pd.DataFrame, labels: dict[str, str]) -> tuple[list[str], list[list[str]]]:
         return ["pattern", "best B/s"], [[r.pattern, f"{r.bw_bytes:.0f}"] for r in found.itertuples()]
 
-    best = Derived("best", "Best of each pattern", compute, rows, "pattern", {"best B/s": "the fastest row"},
-                   lambda found, labels: [f"{len(found)} patterns ranked"])  # fmt: skip
+    best = Derived(
+        "best",
+        "Best of each pattern",
+        compute,
+        rows,
+        "pattern",
+        {"best B/s": "the fastest row"},
+        lambda found, labels: [f"{len(found)} patterns ranked"],
+    )
     monkeypatch.setattr(summary, "DERIVED", (*summary.DERIVED, best))
     frame = durable_run()
     built = summary.build(frame, ["engine", "pattern"])

@@ -73,9 +73,24 @@ def test_runs_are_labelled_with_a_legend() -> None:
 
 def row(**fields: object) -> dict[str, object]:
     """One ok fio row with the fields given."""
-    base = {"run_id": "r", "host": "h", "engine": "fio", "transfer": "CPU_ONLY", "pattern": "read", "status": "ok",
-            "io_size": 16 << 20, "threads": 4.0, "iodepth": 8, "bytes": 1 << 30, "seconds": 1.0,
-            "bw_bytes": 1 << 30, "iops": 64.0, "lat_mean_us": 63_100.0, "lat_p99_us": 850.0, "repetition": 1}  # fmt: skip
+    base = {
+        "run_id": "r",
+        "host": "h",
+        "engine": "fio",
+        "transfer": "CPU_ONLY",
+        "pattern": "read",
+        "status": "ok",
+        "io_size": 16 << 20,
+        "threads": 4.0,
+        "iodepth": 8,
+        "bytes": 1 << 30,
+        "seconds": 1.0,
+        "bw_bytes": 1 << 30,
+        "iops": 64.0,
+        "lat_mean_us": 63_100.0,
+        "lat_p99_us": 850.0,
+        "repetition": 1,
+    }
     base.update(fields)
     base["case"] = f"engine=fio,pattern={base['pattern']},io_size={base['io_size']},threads={base['threads']}"
     return base
@@ -96,8 +111,13 @@ def test_numbers_as_people_write_them() -> None:
     assert [r[:2] for r in cells] == [("4K", "1"), ("4K", "4"), ("16M", "1"), ("16M", "4")]
     assert cells[0][header.index("lat mean")] == "63.1ms" and cells[0][header.index("lat p99")] == "850us"
     assert all(title.startswith("io_size=") and "16777216" not in title for title, _ in built.status.items)
-    assert [latency_text(v) for v in (0.5, 87.5, 9_999.0, 10_000.0, 2.5e7)] == ["500ns", "87.5us", "9999us",
-                                                                              "10.0ms", "25.0s"]  # fmt: skip
+    assert [latency_text(v) for v in (0.5, 87.5, 9_999.0, 10_000.0, 2.5e7)] == [
+        "500ns",
+        "87.5us",
+        "9999us",
+        "10.0ms",
+        "25.0s",
+    ]
 
 
 def test_a_table_too_wide_splits_into_blocks_repeating_the_identity() -> None:

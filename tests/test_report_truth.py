@@ -22,9 +22,22 @@ def rows_of(*args, **kwargs) -> pd.DataFrame:
 def row(engine: str, pattern: str, bw: float, **params: object) -> dict[str, object]:
     """One ok row of one case (its key from the engine, pattern and parameters)."""
     case = ",".join([f"engine={engine}", f"pattern={pattern}", *(f"{k}={v}" for k, v in params.items())])
-    base = {"run_id": "r1", "host": "h", "case": case, "engine": engine, "pattern": pattern, "transfer": "CPU_ONLY",
-            "repetition": 1, "status": "ok", "bytes": 1 << 30, "bw_bytes": bw, "seconds": (1 << 30) / bw,
-            "iops": 1.0, "lat_mean_us": 1.0, "lat_p99_us": 1.0}  # fmt: skip
+    base = {
+        "run_id": "r1",
+        "host": "h",
+        "case": case,
+        "engine": engine,
+        "pattern": pattern,
+        "transfer": "CPU_ONLY",
+        "repetition": 1,
+        "status": "ok",
+        "bytes": 1 << 30,
+        "bw_bytes": bw,
+        "seconds": (1 << 30) / bw,
+        "iops": 1.0,
+        "lat_mean_us": 1.0,
+        "lat_p99_us": 1.0,
+    }
     return {**base, **params}
 
 
@@ -147,8 +160,12 @@ def test_options_a_row_does_not_use_are_blank():
     from gdsbench.report import tables
 
     assert runners.unused_options("fio", {"pattern": "read", "ioengine": "libaio"}) == [
-        "end_fsync", "pool", "clientname", "rbdname", "osd_cache"
-    ]  # fmt: skip
+        "end_fsync",
+        "pool",
+        "clientname",
+        "rbdname",
+        "osd_cache",
+    ]
     assert runners.unused_options("fio", {"pattern": "write", "ioengine": "rados"}) == ["rbdname"]
     assert runners.unused_options("s3", {"pattern": "read"}) == []
     read = Case("fio", (("pattern", "read"), ("ioengine", "libaio"), ("end_fsync", True), ("pool", "gdsbench")))

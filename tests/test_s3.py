@@ -30,9 +30,18 @@ DATA = Path(__file__).parent / "data" / "s3"
 
 
 def s3_case(**params: Any) -> Case:
-    base = {"pattern": Pattern.WRITE, "transfer": Transfer.CPU_ONLY, "io_size": MiB, "threads": 2, "endpoint": None,
-            "bucket": "gdsbench-test", "prefix": "gdsbench", "region": "us-east-1", "part_size": 16 * MiB,
-            "rgw_gc": False}  # fmt: skip
+    base = {
+        "pattern": Pattern.WRITE,
+        "transfer": Transfer.CPU_ONLY,
+        "io_size": MiB,
+        "threads": 2,
+        "endpoint": None,
+        "bucket": "gdsbench-test",
+        "prefix": "gdsbench",
+        "region": "us-east-1",
+        "part_size": 16 * MiB,
+        "rgw_gc": False,
+    }
     base.update(params)
     if base["pattern"] is Pattern.READ:
         base.setdefault("osd_cache", "keep")
@@ -58,9 +67,15 @@ def test_plain_bucket_names_are_taken(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("url", "reason"),
-    [("ftp://host", "not an http"), ("http://user:secret@host:80", "credentials"), ("http://host/bucket", "path"),
-     ("http://host:99999", "out of range"), ("127.0.0.1:7480", "not an http"), (7480, "not a string")],
-)  # fmt: skip
+    [
+        ("ftp://host", "not an http"),
+        ("http://user:secret@host:80", "credentials"),
+        ("http://host/bucket", "path"),
+        ("http://host:99999", "out of range"),
+        ("127.0.0.1:7480", "not an http"),
+        (7480, "not a string"),
+    ],
+)
 def test_endpoints_are_a_scheme_and_a_host_without_credentials(url: Any, reason: str) -> None:
     with pytest.raises(ValueError, match=reason):
         s3_client.endpoint_url(url)
@@ -75,9 +90,14 @@ def test_a_listing_is_read_page_by_page_from_radosgws_own_responses() -> None:
 
 
 @pytest.mark.parametrize(
-    "document", [b"<html>proxy error</html>", b"<ListBucketResult><Contents><Size>1</Size></Contents></ListBucketResult>",
-                 b"<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>", b"not xml"],
-)  # fmt: skip
+    "document",
+    [
+        b"<html>proxy error</html>",
+        b"<ListBucketResult><Contents><Size>1</Size></Contents></ListBucketResult>",
+        b"<ListBucketResult><IsTruncated>true</IsTruncated></ListBucketResult>",
+        b"not xml",
+    ],
+)
 def test_a_response_that_is_not_a_listing_is_an_error(document: bytes) -> None:
     with pytest.raises(s3_client.S3RequestError, match="ListObjectsV2"):
         s3_client._listing(document, len(document))
@@ -85,8 +105,14 @@ def test_a_response_that_is_not_a_listing_is_an_error(document: bytes) -> None:
 
 def test_a_failed_request_says_its_status_and_s3_code() -> None:
     body = (DATA / "radosgw-16.2.15-nosuchkey.xml").read_bytes()
-    error = S3ResponseError(code=14343, name="AWS_ERROR_S3_INVALID_RESPONSE_STATUS", message="Invalid response status",
-                            status_code=404, headers=[], body=body)  # fmt: skip
+    error = S3ResponseError(
+        code=14343,
+        name="AWS_ERROR_S3_INVALID_RESPONSE_STATUS",
+        message="Invalid response status",
+        status_code=404,
+        headers=[],
+        body=body,
+    )
     assert s3_client._reason(error) == "HTTP 404 NoSuchKey"
 
 
@@ -123,7 +149,11 @@ def test_the_time_series_is_each_slots_bytes_and_latency_per_window() -> None:
     ]  # slot 0 ends 0.5, 1.5, 2.5
     samples = s3_requests.series(requests, window_s=1.0)
     assert [(s.job, s.time_s, s.bw_bytes, s.lat_us) for s in samples] == [
-        (1, 1.0, MiB, 500_000), (1, 2.0, MiB, 500_000), (1, 3.0, MiB, 500_000), (2, 3.0, 2 * MiB, 2_500_000)]  # fmt: skip
+        (1, 1.0, MiB, 500_000),
+        (1, 2.0, MiB, 500_000),
+        (1, 3.0, MiB, 500_000),
+        (2, 3.0, 2 * MiB, 2_500_000),
+    ]
 
 
 def test_slots_give_the_bandwidth_range_and_the_spread() -> None:
@@ -135,10 +165,16 @@ def test_slots_give_the_bandwidth_range_and_the_spread() -> None:
 
 
 def test_failed_requests_are_counted_by_reason_and_the_first_named() -> None:
-    requests = [*timed(0.1, 0.1), *timed(0.1, error="PutObject b/gdsbench/1.0: HTTP 503 SlowDown", slot=1),
-                Request(2, "x", 0.5, 0.1, 0, "PutObject b/gdsbench/2.0: HTTP 503 SlowDown")]  # fmt: skip
-    with pytest.raises(ToolError, match=r"2 of 4 S3 requests failed, none retried \(2x PutObject HTTP 503 SlowDown\); "
-                       r"first: PutObject b/gdsbench/1.0: HTTP 503 SlowDown"):  # fmt: skip
+    requests = [
+        *timed(0.1, 0.1),
+        *timed(0.1, error="PutObject b/gdsbench/1.0: HTTP 503 SlowDown", slot=1),
+        Request(2, "x", 0.5, 0.1, 0, "PutObject b/gdsbench/2.0: HTTP 503 SlowDown"),
+    ]
+    with pytest.raises(
+        ToolError,
+        match=r"2 of 4 S3 requests failed, none retried \(2x PutObject HTTP 503 SlowDown\); "
+        r"first: PutObject b/gdsbench/1.0: HTTP 503 SlowDown",
+    ):
         s3_requests.failures(requests)
     s3_requests.failures(timed(0.1))
 
@@ -233,8 +269,19 @@ def quota_user(radosgw: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     uid, conf = f"gdsbench-quota-{os.getpid()}", str(radosgw.conf)
     admin = ["radosgw-admin", "-c", conf]
     key, secret = f"QUOTA{os.getpid()}", "quota-secret"
-    subprocess.run([*admin, "user", "create", f"--uid={uid}", "--display-name=quota", f"--access-key={key}",
-                    f"--secret-key={secret}"], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            *admin,
+            "user",
+            "create",
+            f"--uid={uid}",
+            "--display-name=quota",
+            f"--access-key={key}",
+            f"--secret-key={secret}",
+        ],
+        check=True,
+        capture_output=True,
+    )
     for step in ("set", "enable"):
         extra = ["--max-objects=2"] if step == "set" else []
         subprocess.run([*admin, "quota", step, "--quota-scope=user", f"--uid={uid}", *extra], check=True)
@@ -248,8 +295,11 @@ def quota_user(radosgw: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 def test_a_request_the_service_refuses_fails_the_case_naming_it(quota_user: str, tmp_path: Path) -> None:
     """The third PUT exceeds the user's quota: the slot stops there, nothing is retried, the row says why."""
     ctx = RunContext(directory=tmp_path, file_size=4 * MiB)
-    with pytest.raises(ToolError, match=r"^1 of 3 S3 requests failed, none retried \(1x PutObject HTTP 403 "
-                       r"QuotaExceeded\); first: PutObject gdsbench-t4/gdsbench/4194304-1048576/0.2: HTTP 403"):  # fmt: skip
+    with pytest.raises(
+        ToolError,
+        match=r"^1 of 3 S3 requests failed, none retried \(1x PutObject HTTP 403 "
+        r"QuotaExceeded\); first: PutObject gdsbench-t4/gdsbench/4194304-1048576/0.2: HTTP 403",
+    ):
         run(s3_case(bucket="gdsbench-t4", threads=1), ctx)
     ctx.resources.cleanup()
     assert not bucket("gdsbench-t4").exists()
@@ -276,8 +326,11 @@ def test_objects_the_store_did_not_keep_whole_fail_the_write(radosgw: Any, tmp_p
     [[key]] = s3.object_keys(case, ctx)
     store = bucket("gdsbench-t5")
     store.put(key, memoryview(b"short"))
-    with pytest.raises(ToolError, match=rf"1 of 1 objects written do not hold 1048576 bytes in the store \(first: "
-                       rf"{key}, 5\)"):  # fmt: skip
+    with pytest.raises(
+        ToolError,
+        match=rf"1 of 1 objects written do not hold 1048576 bytes in the store \(first: "
+        rf"{key}, 5\)",
+    ):
         s3._check_stored(store, case, ctx, {key})
     ctx.resources.cleanup()
     assert not store.exists()

@@ -35,8 +35,15 @@ DEAD_ENDPOINT = "http://127.0.0.1:9"  # discard: nothing listens
 def case_of(engine: str, pattern: str, **params: Any) -> Case:
     """One case as a config makes it (every key's default filled in): 8 MiB of llama3-8b, warm loads, free memory as
     it is (leveling it costs a garbage collection, 0.1 s, per call)."""
-    matrix = {"engine": [engine], "pattern": [pattern], "checkpoint_size": ["8M"], "cache": ["warm"], "memory": ["as-is"],
-              "transfer": ["CPU_ONLY"], **{key: [value] for key, value in params.items()}}  # fmt: skip
+    matrix = {
+        "engine": [engine],
+        "pattern": [pattern],
+        "checkpoint_size": ["8M"],
+        "cache": ["warm"],
+        "memory": ["as-is"],
+        "transfer": ["CPU_ONLY"],
+        **{key: [value] for key, value in params.items()},
+    }
     [case] = config.from_dict({"matrix": matrix}, "s3torch.yaml").cases
     return case
 
@@ -102,8 +109,12 @@ def test_dcp_refuses_an_endpoint_its_client_would_not_use(credentials: None, tmp
         "s3torch_dcp's client reads its endpoint from AWS_ENDPOINT_URL only (http://127.0.0.1:9), not this case's "
         "http://127.0.0.1:7480: set AWS_ENDPOINT_URL to it"
     )
-    assert get("s3torch_save").unavailable(case_of("s3torch_save", "save", endpoint="http://127.0.0.1:7480"),
-                                           context(tmp_path)) is None  # fmt: skip
+    assert (
+        get("s3torch_save").unavailable(
+            case_of("s3torch_save", "save", endpoint="http://127.0.0.1:7480"), context(tmp_path)
+        )
+        is None
+    )
 
 
 def test_the_etag_workaround_lets_every_other_error_through_untouched() -> None:

@@ -28,9 +28,22 @@ from tests.helpers import HANG_S, assert_exits
 
 @pytest.mark.parametrize(
     "listen",
-    ["0.0.0.0:8765", ":8765", ",8765", "*", "", "::", "[::]:9000", "ip6:::,9000", "0:8765", "0.0.0.0,1",
-     "[::ffff:0.0.0.0]:8765", "[::ffff:0:0]:8765", "ip6:::ffff:0.0.0.0,8765"],
-)  # fmt: skip
+    [
+        "0.0.0.0:8765",
+        ":8765",
+        ",8765",
+        "*",
+        "",
+        "::",
+        "[::]:9000",
+        "ip6:::,9000",
+        "0:8765",
+        "0.0.0.0,1",
+        "[::ffff:0.0.0.0]:8765",
+        "[::ffff:0:0]:8765",
+        "ip6:::ffff:0.0.0.0,8765",
+    ],
+)
 def test_all_interfaces_are_refused_by_default(listen):
     with pytest.raises(UsageError, match="binds every interface"):
         listen_host(listen, allow_all=False)
@@ -38,10 +51,16 @@ def test_all_interfaces_are_refused_by_default(listen):
 
 @pytest.mark.parametrize(
     ("listen", "expected"),
-    [("[::%lo]", "binds every interface"), ("xn--a", "'xn--a' does not resolve"),
-     ("nosuch.invalid:9000", "does not resolve"), ("[fe80::1%nosuchif]", "does not resolve"),
-     ("a" * 64, "labels 1 to 63"), ("a..b", "labels 1 to 63"), ("a." * 127 + "a", "at most 253 characters")],
-)  # fmt: skip
+    [
+        ("[::%lo]", "binds every interface"),
+        ("xn--a", "'xn--a' does not resolve"),
+        ("nosuch.invalid:9000", "does not resolve"),
+        ("[fe80::1%nosuchif]", "does not resolve"),
+        ("a" * 64, "labels 1 to 63"),
+        ("a..b", "labels 1 to 63"),
+        ("a." * 127 + "a", "at most 253 characters"),
+    ],
+)
 def test_an_address_that_cannot_be_bound_is_one_error_line(listen, expected):
     result = CliRunner().invoke(cli, ["serve", "--listen", listen])
     assert_exits(result, 2, one_line_error=True)
@@ -178,8 +197,12 @@ def test_serve_refuses_a_socket_path_that_exists(tmp_path):
 
 @pytest.mark.needs_fio
 def test_serve_fails_with_fios_message_when_fio_cannot_bind():
-    done = subprocess.run([sys.executable, "-m", "gdsbench", "serve", "--listen", f"[fe80::1%lo]:{free_port()}"],
-                          capture_output=True, text=True, timeout=HANG_S)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "gdsbench", "serve", "--listen", f"[fe80::1%lo]:{free_port()}"],
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
+    )
     assert done.returncode == 1, done.stderr
     error = done.stderr.strip().splitlines()[-1]
     assert error.startswith("gdsbench: error: fio server did not listen on [fe80::1%lo]")

@@ -185,8 +185,10 @@ def test_down_stops_only_what_up_starts_not_a_process_that_merely_names_the_conf
     made = slurm.Made(str(directory), "x", 1, 1, [1, 2], ["munged", "slurmd"])
     (directory / slurm.STATE).write_text(json.dumps(made.__dict__))
     conf.write_text("x")
-    victims = [subprocess.Popen(["slurmd", "-f", str(conf), "/dev/null"], executable="/usr/bin/tail"),  # one more
-               subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-f", str(conf)])]  # fmt: skip
+    victims = [
+        subprocess.Popen(["slurmd", "-f", str(conf), "/dev/null"], executable="/usr/bin/tail"),  # one more
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "-f", str(conf)]),
+    ]
     (directory / "run" / "slurmd.pid").write_text(str(victims[0].pid))
     try:
         assert slurm.down(directory) == [f"removed {directory}"]

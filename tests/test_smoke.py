@@ -59,8 +59,18 @@ def test_make_gpu_smoke_is_the_documented_command():
     assert "gpu-smoke: install" in makefile and "tools/gpu_install.py $(SMOKE_OUT)" in makefile
     assert "gdsbench smoke --gpu -o $(SMOKE_OUT)" in makefile
     doc = (plan.ROOT / "docs" / "gds-server.md").read_text()
-    for name in ("make gpu-smoke", "00-summary.txt", "01-machine.txt", "03-kvikio.txt", "04-doctor.txt", "05-pytest.txt",
-                 "06-checkpoint", "07-gds-load.txt", "08-gds-smoke", "09-gdsio.txt"):  # fmt: skip
+    for name in (
+        "make gpu-smoke",
+        "00-summary.txt",
+        "01-machine.txt",
+        "03-kvikio.txt",
+        "04-doctor.txt",
+        "05-pytest.txt",
+        "06-checkpoint",
+        "07-gds-load.txt",
+        "08-gds-smoke",
+        "09-gdsio.txt",
+    ):
         assert name in doc, name
 
 
@@ -74,8 +84,13 @@ def test_the_gpu_install_step_is_a_tool_that_installs_nothing_without_a_gpu(tmp_
 
     if gpu_host():
         pytest.skip("a GPU host: the tool would install CUDA torch into this venv")
-    done = subprocess.run([sys.executable, "tools/gpu_install.py", str(tmp_path / "out")], cwd=plan.ROOT,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "tools/gpu_install.py", str(tmp_path / "out")],
+        cwd=plan.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "out" / "02-install.log").read_text() == "no GPU on this host: nothing installed\n"
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["02-install.log"]
@@ -86,17 +101,29 @@ def tools_sweep(tmp_path: Path, **document: Any) -> Smoke:
     paths that do not exist: a host with neither."""
     smoke = Smoke(tmp_path / "out", tmp_path / "target", gpu=False, quick=True)
     smoke.out.mkdir()
-    document = {"name": "tools", "directory": str(smoke.directory), "allow_root_filesystem": True, "file_size": "16M",
-                "runtime": "1s", "repetitions": 1, "fio": "/nonexistent/fio", "gdsio": "/nonexistent/gdsio", **document}  # fmt: skip
+    document = {
+        "name": "tools",
+        "directory": str(smoke.directory),
+        "allow_root_filesystem": True,
+        "file_size": "16M",
+        "runtime": "1s",
+        "repetitions": 1,
+        "fio": "/nonexistent/fio",
+        "gdsio": "/nonexistent/gdsio",
+        **document,
+    }
     plan.sweep(smoke, "08-tools", "08 tools", document, "the tools")
     return smoke
 
 
 def test_a_sweep_step_whose_every_case_is_skipped_is_a_skip_that_says_what_to_install(tmp_path):
-    smoke = tools_sweep(tmp_path, matrix=[
-        {"engine": ["fio"], "pattern": ["read"], "transfer": ["CPU_ONLY", "GDS"]},
-        {"engine": ["gdsio"], "pattern": ["read"], "transfer": ["GDS"]},
-    ])  # fmt: skip
+    smoke = tools_sweep(
+        tmp_path,
+        matrix=[
+            {"engine": ["fio"], "pattern": ["read"], "transfer": ["CPU_ONLY", "GDS"]},
+            {"engine": ["gdsio"], "pattern": ["read"], "transfer": ["GDS"]},
+        ],
+    )
     assert smoke.summary() == 0  # a host without the tools fails no step
     (outcome,) = smoke.outcomes
     assert outcome["status"] == (
@@ -109,12 +136,18 @@ def test_a_sweep_step_whose_every_case_is_skipped_is_a_skip_that_says_what_to_in
 
 
 def test_the_summary_says_which_cases_a_finished_sweep_skipped_and_why(tmp_path):
-    smoke = tools_sweep(tmp_path, checkpoint_size="1M", matrix=[
-        {"engine": ["torch_save"], "pattern": ["save"], "transfer": ["CPU_CACHED"]},
-        {"engine": ["fio"], "pattern": ["read"], "transfer": ["CPU_ONLY"]},
-    ])  # fmt: skip
+    smoke = tools_sweep(
+        tmp_path,
+        checkpoint_size="1M",
+        matrix=[
+            {"engine": ["torch_save"], "pattern": ["save"], "transfer": ["CPU_CACHED"]},
+            {"engine": ["fio"], "pattern": ["read"], "transfer": ["CPU_ONLY"]},
+        ],
+    )
     assert smoke.summary() == 0 and smoke.outcomes[0]["status"] == "done"
     summary = (smoke.out / "00-summary.txt").read_text()
     assert "proven:\n  08 the tools: torch_save CPU_CACHED save measured\n" in summary
-    assert summary.endswith("not proven:\n  08 1 case skipped: fio not found (/nonexistent/fio); install it with your "
-                            "OS packages (apt-get install fio)\n")  # fmt: skip
+    assert summary.endswith(
+        "not proven:\n  08 1 case skipped: fio not found (/nonexistent/fio); install it with your "
+        "OS packages (apt-get install fio)\n"
+    )

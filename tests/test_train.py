@@ -65,8 +65,14 @@ def test_summary_of_a_loop_with_two_slowed_steps_per_checkpoint():
 
 def test_a_train_row_keeps_what_was_measured_as_its_declared_figures():
     """The row carries the measured figures under the columns the runner declares; the model is the report's."""
-    figures = {"stall_seconds": 0.6, "slowdown": 0.4, "checkpoint_cost_seconds": 0.76, "restore_seconds": 4.0,
-               "step_seconds": 0.2, "durable_seconds": 2.1}  # fmt: skip
+    figures = {
+        "stall_seconds": 0.6,
+        "slowdown": 0.4,
+        "checkpoint_cost_seconds": 0.76,
+        "restore_seconds": 4.0,
+        "step_seconds": 0.2,
+        "durable_seconds": 2.1,
+    }
     m = train.measurement(figures, 1 << 30, [])
     assert m.figures == {"stall_seconds": 0.6, "slowdown": 0.4, "checkpoint_cost_seconds": 0.76, "restore_seconds": 4.0}
     assert set(m.figures) == {c.name for c in train.COLUMNS} and m.blocking_seconds == 0.6
@@ -118,8 +124,15 @@ def train_rows():
     from tests.test_report import row
 
     def one(engine: str, rep: int, stall: float, restore: float) -> dict:
-        return row(engine=engine, pattern="train", io_size=None, repetition=rep, stall_seconds=stall,
-                   checkpoint_cost_seconds=stall, restore_seconds=restore)  # fmt: skip
+        return row(
+            engine=engine,
+            pattern="train",
+            io_size=None,
+            repetition=rep,
+            stall_seconds=stall,
+            checkpoint_cost_seconds=stall,
+            restore_seconds=restore,
+        )
 
     return pd.DataFrame([one("dcp_fast", 1, 0.05, 0.5), one("dcp_fast", 2, 0.07, 0.5), one("dcp", 1, 2.0, 3.0)])
 
@@ -245,9 +258,11 @@ def test_the_report_evaluates_the_model_at_each_mtbf_asked_else_a_day():
         return [(r[table.header.index("engine")], r[table.header.index("mtbf")], r[-1]) for r in table.rows]
 
     assert goodputs(mtbf=[3600.0, 86400.0]) == [
-        ("dcp_fast", "1h", "98.8672%"), ("dcp", "1h", "96.6230%"),
-        ("dcp_fast", "24h", "99.7815%"), ("dcp", "24h", "99.3177%"),
-    ]  # fmt: skip
+        ("dcp_fast", "1h", "98.8672%"),
+        ("dcp", "1h", "96.6230%"),
+        ("dcp_fast", "24h", "99.7815%"),
+        ("dcp", "24h", "99.3177%"),
+    ]
     assert goodputs() == goodputs(mtbf=[model.DEFAULT_MTBF])  # rows that recorded no mtbf: a day
 
 
@@ -258,8 +273,12 @@ def test_old_rows_are_read_at_the_mtbf_they_recorded_unless_the_report_names_one
 
     old = measured_rows().iloc[[0, 2]]
     old = pd.concat([old.assign(mtbf=3600.0), old.assign(mtbf=86400.0)], ignore_index=True)
-    old = old.assign(goodput=[model.goodput(model.daly_interval(c, m), c, 3.0, m)
-                              for c, m in zip(old["checkpoint_cost_seconds"], old["mtbf"])])  # fmt: skip
+    old = old.assign(
+        goodput=[
+            model.goodput(model.daly_interval(c, m), c, 3.0, m)
+            for c, m in zip(old["checkpoint_cost_seconds"], old["mtbf"])
+        ]
+    )
     recorded = summary.build(old, ["engine", "pattern", "mtbf"]).figures("goodput")
     assert recorded is not None and len(recorded) == 4
     for _, r in recorded.iterrows():
@@ -283,5 +302,9 @@ def test_report_mtbf_takes_durations_as_a_config_spells_them(tmp_path):
     out = CliRunner().invoke(cli, ["report", str(path), "--mtbf", "1h,24h", "--format", "json"])
     assert out.exit_code == 0, out.output
     found = [(r["engine"], r["mtbf"], round(r["goodput"], 6)) for r in json.loads(out.output)["goodput"]]
-    assert found == [("dcp_fast", 3600, 0.988672), ("dcp", 3600, 0.96623), ("dcp_fast", 86400, 0.997815),
-                     ("dcp", 86400, 0.993177)]  # fmt: skip
+    assert found == [
+        ("dcp_fast", 3600, 0.988672),
+        ("dcp", 3600, 0.96623),
+        ("dcp_fast", 86400, 0.997815),
+        ("dcp", 86400, 0.993177),
+    ]

@@ -26,8 +26,12 @@ def private(path: Path) -> bool:
 def test_the_sweeps_workload_file_is_private_and_follows_no_planted_link(tmp_path: Path) -> None:
     """`nobody` plants a link where the sweep process wrote its workload (the name a pid predicts): the root-owned
     file it points at stays as it was, the link stays, the workload lands in a private folder removed at cleanup."""
-    document = {"checkpoint_size": "1M", "workload": "llama3-8b", "dtype": "mixed",
-                "matrix": {"engine": ["dcp_fast"], "pattern": ["save"], "transfer": ["CPU_ONLY"]}}  # fmt: skip
+    document = {
+        "checkpoint_size": "1M",
+        "workload": "llama3-8b",
+        "dtype": "mixed",
+        "matrix": {"engine": ["dcp_fast"], "pattern": ["save"], "transfer": ["CPU_ONLY"]},
+    }
     case = config.from_dict(document, "t.yaml").cases[0]
     ctx = RunContext(directory=tmp_path, file_size=1 << 20)
     target = victim(tmp_path)

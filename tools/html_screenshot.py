@@ -28,8 +28,17 @@ from gdsbench.report import html
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 #: A headless Chromium that reaches nothing outside the page and keeps no state (each run: an empty profile).
-HEADLESS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars")  # fmt: skip
+HEADLESS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+)
 #: Injected into a copy of the page: records its console errors, then on load writes what it measured into the DOM
 #: (Chromium's --dump-dom prints it): the document's width, every box whose content is wider than the box (by the
 #: heading above it), the tables, the images and those that did not load.
@@ -76,8 +85,14 @@ def chromium(page: Path, width: int, height: int, *action: str) -> str:
     """Headless Chromium, with an empty profile of its own, does `action` on the page in a window of that size;
     its stdout."""
     with tempfile.TemporaryDirectory(prefix="gdsbench-chromium-") as profile:
-        argv = [browser(), *HEADLESS, f"--user-data-dir={profile}", f"--window-size={width},{height}", *action,
-                page.resolve().as_uri()]  # fmt: skip
+        argv = [
+            browser(),
+            *HEADLESS,
+            f"--user-data-dir={profile}",
+            f"--window-size={width},{height}",
+            *action,
+            page.resolve().as_uri(),
+        ]
         return subprocess.run(argv, check=True, capture_output=True, text=True, timeout=180).stdout
 
 

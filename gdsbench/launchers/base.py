@@ -53,8 +53,13 @@ class Launch:
 
     def record(self) -> dict[str, Any]:
         """The settings as a sidecar records them."""
-        return {"name": self.name, "nodes": self.nodes, "hosts": list(self.hosts), "port": self.port,
-                "partition": self.partition}  # fmt: skip
+        return {
+            "name": self.name,
+            "nodes": self.nodes,
+            "hosts": list(self.hosts),
+            "port": self.port,
+            "partition": self.partition,
+        }
 
 
 @dataclass(frozen=True)

@@ -119,10 +119,19 @@ def ladders(frame: pd.DataFrame, levels: Sequence[tuple[float, float]] = ()) -> 
             f: float(pd.to_numeric(group[f], errors="coerce").median()) if f in group else math.nan for f in FIGURES
         }
         for mtbf_local, mtbf_node in levels or parse_levels(None, None):
-            rows.append({**dict(zip(["run_id", "host", "engine"], values)), "n": len(group), **medians,
-                         **_model(medians, mtbf_local, mtbf_node)})  # fmt: skip
-    return pd.DataFrame(rows).sort_values(["run_id", "host", "mtbf_local", "mtbf_node", "goodput"],
-                                          ascending=[True, True, True, True, False], na_position="last")  # fmt: skip
+            rows.append(
+                {
+                    **dict(zip(["run_id", "host", "engine"], values)),
+                    "n": len(group),
+                    **medians,
+                    **_model(medians, mtbf_local, mtbf_node),
+                }
+            )
+    return pd.DataFrame(rows).sort_values(
+        ["run_id", "host", "mtbf_local", "mtbf_node", "goodput"],
+        ascending=[True, True, True, True, False],
+        na_position="last",
+    )
 
 
 def _model(medians: dict[str, float], mtbf_local: float, mtbf_node: float) -> dict[str, object]:
@@ -132,15 +141,34 @@ def _model(medians: dict[str, float], mtbf_local: float, mtbf_node: float) -> di
     remote = _level(medians["restore_object_seconds"], medians["durable_object_seconds"], stall)
     interval, value = two_level(medians["checkpoint_cost_seconds"], local, remote, mtbf_local, mtbf_node)
     tiers = "+".join(name for name, level in (("local", local), ("s3", remote)) if level) or "-"
-    return {"tiers": tiers, "mtbf_local": mtbf_local, "mtbf_node": mtbf_node,
-            "optimal_interval_seconds": interval, "goodput": value}  # fmt: skip
+    return {
+        "tiers": tiers,
+        "mtbf_local": mtbf_local,
+        "mtbf_node": mtbf_node,
+        "optimal_interval_seconds": interval,
+        "goodput": value,
+    }
 
 
 def ladder_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the ladder table, best goodput first within each failure pair."""
     where = tables.varying(found, ["run_id", "host"])
-    header = [*map(tables.header_of, where), "engine", "tiers", "mtbf local", "mtbf node", "n", "stall s",
-              "durable local s", "durable s3 s", "restore local s", "restore s3 s", "at risk", "interval", "goodput"]  # fmt: skip
+    header = [
+        *map(tables.header_of, where),
+        "engine",
+        "tiers",
+        "mtbf local",
+        "mtbf node",
+        "n",
+        "stall s",
+        "durable local s",
+        "durable s3 s",
+        "restore local s",
+        "restore s3 s",
+        "at risk",
+        "interval",
+        "goodput",
+    ]
     rows = [
         [
             *((runs or {}).get(r[c], r[c]) for c in where),

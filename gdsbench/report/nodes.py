@@ -51,8 +51,18 @@ def launched(inputs: Inputs) -> pd.DataFrame:
 def node_rows(found: pd.DataFrame, runs: dict[str, str]) -> tuple[list[str], list[list[str]]]:
     """Header and cells of the table."""
     where = [c for c in ("run_id", "host") if found[c].nunique(dropna=False) > 1]
-    header = [*map(tables.header_of, where), "engine", "pattern", "n", "launcher", "nodes", "slowest node", "its s",
-              "max rank s", "bw (median)"]  # fmt: skip
+    header = [
+        *map(tables.header_of, where),
+        "engine",
+        "pattern",
+        "n",
+        "launcher",
+        "nodes",
+        "slowest node",
+        "its s",
+        "max rank s",
+        "bw (median)",
+    ]
     rows = [
         [
             *(runs.get(r[c], r[c]) for c in where),

@@ -207,9 +207,13 @@ def _conf_text(made: Made) -> str:
 def _daemon_args(directory: str, name: str) -> list[str]:
     """The arguments `up` gives daemon `name` (after its binary): how `down` knows a process is ours."""
     if name == "munged":  # its own socket, key, log, pid and seed: the host's munged is never used or touched
-        return [f"--socket={directory}/run/munge.socket", f"--key-file={directory}/munge/munge.key",
-                f"--log-file={directory}/log/munged.log", f"--pid-file={directory}/run/munged.pid",
-                f"--seed-file={directory}/munge/munged.seed"]  # fmt: skip
+        return [
+            f"--socket={directory}/run/munge.socket",
+            f"--key-file={directory}/munge/munge.key",
+            f"--log-file={directory}/log/munged.log",
+            f"--pid-file={directory}/run/munged.pid",
+            f"--seed-file={directory}/munge/munged.seed",
+        ]
     return ["-f", f"{directory}/{CONF}"]
 
 

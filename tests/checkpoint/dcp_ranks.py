@@ -156,8 +156,9 @@ def save_program(rank: int, world_size: int, path: str, compression: str, seed: 
     _report(path, f"save-r{rank}", {"stored": writer.stats.stored_bytes, "ranks": writer.stats.rank_bytes})
 
 
-def async_program(rank: int, world_size: int, path: str, seed: int, executor: str = "thread",
-                  group: Any = None) -> None:  # fmt: skip
+def async_program(
+    rank: int, world_size: int, path: str, seed: int, executor: str = "thread", group: Any = None
+) -> None:
     """Two async saves through one Writer; the directory then holds the second state. On the thread executor
     the first is awaited before the second starts (training_loop_program covers the overlap); on the
     process executor the second starts while the first may still be written by the executor's process, so
@@ -179,8 +180,7 @@ def async_program(rank: int, world_size: int, path: str, seed: int, executor: st
     writer.close()
 
 
-def training_loop_program(rank: int, world_size: int, path: str, steps: int, overlap: bool,
-                          group: Any = None) -> None:  # fmt: skip
+def training_loop_program(rank: int, world_size: int, path: str, steps: int, overlap: bool, group: Any = None) -> None:
     """A training loop's checkpointing: each step starts an async save, then does what a step does on the
     main thread (a barrier, an all_reduce of gradients) before, or while (`overlap`: the next save starts
     before this one is awaited), the save runs in the background; the last state must then load whole."""

@@ -132,9 +132,21 @@ def test_descriptors_record_level_and_settings() -> None:
 
 @pytest.mark.parametrize(
     "descriptor",
-    ["", "lzma/1", "zstd", "zstd/x", "zstd/99", "none/1", "blosc2/zstd-1/shuffle", "blosc2/foo-1/shuffle/xxh3",
-     "blosc2/zstd-1/delta/xxh3", "blosc2/zstd-12/shuffle/xxh3", "blosc2/zstd/shuffle/xxh3", "zipnn/crc"],
-)  # fmt: skip
+    [
+        "",
+        "lzma/1",
+        "zstd",
+        "zstd/x",
+        "zstd/99",
+        "none/1",
+        "blosc2/zstd-1/shuffle",
+        "blosc2/foo-1/shuffle/xxh3",
+        "blosc2/zstd-1/delta/xxh3",
+        "blosc2/zstd-12/shuffle/xxh3",
+        "blosc2/zstd/shuffle/xxh3",
+        "zipnn/crc",
+    ],
+)
 def test_unknown_or_malformed_descriptor_raises(descriptor: str) -> None:
     with pytest.raises(CodecError, match="descriptor"):
         codec.from_descriptor(descriptor)

@@ -121,9 +121,13 @@ def test_a_byte_item_larger_than_its_stored_bytes_is_refused_before_allocating(
         digest = integrity.digest_fn(record.checksum)
         assert digest is not None
         metadata.storage_data[index] = dataclasses.replace(
-            record, file=name, nbytes=declared, chunk_bytes=chunk, chunks=((0, chunk),) * count,
+            record,
+            file=name,
+            nbytes=declared,
+            chunk_bytes=chunk,
+            chunks=((0, chunk),) * count,
             digests=(digest(bytes(chunk)) if chunk < 1 << 24 else record.digests[0],) * count,
-        )  # fmt: skip
+        )
 
     reseal(path, alias)
     with pytest.raises(InvalidCheckpoint, match=f"'step': {declared} bytes declared, {chunk} stored"):

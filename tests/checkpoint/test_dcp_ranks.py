@@ -66,15 +66,24 @@ def worlds(tmp_path_factory: pytest.TempPathFactory, object_store: tuple[str, di
             (load, 4, (str(two), 1, False)),
         ]
     shared = root / "broadcast"
-    steps += [(save, 2, (str(shared), "none", 4)), (load, 4, (str(shared), 4, False)),
-              (dcp_ranks.note_reads, 4, (str(shared),)), (load, 4, (str(shared), 4, True))]  # fmt: skip
-    steps += [(dcp_ranks.caching_program, 4, (str(root / "cached"),)),
-              (dcp_ranks.replicated_program, 4, (str(root / "replicated"),))]  # fmt: skip
+    steps += [
+        (save, 2, (str(shared), "none", 4)),
+        (load, 4, (str(shared), 4, False)),
+        (dcp_ranks.note_reads, 4, (str(shared),)),
+        (load, 4, (str(shared), 4, True)),
+    ]
+    steps += [
+        (dcp_ranks.caching_program, 4, (str(root / "cached"),)),
+        (dcp_ranks.replicated_program, 4, (str(root / "replicated"),)),
+    ]
     two = [
         (dcp_ranks.async_program, 2, (str(root / "process"), 7, "process")),
         (dcp_ranks.load_program, 2, (str(root / "process"), 7, False)),
-        *((dcp_ranks.training_loop_program, 2, (str(root / f"loop-{overlap}"), 5, overlap)) for overlap in (False, True)),
-    ]  # fmt: skip
+        *(
+            (dcp_ranks.training_loop_program, 2, (str(root / f"loop-{overlap}"), 5, overlap))
+            for overlap in (False, True)
+        ),
+    ]
     if object_store is not None:
         two.append((dcp_ranks.s3_program, 2, (*object_store, str(root / "s3.json"))))
     dcp_ranks.run_worlds([(4, steps), (2, two)])

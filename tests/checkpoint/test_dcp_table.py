@@ -39,18 +39,32 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 def state(seed: int = 0) -> dict[str, Any]:
     g = torch.Generator().manual_seed(seed)
-    return {"w": torch.randn(40_000, generator=g), "b": torch.randn(33, 7, generator=g).bfloat16(),
-            "step": {"n": seed, "tag": ("a", 1)}}  # fmt: skip
+    return {
+        "w": torch.randn(40_000, generator=g),
+        "b": torch.randn(33, 7, generator=g).bfloat16(),
+        "step": {"n": seed, "tag": ("a", 1)},
+    }
 
 
 # -- round trips -------------------------------------------------------------------------------------
 
 DTYPE_NAMES = ["float32", "bfloat16", "int8", "float8_e4m3fn", "bool", "complex64"]
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 62), 1 << 62), st.text(max_size=8),
-                    st.floats(allow_nan=False, allow_infinity=False))  # fmt: skip
-PLANNER_DATA = st.recursive(SCALARS, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.lists(inner, max_size=3).map(tuple),
-    st.dictionaries(st.one_of(st.text(max_size=6), st.integers(0, 9)), inner, max_size=3)), max_leaves=12)  # fmt: skip
+SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(1 << 62), 1 << 62),
+    st.text(max_size=8),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+PLANNER_DATA = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=6), st.integers(0, 9)), inner, max_size=3),
+    ),
+    max_leaves=12,
+)
 
 
 @st.composite
@@ -66,8 +80,9 @@ def tensor_items(draw: Any, fqn: str, files: list[str]) -> tuple[TensorStorageMe
         offsets = torch.Size([start] + [0] * (len(size) - 1)) if size else torch.Size([])
         sizes = torch.Size([stop - start, *size[1:]]) if size else torch.Size([])
         chunks.append(ChunkStorageMetadata(offsets, sizes))
-        records[MetadataIndex(fqn, offsets)] = record(draw, files, sizes.numel() * dtype.itemsize, str(dtype)[6:],
-                                                      tuple(sizes))  # fmt: skip
+        records[MetadataIndex(fqn, offsets)] = record(
+            draw, files, sizes.numel() * dtype.itemsize, str(dtype)[6:], tuple(sizes)
+        )
     return TensorStorageMetadata(props, torch.Size(size), chunks), records
 
 
@@ -167,9 +182,18 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
     return path, (path / METADATA).read_bytes()
 
 
-JUNK = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.text(max_size=12),
-                 st.floats(), st.lists(st.integers(-5, 10**6), max_size=4), st.just({"d": 1}),
-                 st.just(data_file("c" * 32, 1)), st.just("../x"), st.just([[0, [1]]]))  # fmt: skip
+JUNK = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(1 << 70), 1 << 70),
+    st.text(max_size=12),
+    st.floats(),
+    st.lists(st.integers(-5, 10**6), max_size=4),
+    st.just({"d": 1}),
+    st.just(data_file("c" * 32, 1)),
+    st.just("../x"),
+    st.just([[0, [1]]]),
+)
 
 
 def forge_header(header: dict[str, Any], data: Any) -> None:
@@ -220,8 +244,11 @@ def test_deep_planner_data_and_a_bad_header_are_refused(tmp_path: Path) -> None:
     deep: Any = 1
     for _ in range(100):
         deep = {"l": [deep]}
-    for edit, problem in (({"planner_data": deep}, "nested too deep|recursion"), ({"format": "ckptio-dcp/9"},
-                          "not a format-3 header"), ({"ints": header["ints"] + 1}, "columns of the wrong length")):  # fmt: skip
+    for edit, problem in (
+        ({"planner_data": deep}, "nested too deep|recursion"),
+        ({"format": "ckptio-dcp/9"}, "not a format-3 header"),
+        ({"ints": header["ints"] + 1}, "columns of the wrong length"),
+    ):
         (tmp_path / "ckpt" / METADATA).write_bytes(join(header | edit, body))
         with pytest.raises(InvalidCheckpoint, match=problem):
             dcp_load(tmp_path / "ckpt", state())
@@ -259,9 +286,13 @@ def test_a_rank_opens_only_the_data_files_its_plan_reads(tmp_path: Path) -> None
     shutil.copy(tmp_path / "other" / other_file, tmp_path / "ckpt" / moved)
     records = dict(first.storage_data.items())
     records |= {i: dataclasses.replace(r, file=moved) for i, r in second.storage_data.items()}
-    merged = Metadata(first.state_dict_metadata | second.state_dict_metadata,
-                      planner_data={"w": ("w",), "b": ("b",)}, storage_data=records,
-                      storage_meta=first.storage_meta, version=first.version)  # fmt: skip
+    merged = Metadata(
+        first.state_dict_metadata | second.state_dict_metadata,
+        planner_data={"w": ("w",), "b": ("b",)},
+        storage_data=records,
+        storage_meta=first.storage_meta,
+        version=first.version,
+    )
     (tmp_path / "ckpt" / METADATA).write_bytes(seal(merged))
     both = {"w": state()["w"], "b": state()["b"]}
     assert same(dcp_load(tmp_path / "ckpt", both), both)

@@ -176,8 +176,11 @@ def test_a_data_file_that_is_not_a_regular_file_is_refused(tmp_path: Path, kind:
     [data] = (tmp_path / "ckpt").glob("*.data")
     (tmp_path / "elsewhere").write_bytes(data.read_bytes())
     data.unlink()
-    {"fifo": lambda: os.mkfifo(data), "symlink": lambda: data.symlink_to(tmp_path / "elsewhere"),
-     "directory": data.mkdir}[kind]()  # fmt: skip
+    {
+        "fifo": lambda: os.mkfifo(data),
+        "symlink": lambda: data.symlink_to(tmp_path / "elsewhere"),
+        "directory": data.mkdir,
+    }[kind]()
     with pytest.raises(InvalidCheckpoint, match=r"not a regular file|cannot open it safely"):
         dcp_load(tmp_path / "ckpt")  # a FIFO used to hang here forever
 
@@ -268,8 +271,15 @@ def test_forged_records_are_refused_as_checkpoint_errors(saved: tuple[Path, byte
 
 def test_a_checksum_downgrade_is_refused(tmp_path: Path) -> None:
     dcp_save(state(), tmp_path / "ckpt")
-    reseal(tmp_path / "ckpt", lambda m: m.storage_data.update({i: dataclasses.replace(r, checksum="none",
-           digests=("",) * len(r.digests)) for i, r in list(m.storage_data.items())[:1]}))  # fmt: skip
+    reseal(
+        tmp_path / "ckpt",
+        lambda m: m.storage_data.update(
+            {
+                i: dataclasses.replace(r, checksum="none", digests=("",) * len(r.digests))
+                for i, r in list(m.storage_data.items())[:1]
+            }
+        ),
+    )
     with pytest.raises(InvalidCheckpoint, match="disagree on the checksum"):
         dcp_load(tmp_path / "ckpt")
 

@@ -275,14 +275,21 @@ def pickled(objects: Any, prefix: str) -> bytes:
 @pytest.mark.parametrize(
     "forge,error,match",
     [
-        (lambda o, p: forged(o, p, name_records("sub/" + "a" * 32 + "-r0.data")), InvalidCheckpoint, "not one a Writer"),
+        (
+            lambda o, p: forged(o, p, name_records("sub/" + "a" * 32 + "-r0.data")),
+            InvalidCheckpoint,
+            "not one a Writer",
+        ),
         (lambda o, p: forged(o, p, name_records("../" + "a" * 32 + "-r0.data")), InvalidCheckpoint, "not one a Writer"),
         (pickled, InvalidCheckpoint, "format 1 or 2"),
-        (lambda o, p: (lambda d: d[:100] + bytes([d[100] ^ 1]) + d[101:])(fetch(o, f"{p}/{METADATA}")),
-         CorruptCheckpoint, "SHA-256"),
+        (
+            lambda o, p: (lambda d: d[:100] + bytes([d[100] ^ 1]) + d[101:])(fetch(o, f"{p}/{METADATA}")),
+            CorruptCheckpoint,
+            "SHA-256",
+        ),
     ],
     ids=["slash", "dotdot", "format-2", "flipped"],
-)  # fmt: skip
+)
 def test_hostile_metadata_is_refused_by_name(radosgw: Any, bucket: Any, forge: Any, error: type, match: str) -> None:  # noqa: F811
     prefix = f"hostile-{uuid.uuid4().hex[:8]}"
     url = f"s3://{bucket.bucket}/{prefix}"

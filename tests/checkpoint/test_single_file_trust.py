@@ -109,8 +109,9 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> tuple[pathlib.Path, byte
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), loader=st.sampled_from(sorted(LOADERS)))
-def test_any_forged_pickle_is_a_checkpoint_error_or_loads(fuzzed: tuple[pathlib.Path, bytes], data: Any,
-                                                          loader: str) -> None:  # fmt: skip
+def test_any_forged_pickle_is_a_checkpoint_error_or_loads(
+    fuzzed: tuple[pathlib.Path, bytes], data: Any, loader: str
+) -> None:
     """Bytes of data.pkl overwritten, cut or replaced by random opcodes, digests forged to match: the loaders
     raise a CheckpointError or return an object, nothing else."""
     path, good = fuzzed

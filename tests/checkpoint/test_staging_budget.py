@@ -52,16 +52,20 @@ def test_load_into_stays_within_the_budget_of_a_file_with_larger_chunks(tmp_path
     sd = model(64 * MiB)
     save(sd, tmp_path / "x.pt", options=IOOptions(chunk_bytes=16 * MiB, buffer_bytes=64 * MiB))
     made.clear()
-    out = load_into(tmp_path / "x.pt", {k: torch.zeros_like(v) for k, v in sd.items()},
-                    options=IOOptions(buffer_bytes=4 * MiB, chunk_bytes=1 * MiB))  # fmt: skip
+    out = load_into(
+        tmp_path / "x.pt",
+        {k: torch.zeros_like(v) for k, v in sd.items()},
+        options=IOOptions(buffer_bytes=4 * MiB, chunk_bytes=1 * MiB),
+    )
     assert torch.equal(out["a"], sd["a"])
     assert peak(made) == 16 * MiB
 
 
 @settings(max_examples=12, deadline=None)
 @given(chunk_pages=st.integers(1, 64), budget_pages=st.integers(1, 300))
-def test_every_single_file_path_honours_the_budget(tmp_path_factory: pytest.TempPathFactory,
-                                                   chunk_pages: int, budget_pages: int) -> None:  # fmt: skip
+def test_every_single_file_path_honours_the_budget(
+    tmp_path_factory: pytest.TempPathFactory, chunk_pages: int, budget_pages: int
+) -> None:
     chunk, budget = chunk_pages * 4096 * 4, budget_pages * 4096 * 4
     limit = max(budget // chunk, 1) * chunk
     path = tmp_path_factory.mktemp("budget") / "x.pt"

@@ -236,8 +236,11 @@ class S3TorchRunner(CheckpointRunner):
             "restore_object_seconds": seconds,
             "work_at_risk_steps": float(case["interval"]),  # each checkpoint is in S3 before the loop goes on
         }
-        notes += [f"{len(times.stalls)} checkpoints in {len(times.steps)} steps", "restore: the service's caches as "
-                  "they were, verified", workload.description]  # fmt: skip
+        notes += [
+            f"{len(times.stalls)} checkpoints in {len(times.steps)} steps",
+            "restore: the service's caches as they were, verified",
+            workload.description,
+        ]
         farthest = figures["durable_object_seconds"]
         return ladder.row(times, restore_seconds, farthest, figures, workload.nbytes, notes, usage)
 

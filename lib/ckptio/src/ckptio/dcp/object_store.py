@@ -71,8 +71,16 @@ class ObjectStore:
     def prepare(self) -> None:
         """Nothing to make: a prefix exists once an object is under it."""
 
-    def write(self, name: str, items: list[Any], options: IOOptions, codec: Any, checksum: str,
-              staging: StagingBuffers, rank: int) -> list[ItemRecord]:  # fmt: skip
+    def write(
+        self,
+        name: str,
+        items: list[Any],
+        options: IOOptions,
+        codec: Any,
+        checksum: str,
+        staging: StagingBuffers,
+        rank: int,
+    ) -> list[ItemRecord]:
         """The data object composed and uploaded (whole, or not at all) before this returns."""
         writer = ObjectBackend(self.bucket).create(self._key(name), options, staging)
         return write_items(writer, name, items, options, codec, checksum)

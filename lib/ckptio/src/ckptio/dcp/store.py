@@ -40,8 +40,16 @@ class Store(Protocol):
     def prepare(self) -> None:
         """Make the location ready for this rank's data."""
 
-    def write(self, name: str, items: list[Any], options: IOOptions, codec: Any, checksum: str,
-              staging: StagingBuffers, rank: int) -> list[ItemRecord]:  # fmt: skip
+    def write(
+        self,
+        name: str,
+        items: list[Any],
+        options: IOOptions,
+        codec: Any,
+        checksum: str,
+        staging: StagingBuffers,
+        rank: int,
+    ) -> list[ItemRecord]:
         """This rank's data file `name`, whole and durable (or visible) when this returns; its records."""
 
     def commit(self, metadata: Any, save_id: str) -> None:
@@ -121,8 +129,16 @@ class DirectoryStore:
         """Make the checkpoint directory; UnsafeLocation where another user controls it or a folder on the way."""
         resolved_folder(self.path, create=True)
 
-    def write(self, name: str, items: list[Any], options: IOOptions, codec: Any, checksum: str,
-              staging: StagingBuffers, rank: int) -> list[ItemRecord]:  # fmt: skip
+    def write(
+        self,
+        name: str,
+        items: list[Any],
+        options: IOOptions,
+        codec: Any,
+        checksum: str,
+        staging: StagingBuffers,
+        rank: int,
+    ) -> list[ItemRecord]:
         """The new data file, held (lock.py) from before its first byte, then file and directory fsynced; on
         failure it is removed and an exhausted file system is named (StorageFull)."""
         path = str(self.path / name)
