@@ -129,7 +129,7 @@ def test_a_mutated_config_loads_or_is_one_config_error(case: tuple[str, dict[str
         error = load(path, with_checks=True)
         qualified = invoke("qualify", str(path), "--results", str(SAMPLE))
         if error is None:
-            assert qualified.exit_code in (0, 1), qualified.output
+            assert qualified.exit_code in (0, 1, 3), qualified.output  # 3: every check inconclusive (flagged rows)
             assert isinstance(qualified.exception, (SystemExit, type(None))), repr(qualified.exception)
         else:
             assert_named(error, path)

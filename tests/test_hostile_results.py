@@ -136,7 +136,9 @@ def test_text_columns_stay_text_when_they_look_like_numbers(tmp_path):
         row[rows[0].index("case")] = "1"
     frame = results.load([write(tmp_path, rows)])
     assert list(frame["case"].unique()) == ["1"]
-    result = CliRunner().invoke(cli, ["compare", str(tmp_path / "r.csv"), str(tmp_path / "r.csv")])
+    result = CliRunner().invoke(
+        cli, ["compare", str(tmp_path / "r.csv"), str(tmp_path / "r.csv"), "--allow-flags", "unstable"]
+    )
     assert_exits(result, 0)
 
 

@@ -136,7 +136,9 @@ def test_srun_on_the_one_host_slurm_gives_the_same_rows(tmp_path, slurm_cluster)
     done = gdsbench("sweep", str(too_many), "-o", str(tmp_path / "refused"), env=env)
     [row] = data_rows(only_csv(tmp_path / "refused"))
     assert done.returncode == 1 and row["status"] == "failed", row
-    assert row["error"] == "dcp_fast: srun: error: Unable to allocate resources: Node count specification invalid"
+    said = "dcp_fast: srun: error: Unable to allocate resources: Node count specification invalid"
+    assert row["error"].startswith(said) and "(the launcher's output: " in row["error"], row["error"]
+    assert Path(row["error"].split("(the launcher's output: ")[1].rstrip(")")).is_file()
     assert time.monotonic() - started < 100, "a refused allocation is a failed row, not a wait"
 
 

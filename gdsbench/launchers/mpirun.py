@@ -5,9 +5,14 @@ host (the first) holding the rendezvous. As root, mpirun needs --allow-run-as-ro
 from __future__ import annotations
 
 import os
+import re
 
 from gdsbench.launchers.base import SECRET_VARIABLE, Launch, Launcher, Program
 from gdsbench.launchers.torchrun import bracketed
+
+
+#: What Open MPI says of a rank that died (its rank and signal): more telling than any banner.
+NOTICED = r"mpirun noticed|exited on signal"
 
 
 class Mpirun(Launcher):
@@ -18,10 +23,11 @@ class Mpirun(Launcher):
     telling = r"mpirun noticed|exited on signal|not enough slots|(?i:\berror\b)|^gdsbench\.cli_rank:"
 
     def failure(self, stderr: str, returncode: int) -> str:
-        """A rank's own words where one said why, else the first paragraph of Open MPI's first banner (its cause:
+        """A rank's own words or Open MPI's word on a rank that died, else the first paragraph of its first banner (its cause:
         "Your job has requested more processes than the ppr ... can support:", never only its closing "Please
         revise the conflict and try again."), else the telling lines."""
-        ours = [line.strip() for line in stderr.splitlines() if line.startswith("gdsbench.cli_rank:")]
+        lines = stderr.splitlines()
+        ours = [line for line in lines if line.startswith("gdsbench.cli_rank:") or re.search(NOTICED, line)]
         cause = banner_cause(stderr)
         if ours or not cause:
             return super().failure(stderr, returncode)

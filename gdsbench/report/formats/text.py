@@ -3,7 +3,7 @@ columns into a file or pipe): tables wrap their cells and split into blocks of c
 
 from __future__ import annotations
 
-from gdsbench.report import headline, register, textout
+from gdsbench.report import register, textout
 from gdsbench.report.sections import Legend, Lines, Notes, Report, Section, Table
 
 
@@ -40,6 +40,8 @@ def parts(section: Section, width: int) -> list[str]:
 @register("text")
 def render(report: Report) -> str:
     """The headline in three lines, then every section in order, as plain text, a blank line between sections."""
+    from gdsbench.report import headline  # pandas: imported when a report is rendered, not when the CLI starts
+
     width = textout.terminal_width()
     top = "\n".join(["headline:", *(f"  {line}" for line in headline.three_lines(report))])
     return "\n\n".join([top, *("\n".join(parts(section, width)) for section in report.sections)]) + "\n"
