@@ -10,7 +10,6 @@ import re
 from gdsbench.launchers.base import SECRET_VARIABLE, Launch, Launcher, Program
 from gdsbench.launchers.torchrun import bracketed
 
-
 #: What Open MPI says of a rank that died (its rank and signal): more telling than any banner.
 NOTICED = r"mpirun noticed|exited on signal"
 
