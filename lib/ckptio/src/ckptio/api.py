@@ -7,7 +7,6 @@ import os
 from typing import Any, TypeVar
 
 from .loading import device_of, load_existing, load_mapped, load_new
-from .location import refuse_url
 from .memory import StagingCache
 from .options import IOOptions, resolve
 from .saving import save_to
@@ -129,5 +128,4 @@ def load_mmap(path: str | os.PathLike[str], *, options: IOOptions | None = None,
             page cache); and the errors of `load`.
         UnsupportedLocation: any URL, `s3://` included (a mapping needs a file).
     """
-    refuse_url(path, "load_mmap maps a local file, not a URL: use load or load_into for an object")
     return load_mapped(path, resolve(options), verify).obj

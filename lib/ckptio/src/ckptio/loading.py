@@ -12,20 +12,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, MutableSequence
+from collections.abc import Iterator, Mapping, MutableMapping, MutableSequence
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import Any
 
 import torch
 
-from . import backends
 from . import format as fmt
 from .backends import gds
 from .errors import BackendUnavailable, OptionError, StateDictMismatch
-from .location import object_location, refuse_url
 from .memory import StagingBuffers, StagingCache
 from .options import IOOptions
+from .places import Source, place
 from .read import map_storages, read_device, read_host
 from .tree import key_paths, named_tensors
 from .unpickle import read_pickle, rebuild
@@ -51,34 +49,12 @@ def device_of(map_location: Any) -> torch.device:
     return device
 
 
-@dataclass(frozen=True)
-class Source:
-    """A checkpoint being loaded: its validated index, how its data is read (`reader(options, staging, backend)`)
-    and, for an object, its small reads (`read_at`: None reads the file at index.data_path)."""
-
-    index: fmt.Index
-    reader: Callable[[IOOptions, StagingBuffers | None, str], backends.Reader]
-    read_at: fmt.ReadAt | None = None
-
-    @property
-    def on_objects(self) -> bool:
-        """Whether this is an object (read by ranged GETs into host memory) rather than a file."""
-        return self.read_at is not None
-
-
 @contextlib.contextmanager
 def opened(path: str | os.PathLike[str], options: IOOptions) -> Iterator[Source]:
-    """A checkpoint's validated index and its readers for the block: a file pinned by its descriptor, or an
-    `s3://` object pinned by its ETag."""
-    location = object_location(path)
-    if location is None:
-        with fmt.pinned_index(path) as index:
-            yield Source(index, partial(backends.open_reader, index.data_path))
-        return
-    from .s3.single import pinned_object
-
-    with pinned_object(location, options) as pinned:
-        yield Source(pinned.index, lambda options, staging, _backend: pinned.reader(options, staging), pinned.read_at)
+    """A checkpoint's validated index and its readers for the block, as the place it is in gives them (a file
+    pinned by its descriptor, an `s3://` object pinned by its ETag)."""
+    with place(path).opened(options) as source:
+        yield source
 
 
 def _staging(cache: StagingCache, options: IOOptions, index: fmt.Index) -> StagingBuffers:
@@ -142,7 +118,7 @@ def load_new(
 
 def load_mapped(path: str | os.PathLike[str], options: IOOptions, verify: bool) -> Loaded:
     """Map a checkpoint copy-on-write, fault it in with parallel readahead, rebuild its object."""
-    refuse_url(path, "load_mmap maps a local file, not a URL: use load or load_into for an object")
+    path = place(path).local_file("load_mmap maps a local file, not a URL: use load or load_into for an object")
     if options.backend not in ("auto", "buffered"):
         raise OptionError(f"load_mmap reads through the page cache: it cannot use backend {options.backend!r}")
     how = f"mmap of the file, faulted in by {options.threads} readahead threads"

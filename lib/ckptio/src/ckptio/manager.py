@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import durable
 from .loading import Loaded, device_of, load_existing, load_mapped, load_new
-from .location import object_location
 from .memory import StagingCache
 from .options import IOOptions, resolve
+from .places import place
 from .saving import Saved, save_to
 
 if TYPE_CHECKING:
-    from .s3.location import ObjectLocation
+    pass
 
 T = TypeVar("T")
 
@@ -55,8 +55,7 @@ class Checkpointer:
         checksum: str | None = "xxh3",
         recycle: bool = False,
     ) -> None:
-        location = object_location(path)
-        self.path = os.path.abspath(path) if location is None else _object_path(location, recycle)
+        self.path = place(path).owned_name(recycle)  # a file's absolute path, or an object's URL (no recycling)
         self.options = resolve(options)
         self.checksum = checksum
         self.recycle = recycle
@@ -110,11 +109,3 @@ class Checkpointer:
     def __repr__(self) -> str:
         state = "closed" if self._cache is None else "open"
         return f"Checkpointer({self.path!r}, recycle={self.recycle}, {state})"
-
-
-def _object_path(location: ObjectLocation, recycle: bool) -> str:
-    """The `s3://` location of the object a Checkpointer owns (InvalidLocation for a bucket; no recycling)."""
-    from .s3.single import object_key
-
-    object_key(location, recycle)
-    return str(location)

@@ -15,19 +15,15 @@ from __future__ import annotations
 import ctypes
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
-from . import backends, durable, integrity
+from . import backends, integrity
 from . import plan as planning
-from .errors import BackendUnavailable
-from .location import object_location
 from .memory import Staging, StagingBuffers, copy, round_up, view
 from .options import IOOptions
-
-if TYPE_CHECKING:
-    from .s3.location import ObjectLocation
+from .places import place
 
 
 @dataclass(frozen=True)
@@ -49,39 +45,13 @@ def save_to(
     staging: StagingBuffers,
     recycle: bool = False,
 ) -> Saved:
-    """Write `state_dict` durably to `path` (replaced atomically) through the options' backend, or to the object
-    an `s3://` path names."""
-    location = object_location(path)
-    if location is not None:
-        return _save_object(state_dict, location, options, checksum, staging, recycle)
+    """Write `state_dict` durably to the place `path` names (places: a file replaced atomically, an object
+    uploaded whole), planned before anything is written there."""
+    where = place(path)
     plan = planning.build(state_dict, integrity.normalize(checksum), options.chunk_bytes)
-    with durable.replace_atomically(os.fspath(path), recycle=recycle) as target:
-        writer = backends.open_writer(target.path, options, staging, existing=target.recycled)
-        try:
-            write_file(plan, writer)
-        finally:
-            writer.close()
-    return Saved(os.path.abspath(path), plan.size, target.recycled, staging.peak_bytes)
-
-
-def _save_object(
-    state_dict: Any,
-    location: ObjectLocation,
-    options: IOOptions,
-    checksum: str | None,
-    staging: StagingBuffers,
-    recycle: bool,
-) -> Saved:
-    """The same bytes as a file, uploaded as one object (which replaces the one at its key atomically)."""
-    from .s3.single import object_key, object_writer
-
-    object_key(location, recycle)
-    if options.backend == "gds":
-        raise BackendUnavailable("gds", "saves write from host memory: use backend 'auto'")
-    with object_writer(location, options, staging) as writer:
-        plan = planning.build(state_dict, integrity.normalize(checksum), options.chunk_bytes)
-        write_file(plan, writer)
-    return Saved(str(location), plan.size, False, staging.peak_bytes)
+    with where.single_writer(options, staging, recycle) as target:
+        write_file(plan, target.writer)
+    return Saved(where.name, plan.size, target.recycled, staging.peak_bytes)
 
 
 def write_file(plan: planning.Plan, writer: backends.Writer) -> None:

@@ -22,9 +22,9 @@ from . import durable
 from .errors import OptionError
 from .folder import resolved_folder
 from .loading import load_existing, load_new
-from .location import object_location
 from .memory import StagingCache
 from .options import IOOptions
+from .places import place
 
 if TYPE_CHECKING:
     import torch
@@ -222,15 +222,18 @@ def _listed(tiers: Sequence[str | os.PathLike[str]]) -> list[str | os.PathLike[s
 
 
 def places(tiers: Sequence[str | os.PathLike[str]], options: IOOptions) -> list[Tier]:
-    """The tier objects: tier 0 a local directory, later ones local directories or s3:// locations (their clients
-    with the options' part size and connections), all distinct."""
+    """The tier objects, each the tier of the place its location names (places/): tier 0 one that a save writes
+    from training memory and the drains read back (local files), the later ones any place, all distinct."""
     tiers = _listed(tiers)
     if not tiers:
         raise OptionError("tiers must name at least one location (tier 0: a local directory)")
-    parsed = [object_location(t) for t in tiers]
-    if parsed[0] is not None:
-        raise OptionError(f"tier 0 must be a local directory, not {os.fspath(tiers[0])!r}")
-    places: list[Tier] = [LocalTier(t) if p is None else ObjectTier(p, options) for t, p in zip(tiers, parsed)]
+    made = [place(t) for t in tiers]
+    if not made[0].traits.from_memory:
+        raise OptionError(
+            f"tier 0 must be a place a save writes from training memory and its drains read back (a local "
+            f"directory), not {os.fspath(tiers[0])!r}"
+        )
+    places: list[Tier] = [where.tier(options) for where in made]
     names = [str(p) for p in places]
     if len(set(names)) != len(names):
         raise OptionError(f"tiers must be distinct locations: {names}")

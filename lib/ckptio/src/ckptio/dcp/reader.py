@@ -44,14 +44,15 @@ from torch.futures import Future
 
 from .. import codec as codecs
 from ..errors import CheckpointError, InvalidCheckpoint, TruncatedCheckpoint
-from ..location import object_location
 from ..memory import Prefaulter, StagingCache, host_bytes, round_up
 from ..options import IOOptions, resolve_host
+from ..places import place
 from .decode import ALIGN, Want, box_of, dtype_of, pieces, row_range
+from .located import store_at, store_for
 from .metadata import referenced_files
 from .objects import loadable_bytes
-from .records import METADATA, ItemRecord
-from .store import Store, store_at, store_for
+from .records import ItemRecord
+from .store import Store
 from .validate import checksum_of
 
 UNVERIFIED = "written without checksums: Reader(verify=False) loads it unverified"
@@ -316,11 +317,9 @@ class Reader(StorageReader):
         if not isinstance(checkpoint_id, (str, os.PathLike)):
             return False
         try:
-            if object_location(checkpoint_id) is not None:
-                return True
+            return place(checkpoint_id).holds_dcp()
         except CheckpointError:
             return False
-        return os.path.isfile(os.path.join(checkpoint_id, METADATA))
 
 
 def _cpu_ranges(wants: Any) -> list[tuple[int, int]]:

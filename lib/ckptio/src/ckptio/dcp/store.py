@@ -14,7 +14,6 @@ from .. import backends
 from ..durable import fsync_dir
 from ..errors import CheckpointError
 from ..folder import resolved_folder
-from ..location import object_location
 from ..memory import StagingBuffers
 from ..options import IOOptions
 from .commit import commit, full_error
@@ -78,26 +77,6 @@ class Store(Protocol):
 
     def close(self) -> None:
         """Release, and free any connection."""
-
-
-def store_for(path: str | os.PathLike[str], options: IOOptions) -> Store:
-    """The store of a location: an object-store prefix for `s3://` (its client with the options' part size and
-    connections), else a local directory (other URLs refused)."""
-    location = object_location(path)
-    if location is None:
-        return DirectoryStore(Path(path))
-    from .object_store import ObjectStore
-
-    return ObjectStore(location, options)
-
-
-def store_at(store: Store, location: str | os.PathLike[str], options: IOOptions) -> Store:
-    """The store of `location` (a new checkpoint_id): `store` itself where it is that place (its connections
-    kept), else a new one (the old one closed)."""
-    if str(store.path) == os.fsdecode(os.fspath(location)).rstrip("/"):
-        return store
-    store.close()
-    return store_for(location, options)
 
 
 class DirectoryStore:

@@ -39,10 +39,11 @@ from ..memory import StagingCache
 from ..options import IOOptions, resolve_host
 from . import groups
 from .encode import prepare, staging_bytes
+from .located import store_at, store_for
 from .objects import check_saveable
 from .records import data_file
 from .stage import Copier, HostBuffers, layout_of, tensors_by_path
-from .store import Store, store_at, store_for
+from .store import Store
 
 DCP_VERSION = "1.0.0"
 

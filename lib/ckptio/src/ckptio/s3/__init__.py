@@ -21,14 +21,14 @@ def create_bucket(location: str | os.PathLike[str], options: IOOptions | None = 
     ObjectStoreError 404 NoSuchBucket); True when made, False when it was already there and ours. The endpoint,
     region and credentials come from the environment, as every other call's do."""
     from ..errors import OptionError
-    from ..location import object_location
     from ..options import resolve
-    from .location import region
+    from .location import SCHEME, parse, region
     from .transfer import bucket_for
 
-    parsed = object_location(location)
-    if parsed is None:
-        raise OptionError(f"create_bucket takes an s3://bucket location, not {os.fspath(location)!r}")
+    text = os.fsdecode(os.fspath(location))
+    if not text.startswith(f"{SCHEME}://"):
+        raise OptionError(f"create_bucket takes an s3://bucket location, not {text!r}")
+    parsed = parse(text)
     bucket = bucket_for(parsed.bucket, resolve(options)).within(resolve(options).operation_seconds)
     try:
         return bucket.create(region())
