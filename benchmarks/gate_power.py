@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from gdsbench import compare, results
+from gdsbench import compare, flags, results
 from gdsbench.report import tables
 from gdsbench.testbeds import throttle
 
@@ -72,7 +72,7 @@ def verdicts(base: Path, new: Path, threshold: float) -> list[dict[str, Any]]:
             "verdict": row.verdict,
             "regression": bool(row.regression),
             "ratio": round(float(row.ratio), 3),
-            "flags": ",".join(filter(None, {row.base_flags, row.new_flags})),
+            "flags": flags.text(n for cell in (row.base_flags, row.new_flags) for n in flags.parse(cell)),
         }
         for case, row in zip(table["case"], table.itertuples())
     ]
