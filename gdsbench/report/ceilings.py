@@ -40,7 +40,7 @@ def engine_labels(rows: pd.DataFrame) -> pd.Series:
             text = group[varying].apply(  # a parameter a row's case does not have is left out, not shown as "-"
                 lambda r: ", ".join(f"{c}={tables.cell(c, v)}" for c, v in r.items() if not tables.missing(v)), axis=1
             )
-            labels.loc[group.index] = group["engine"].astype(str) + " (" + text + ")"
+            labels.loc[group.index] = group["engine"].astype(str) + text.map(lambda t: f" ({t})" if t else "")
     return labels
 
 

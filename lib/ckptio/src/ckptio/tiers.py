@@ -28,8 +28,9 @@ from .loading import device_of
 from .memory import StagingCache
 from .options import IOOptions, resolve
 from .saving import save_to
+from .tier_names import name_of, pinned
 from .tier_records import Restored, Skipped, TierSave, reason
-from .tier_stores import LocalTier, Tier, name_of, pinned
+from .tier_stores import LocalTier, Tier
 from .verify import verify_file
 
 if TYPE_CHECKING:

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
 from .. import backends, durable
 from .. import format as fmt
+from ..folder import resolved_folder
 from ..memory import StagingBuffers
 from ..options import IOOptions
+from ..tier_names import name_of, named, pinned, step_of
 from .base import Place, Source, Target, Traits
 
 SCHEME = ""
@@ -60,9 +63,78 @@ class Files(Place):
         return os.path.isfile(os.path.join(self.path, METADATA))
 
     def tier(self, options: IOOptions) -> Any:
-        from ..tier_stores import LocalTier
-
         return LocalTier(self.path)
+
+
+COPY_BYTES = 64 << 20  # what one sendfile call moves
+
+
+class LocalTier:
+    """A local directory of checkpoints, ours alone (made, mode 0700, on the first save into it): one another user
+    owns or can write, or reached through a link another user could have planted, is refused (UnsafeLocation),
+    so no file in it can have been planted or swapped by anyone but this user (or root)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+
+    def __str__(self) -> str:
+        return self.path
+
+    def file(self, step: int) -> str:
+        """Where a step's checkpoint is."""
+        return os.path.join(self.path, name_of(step))
+
+    def prepare(self) -> None:
+        """Make the folder (0700) if missing; UnsafeLocation where it, or a folder on the way, is not safe."""
+        resolved_folder(self.path, create=True, alone=True)
+
+    def steps(self) -> list[int]:
+        """The steps of the checkpoint files here: regular files of this user's (no link followed) of ckptio's names
+        only, in a folder that is ours alone (UnsafeLocation otherwise)."""
+        resolved_folder(self.path, alone=True)
+        me = os.geteuid()
+        with os.scandir(self.path) as entries:
+            found = [(step_of(e.name), e) for e in entries]
+            return [
+                step
+                for step, e in found
+                if step is not None and e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_uid == me
+            ]
+
+    def put(self, source: str, step: int) -> None:
+        """Copy the file `source` in as `step`: to a temp name, fsynced, renamed into place, directory fsynced."""
+        self.prepare()
+        with durable.replace_atomically(self.file(step)) as target, open(source, "rb") as src:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            out = os.open(target.path, flags, 0o644)
+            try:
+                size, done = os.fstat(src.fileno()).st_size, 0
+                while done < size:
+                    sent = os.sendfile(out, src.fileno(), done, min(COPY_BYTES, size - done))
+                    if sent == 0:
+                        raise OSError(f"{source}: ended at {done} of {size} bytes while copied")
+                    done += sent
+                os.fsync(out)
+            finally:
+                os.close(out)
+
+    def remove(self, step: int) -> None:
+        """Remove a step's file if it is a regular file of this user's (another user's is left alone)."""
+        path = self.file(step)
+        with contextlib.suppress(FileNotFoundError):
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid():
+                os.unlink(path)
+
+    @contextlib.contextmanager
+    def readable(self, step: int) -> Iterator[str]:
+        """A name that reads a step's file as it is now, no link followed (errors name the file)."""
+        path = self.file(step)
+        with pinned(path) as held, named(held, path):
+            yield held
+
+    def forget(self) -> None:
+        """Nothing held between requests."""
 
 
 PLACE = Files
