@@ -190,3 +190,13 @@ def test_unlink_cases_never_delete_the_shared_file(tmp_path):
     inode = shared.stat().st_ino
     runner.run(new_file, ctx)
     assert shared.stat().st_ino == inode and not fio_job.job_files(new_file, ctx)[0].exists()
+
+
+def test_a_runtime_under_a_second_runs_that_long_not_a_few_milliseconds(tmp_path):
+    """fio reads a bare `--runtime=0.6` as 0 (23 ms here): sub-second runtimes go as milliseconds, and a real
+    600 ms run lasts 600 ms (it was flagged too_short, its figure fio's start-up)."""
+    assert [fio_job.fio_time(s) for s in (3.0, 0.6, 1.25, 0.0004)] == ["3", "600ms", "1250ms", "1ms"]
+    ctx = RunContext(directory=tmp_path, file_size=16 << 20, runtime=0.6)
+    case = _case(pattern=Pattern.WRITE)
+    measured = fio.FioRunner().run(case, ctx)
+    assert 0.55 <= measured.seconds <= 2.0, measured.seconds

@@ -31,7 +31,7 @@ pytestmark = [
 ]
 MATRIX = {
     "engine": ["fio"],
-    "pattern": ["read", "randread"],
+    "pattern": ["read"],
     "io_size": ["1M"],
     "threads": [1],
     "iodepth": [4],
@@ -61,7 +61,7 @@ def device(tmp_path: Path) -> Iterator[Path]:
 
 
 def sweep(folder: Path, name: str, target: Path, cgroup: Path | None = None) -> Path:
-    """The gate's sweep (2 cases x 3 interleaved repetitions of 1 s, O_DIRECT reads) into `target`; its CSV.
+    """The gate's sweep (O_DIRECT reads, 3 interleaved repetitions of 1 s) into `target`; its CSV.
     With `cgroup`, the sweep and its fio run inside it."""
     document = {
         "name": name,
@@ -157,7 +157,9 @@ def test_a_real_slowdown_is_still_caught(tmp_path: Path, device: Path) -> None:
     new_bw = results.load([new])["bw_bytes"]
     assert (new_bw < THROTTLE_BPS * 1.2).all(), new_bw.tolist()
     status, document = compare(base, new, "--allow-flags", "busy_machine,unstable")
-    assert status == 1 and document["regressions"] == len(document["cases"]) == 2, document
+    assert status == 1 and document["regressions"] == len(document["cases"]) == 1, [
+        (c["verdict"], c["base_flags"], c["new_flags"]) for c in document["cases"]
+    ]
     assert all(c["verdict"] == "slower" and c["ratio"] < 0.5 for c in document["cases"])
     status, document = compare(base, new)
     assert {c["verdict"] for c in document["cases"]} <= {"slower", "inconclusive"}

@@ -123,9 +123,9 @@ def _options(case: Case, ctx: RunContext, objects: fio_ceph.Objects | None) -> l
     if case["unlink"]:
         options.append(("unlink", "1"))
     if ctx.runtime:
-        options += [("time_based", None), ("runtime", f"{ctx.runtime:g}")]
+        options += [("time_based", None), ("runtime", fio_time(ctx.runtime))]
     if ctx.ramp_time:
-        options.append(("ramp_time", f"{ctx.ramp_time:g}"))
+        options.append(("ramp_time", fio_time(ctx.ramp_time)))
     return options
 
 
@@ -188,3 +188,11 @@ def _engine_options(case: Case) -> list[Option]:
 def fio_path(path: Path) -> str:
     """A path as fio reads it: fio splits directory and filename options at ':', so escape it."""
     return str(path).replace(":", "\\:")
+
+
+def fio_time(seconds: float) -> str:
+    """A duration as fio reads it: whole seconds bare ("3"), anything finer in milliseconds ("600ms"): fio reads a
+    bare "0.6" as 0 and ran 23 ms for it."""
+    if float(seconds).is_integer():
+        return f"{int(seconds)}"
+    return f"{max(1, round(seconds * 1000))}ms"
