@@ -13,6 +13,8 @@ engine's best PUT or GET of the run.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from gdsbench.ceilings import CEILINGS, NO_FSYNC, best, bounded, ceiling, ceiling_rows, in_objects
@@ -122,6 +124,8 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
                     "ceiling_case": _case_of(ceiling_rows(run, pattern, group)),
                     "transfer": _first(group, "transfer"),
                     "cache": _first(group, "cache"),
+                    "request_bytes": _median(group, "io_chunk_bytes"),  # ckptio engines: their request size
+                    "engine_threads": _median(group, "io_threads"),
                 }
             )
     return pd.DataFrame(rows)
@@ -149,8 +153,23 @@ def above_ceiling_notes(ratios: pd.DataFrame) -> list[str]:
             case = tables.parse_case(row.ceiling_case)
             shape = ", ".join(f"{k}={tables.cell(k, case[k])}" for k in ("io_size", "threads", "iodepth") if k in case)
             why = f"the ceiling case ({shape or row.ceiling}) is not the device's best for this engine's I/O: add a fio case of its request size and threads"
+            if _shaped_like(case, row):
+                why = (
+                    f"the ceiling case ({shape}) already moves requests as large and as many as the engine's: the "
+                    "engine's bytes came from a cache below this kernel (a virtual disk's host, a controller) or its "
+                    "one file's layout favours it; read its ratio to the ceiling with care"
+                )
         notes.append(f"above_ceiling: {row.engine} {row.pattern} at {tables.number(x, 2)}x {row.ceiling}: {why}")
     return notes
+
+
+def _shaped_like(case: dict[str, str], row: Any) -> bool:
+    """Whether a ceiling case's requests are at least as large and as many as the engine's (where it says them)."""
+    try:
+        size, threads = float(case.get("io_size", "nan")), float(case.get("threads", "nan"))
+    except ValueError:
+        return False
+    return bool(size >= row.request_bytes and threads >= row.engine_threads)
 
 
 def _undurable_notes(ratios: pd.DataFrame, labels: dict[str, str] | None) -> list[str]:
