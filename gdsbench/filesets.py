@@ -87,14 +87,19 @@ def fio_files(cases: list[Case], ctx: RunContext) -> list[FileSet]:
     return sets
 
 
+def workload_bytes(case: Case, ctx: RunContext) -> int:
+    """The bytes of a checkpoint case's state dict: its workload file's size, or the preset's."""
+    spec = workload_spec(case, ctx)
+    return Path(spec.source).stat().st_size if spec.is_file else spec.size
+
+
 def checkpoint_files(cases: list[Case], ctx: RunContext) -> list[FileSet]:
     """One checkpoint per engine, workload, size, dtype and seed; a recycling one keeps a spare beside it."""
     found: dict[Path, int] = {}
     for case in cases:
         runner = runners.get(case.engine)
         if isinstance(runner, CheckpointRunner):
-            spec = workload_spec(case, ctx)
-            size = Path(spec.source).stat().st_size if spec.is_file else spec.size
+            size = workload_bytes(case, ctx)
             copies = 2 if case.get("recycle") else 1
             need = int(size * CHECKPOINT_OVERHEAD + CHECKPOINT_SLACK) * copies
             found[runner.path(case, ctx)] = max(found.get(runner.path(case, ctx), 0), need)
@@ -146,8 +151,7 @@ def memory_need(cases: list[Case], ctx: RunContext) -> tuple[int, Case | None]:
     most, which = 0, None
     for case in cases:
         if isinstance(runners.get(case.engine), CheckpointRunner):
-            spec = workload_spec(case, ctx)
-            size = Path(spec.source).stat().st_size if spec.is_file else spec.size
+            size = workload_bytes(case, ctx)
             if int(size * CHECKPOINT_MEMORY) > most:
                 most, which = int(size * CHECKPOINT_MEMORY), case
     return most, which

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from gdsbench.launchers import new_secret
 from gdsbench.launchers.base import SECRET_VARIABLE
 from tests.helpers import data_rows
+from tests.test_launch_sweeps import launch_config
 
 pytestmark = [pytest.mark.needs_torch, pytest.mark.timeout(240)]
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,17 +91,8 @@ def rank_program(tmp_path: Path, rank: int, port: int, secret: str, timeout: flo
 def test_a_held_rendezvous_port_is_a_failed_row_naming_it_and_nothing_connects(tmp_path, squatter):
     """The default launcher (torchrun on 127.0.0.1) on a port someone else listens on: the agent binds it or fails;
     it never becomes a client of the squatter (torch's c10d backend would, and unpickle what it is sent)."""
-    document = {
-        "name": "held",
-        "directory": str(tmp_path / "target"),
-        "allow_root_filesystem": True,
-        "repetitions": 1,
-        "timeout": "120s",
-        "launcher": {"name": "local", "port": squatter.port},
-        "matrix": {"engine": ["dcp_fast"], "pattern": ["save"], "world_size": [2], "checkpoint_size": ["1M"]},
-    }
-    config = tmp_path / "held.yaml"
-    config.write_text(yaml.safe_dump(document))
+    matrix = {"engine": ["dcp_fast"], "pattern": ["save"], "world_size": [2], "checkpoint_size": ["1M"]}
+    config = launch_config(tmp_path, {"name": "local", "port": squatter.port}, matrix, checks=[])
     done = subprocess.run(
         [sys.executable, "-m", "gdsbench", "sweep", str(config), "-o", str(tmp_path / "out")],
         capture_output=True,

@@ -5,7 +5,6 @@ connection it holds when told to stop, and never runs past its own limit (`lifet
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -128,9 +127,3 @@ def hostile(mode: str, lifetime: float = 120.0) -> Iterator[Hostile]:
         server.shutdown()
         server.server_close()
         thread.join(10)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
