@@ -31,7 +31,7 @@ from ckptio import Writer
 from torch.distributed.checkpoint import DefaultSavePlanner
 
 from gdsbench import workloads
-from gdsbench.runners.checkpoint.rank import host_copy_seconds
+from gdsbench.runners.checkpoint.ranks.rank import host_copy_seconds
 from gdsbench.units import parse_size
 
 

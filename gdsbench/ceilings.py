@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from gdsbench.columns import FILES, OBJECTS_CEILING
+from gdsbench.columns import FILES, FILES_CEILING, OBJECTS_CEILING
 
 #: Patterns of checkpoint engines and the fio pattern whose bandwidth is their ceiling.
 CEILINGS = {"save": "write", "load": "read"}
@@ -47,13 +47,15 @@ def durable(fio: pd.DataFrame) -> pd.Series:
 def _fio_of(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
     """The fio rows a checkpoint pattern's ceiling is chosen from: its fio pattern on the run's directory (not
     objects in a Ceph cluster), never the page cache."""
-    fio = run[(run["engine"] == "fio") & (run["pattern"] == CEILINGS[pattern]) & (run["transfer"] != "CPU_CACHED")]
+    fio = run[
+        (run["engine"] == FILES_CEILING) & (run["pattern"] == CEILINGS[pattern]) & (run["transfer"] != "CPU_CACHED")
+    ]
     return fio[fio["stores_on"] == FILES]
 
 
 def _s3_of(run: pd.DataFrame, pattern: str) -> pd.DataFrame:
     """The s3 engine's rows an object store's checkpoint pattern is held to: its PUTs (saves) or GETs (loads)."""
-    return run[(run["engine"] == "s3") & (run["pattern"] == CEILINGS[pattern])]
+    return run[(run["engine"] == OBJECTS_CEILING) & (run["pattern"] == CEILINGS[pattern])]
 
 
 def in_objects(rows: pd.DataFrame | None) -> bool:

@@ -105,7 +105,20 @@ def sweep(
     sys.exit(cli_sweep.summary(rows, csv_path))
 
 
-@cli.command()
+class ReportCommand(click.Command):
+    """`gdsbench report`, whose options end with the report settings its derived tables declare (built when the
+    command is parsed or its help shown: the tables import pandas, the CLI otherwise does not)."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        """The command's own options, then one per declared report setting."""
+        from gdsbench.report import summary
+
+        declared = [click.Option([s.option, s.name], default=None, help=s.help) for s in summary.settings()]
+        own = super().get_params(ctx)  # --help last
+        return [*own[:-1], *declared, own[-1]]
+
+
+@cli.command(cls=ReportCommand)
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--by", default=None, help="Group by these columns (comma-separated), e.g. transfer,io_size.")
 @click.option("--format", "fmt", type=click.Choice(report_formats()), default="text", show_default=True)
@@ -127,24 +140,6 @@ def sweep(
     type=click.Path(file_okay=False, path_type=Path),
     help="Also draw each case's bandwidth and latency over time (the .series.tsv beside each CSV) into this folder.",
 )
-@click.option(
-    "--mtbf",
-    default=None,
-    help="Evaluate the goodput model of train rows (Daly's interval, the goodput) at these mean times between "
-    "failures, e.g. 1h,24h [default: the mtbf a row recorded, else 24h].",
-)
-@click.option(
-    "--mtbf-local",
-    default=None,
-    help="The durability ladder's model: mean time between failures a node-local copy survives (restored from the "
-    "local tier), e.g. 24h [default: 24h].",
-)
-@click.option(
-    "--mtbf-node",
-    default=None,
-    help="The durability ladder's model: mean time between failures only the object tier survives (a node lost), "
-    "e.g. 7d [default: 7d].",
-)
 def report(
     files: tuple[Path, ...],
     by: str | None,
@@ -152,23 +147,19 @@ def report(
     plots_dir: Path | None,
     html_dir: Path | None,
     series_dir: Path | None,
-    mtbf: str | None,
-    mtbf_local: str | None,
-    mtbf_node: str | None,
+    **given: str | None,
 ) -> None:
     """Summarise results CSVs: fio-style run-status lines and a table of medians with min-max."""
     from gdsbench import report as report_mod
     from gdsbench import results
-    from gdsbench.report.goodput import parse_mtbf
-    from gdsbench.report.ladder import parse_levels
+    from gdsbench.report import summary
 
-    at = parse_mtbf(mtbf) if mtbf is not None else ()
-    levels = parse_levels(mtbf_local, mtbf_node)
+    settings = {s.name: s.parse(text) for s in summary.settings() if (text := given.get(s.name)) is not None}
     frame = results.load(files)
     groups = [c.strip() for c in by.split(",") if c.strip()] if by else None
-    click.echo(report_mod.render(frame, groups, fmt, at, levels), nl=False)
+    click.echo(report_mod.render(frame, groups, fmt, settings), nl=False)
     if plots_dir or html_dir:
-        _write_figures(frame, groups, plots_dir, html_dir, at, levels)
+        _write_figures(frame, groups, plots_dir, html_dir, settings)
     if series_dir:
         _write_series(files, frame, series_dir)
 
@@ -178,8 +169,7 @@ def _write_figures(
     groups: list[str] | None,
     plots_dir: Path | None,
     html_dir: Path | None,
-    mtbf: tuple[float, ...],
-    levels: tuple[tuple[float, float], ...] = (),
+    settings: dict[str, Any],
 ) -> None:
     """report --plots / --html: draw the figures once, write files, say where they went."""
     from gdsbench.report import html, plots
@@ -191,7 +181,7 @@ def _write_figures(
         err.print(f"figures: {len(written)} files in {plots_dir}")
     if html_dir:
         with _figure_progress("html") as tick:
-            err.print(f"html: {html.write(frame, html_dir, groups, figures, progress=tick, mtbf=mtbf, levels=levels)}")
+            err.print(f"html: {html.write(frame, html_dir, groups, figures, progress=tick, settings=settings)}")
 
 
 def _write_series(files: tuple[Path, ...], frame: Any, folder: Path) -> None:

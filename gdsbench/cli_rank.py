@@ -6,7 +6,8 @@
 
 The case is its key, as a results row's `case` cell holds it (a sweep passes its cases so): the config's own
 keys parse it and fill in every value it leaves out, into the rank's typed job (RankJob); the rank's work is
-gdsbench.runners.checkpoint.rank's. The engine is `dcp`, `dcp_fast` or `torch_save_ranks`. The workload is a
+gdsbench.runners.checkpoint.ranks.rank's, with the rank half the case's engine declares (a distributed engine's `ranks`).
+The workload is a
 torch.save file every rank maps (--workload-file: the sweep writes it to /dev/shm once), or the case's preset,
 which each node's first rank generates into /dev/shm for the node's ranks; an MLPerf geometry's ranks draw
 their own tensors. Rank 0 gathers every rank's figures into `<out>/ranks.json`.
@@ -18,12 +19,24 @@ import argparse
 import os
 import sys
 
-from gdsbench import config, rank_env
+from gdsbench import config, rank_env, runners
 from gdsbench.errors import ConfigError
-from gdsbench.runners.checkpoint import rank
+from gdsbench.runners.checkpoint.distributed import DistributedRunner
+from gdsbench.runners.checkpoint.rank_half import RankHalf
 from gdsbench.runners.checkpoint.rank_job import RankJob
+from gdsbench.runners.checkpoint.ranks import rank
 
-ENGINES = ("dcp", "dcp_fast", rank.FILE_ENGINE)  # the engines with ranks
+
+def ranked_engines() -> list[str]:
+    """The engines that declare a rank half (distributed engines)."""
+    return [name for name, runner in runners.RUNNERS.items() if isinstance(runner, DistributedRunner)]
+
+
+def rank_half(engine: str) -> RankHalf:
+    """The rank half the engine declares."""
+    runner = runners.get(engine)
+    assert isinstance(runner, DistributedRunner)
+    return runner.ranks
 
 
 def parser() -> argparse.ArgumentParser:
@@ -74,8 +87,8 @@ def parse_with_args(argv: list[str]) -> tuple[RankJob, argparse.Namespace]:
         case = config.case_from_key(args.case)
     except ConfigError as exc:
         p.error(str(exc))
-    if case.engine not in ENGINES:
-        p.error(f"--case: engine {case.engine!r} has no ranks (dcp, dcp_fast or {rank.FILE_ENGINE})")
+    if case.engine not in ranked_engines():
+        p.error(f"--case: engine {case.engine!r} has no ranks (engines with ranks: {', '.join(ranked_engines())})")
     job = RankJob.from_case(case, args.path, args.out, args.workload_file, args.warmup)
     if args.workload_file is None and job.checkpoint_size is None and not job.kind.own_tensors:
         p.error(
@@ -93,7 +106,7 @@ def main(argv: list[str]) -> int:
         os.environ.update(rank_env.torch_variables(os.environ, job.world_size, args.rendezvous, first_node))
     except rank_env.RankEnvError as exc:
         raise SystemExit(f"gdsbench.cli_rank: {exc}") from None
-    return rank.execute(job, args.join_timeout)
+    return rank.execute(job, rank_half(job.engine), args.join_timeout)
 
 
 def first_node() -> str:

@@ -16,10 +16,15 @@ SETTING = "setting"
 #: Where an engine's I/O goes: files in the target directory, objects of an object store, a Ceph cluster's
 #: objects or images (fio's rados and rbd ioengines).
 FILES, OBJECTS, CLUSTER = "files", "objects", "cluster"
+#: The engine whose best case bounds checkpoints in files: its durable writes (saves) and direct reads (loads).
+FILES_CEILING = "fio"
 #: The engine whose best case bounds checkpoints in an object store: its PUTs (saves) and GETs (loads).
 OBJECTS_CEILING = "s3"
+#: The references a baseline engine declares itself (Traits.baseline): every checkpoint engine's ratio to the
+#: single-process baseline; a distributed engine's, to the distributed one measured alike.
+SINGLE_PROCESS, DISTRIBUTED = "single-process", "distributed"
 #: The row columns that carry a row's traits (written by the sweep, read by flags and reports).
-TRAIT_COLUMNS = ("stores_on", "ceiling")
+TRAIT_COLUMNS = ("stores_on", "ceiling", "baseline")
 
 
 @dataclass(frozen=True)
@@ -40,12 +45,14 @@ class Column:
 class Traits:
     """What an engine stores on (FILES, OBJECTS or CLUSTER; `cluster_when`: option values that send a case to a
     cluster instead; `objects_when`: options that, set, send it to an object store, held to OBJECTS_CEILING there)
-    and the engine whose best case of the same run bounds it ('': none, it is a ceiling)."""
+    , the engine whose best case of the same run bounds it ('': none, it is a ceiling), and the reference it is
+    for the others where it is a baseline (SINGLE_PROCESS, DISTRIBUTED; '' for none)."""
 
     stores_on: str = FILES
     ceiling: str = ""
     cluster_when: tuple[tuple[str, tuple[str, ...]], ...] = ()
     objects_when: tuple[str, ...] = ()
+    baseline: str = ""
 
     def where(self, params: Mapping[str, Any]) -> str:
         """Where a case (its parameters by name) stores its data."""
@@ -59,7 +66,7 @@ class Traits:
         """The trait columns of a case's rows (a case an option sent to an object store held to the s3 engine)."""
         where = self.where(params)
         moved = where == OBJECTS and self.stores_on != OBJECTS and self.ceiling
-        return {"stores_on": where, "ceiling": OBJECTS_CEILING if moved else self.ceiling}
+        return {"stores_on": where, "ceiling": OBJECTS_CEILING if moved else self.ceiling, "baseline": self.baseline}
 
 
 def records(columns: Iterable[Column]) -> dict[str, dict[str, str]]:
@@ -81,13 +88,15 @@ def declared(metadata: Mapping[str, Any]) -> dict[str, Column]:
 LEGACY_OBJECT_ENGINES = ("s3", "s3torch_save", "s3torch_dcp")
 LEGACY_CLUSTER_IOENGINES = ("rados", "rbd")
 LEGACY_CEILING = {"s3torch_save": "s3", "s3torch_dcp": "s3"}
+LEGACY_BASELINES = {"torch_save": SINGLE_PROCESS, "dcp": DISTRIBUTED}
 
 
-def legacy_traits(engine: str, pattern: str, ioengine: Any) -> tuple[str, str]:
-    """(stores_on, ceiling) of a row from a file without trait columns, as gdsbench read such files before."""
+def legacy_traits(engine: str, pattern: str, ioengine: Any) -> tuple[str, str, str]:
+    """(stores_on, ceiling, baseline) of a row from a file without trait columns, as gdsbench read such files
+    before."""
     if engine in LEGACY_OBJECT_ENGINES:
         stores_on = OBJECTS
     else:
         stores_on = CLUSTER if ioengine in LEGACY_CLUSTER_IOENGINES else FILES
     bounded = pattern in ("save", "load", "train")
-    return stores_on, LEGACY_CEILING.get(engine, "fio") if bounded else ""
+    return stores_on, LEGACY_CEILING.get(engine, FILES_CEILING) if bounded else "", LEGACY_BASELINES.get(engine, "")

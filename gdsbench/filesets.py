@@ -1,6 +1,6 @@
-"""The files a sweep keeps in its directory, and the guard before its first case: enough free space for
-all of them, a directory that is not on the root file system unless the config says so, and enough memory for
-its largest checkpoint case.
+"""The guard before a sweep's first case: enough free space for every file its engines keep in the directory
+(as each engine declares them: runners.file_sets), a directory that is not on the root file system unless the
+config says so, and enough memory for its largest case (as its engine declares it).
 
 gdsio's per-thread files (`gdsio.<n>`), fio's per-job files (`gdsbench.<file_size>.<job>.0`) and every
 checkpoint engine's checkpoint all live until the end of the sweep, so the sweep needs their sum at
@@ -14,101 +14,32 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from gdsbench import runners
-from gdsbench.cases import Case, Pattern
+from gdsbench.cases import Case
 from gdsbench.errors import TargetError
-from gdsbench.runners import fio_job, gdsio
 from gdsbench.runners.base import RunContext
-from gdsbench.runners.checkpoint.base import CheckpointRunner, workload_spec
+from gdsbench.runners.file_sets import FileSet, HoldsMemory, KeepsFiles, human
 from gdsbench.sysinfo import host, storage
-from gdsbench.units import num2str, size_label
-
-#: Checkpoint formats add headers, indexes and 4 KiB alignment to the tensors' bytes.
-CHECKPOINT_OVERHEAD = 1.01
-CHECKPOINT_SLACK = 1 << 20
 
 
-@dataclass(frozen=True)
-class FileSet:
-    """Files of one engine that live in the directory: `count` files of `each` bytes (transient: only during a case)."""
-
-    engine: str
-    paths: tuple[Path, ...]
-    each: int
-    transient: bool = False
-
-    @property
-    def label(self) -> str:
-        """A short description: 'gdsio 32 x 30G'."""
-        return f"{self.engine} {len(self.paths)} x {size_label(self.each)}" + (" (per case)" if self.transient else "")
-
-    def missing_bytes(self) -> int:
-        """Bytes still to be allocated: each file's size minus what it already occupies on disk."""
-        return sum(max(0, self.each - allocated(p)) for p in self.paths)
-
-
-def human(num_bytes: int) -> str:
-    """Bytes as people read them: 1920GiB, 63.9MiB."""
-    return num2str(num_bytes, unit="B")
-
-
-def allocated(path: Path) -> int:
-    """Bytes a file occupies on disk (its allocated blocks), 0 when it does not exist."""
-    try:
-        return os.stat(path).st_blocks * 512
-    except FileNotFoundError:
-        return 0
-
-
-def most_threads(cases: Iterable[Case], reads_only: bool = False) -> int:
-    """The largest thread count among `cases` (only the reading ones with `reads_only`), 0 when none."""
-    return max((c["threads"] for c in cases if not (reads_only and c.pattern.is_write)), default=0)
-
-
-def gdsio_files(cases: list[Case], ctx: RunContext) -> list[FileSet]:
-    """gdsio.0 .. gdsio.<most threads - 1>, shared by every gdsio case."""
-    ours = [c for c in cases if c.engine == "gdsio"]
-    threads = most_threads(ours)
-    return [FileSet("gdsio", tuple(gdsio.data_files(ours[0], ctx, threads)), ctx.file_size)] if threads else []
-
-
-def fio_files(cases: list[Case], ctx: RunContext) -> list[FileSet]:
-    """fio's per-job files, reused across cases; `unlink` cases' files exist only while their case runs."""
-    sets = []
-    for unlink in (False, True):
-        ours = [c for c in cases if c.engine == "fio" and bool(c["unlink"]) == unlink]
-        if ours:
-            widest = max(ours, key=lambda c: c["threads"])
-            sets.append(FileSet("fio", tuple(fio_job.job_files(widest, ctx)), ctx.file_size, transient=unlink))
-    return sets
-
-
-def workload_bytes(case: Case, ctx: RunContext) -> int:
-    """The bytes of a checkpoint case's state dict: its workload file's size, or the preset's."""
-    spec = workload_spec(case, ctx)
-    return Path(spec.source).stat().st_size if spec.is_file else spec.size
-
-
-def checkpoint_files(cases: list[Case], ctx: RunContext) -> list[FileSet]:
-    """One checkpoint per engine, workload, size, dtype and seed; a recycling one keeps a spare beside it."""
-    found: dict[Path, int] = {}
+def by_engine(cases: list[Case]) -> dict[str, list[Case]]:
+    """The cases of each engine, in the order the config names them."""
+    found: dict[str, list[Case]] = {}
     for case in cases:
-        runner = runners.get(case.engine)
-        if isinstance(runner, CheckpointRunner):
-            size = workload_bytes(case, ctx)
-            copies = 2 if case.get("recycle") else 1
-            need = int(size * CHECKPOINT_OVERHEAD + CHECKPOINT_SLACK) * copies
-            found[runner.path(case, ctx)] = max(found.get(runner.path(case, ctx), 0), need)
-    return [FileSet(str(path.name), (path,), need) for path, need in found.items()]
+        found.setdefault(case.engine, []).append(case)
+    return found
 
 
 def file_sets(cases: list[Case], ctx: RunContext) -> list[FileSet]:
-    """Every file set the cases keep in the directory."""
-    return [*gdsio_files(cases, ctx), *fio_files(cases, ctx), *checkpoint_files(cases, ctx)]
+    """Every file set the cases keep in the directory, as each engine declares them (KeepsFiles)."""
+    sets: list[FileSet] = []
+    for engine, ours in by_engine(cases).items():
+        runner = runners.get(engine)
+        if isinstance(runner, KeepsFiles):
+            sets += runner.file_sets(ours, ctx)
+    return sets
 
 
 def need_bytes(sets: list[FileSet]) -> int:
@@ -142,18 +73,14 @@ def mount_text(directory: Path) -> str:
     return f"{mount.get('fstype')} on {mount.get('device')} mounted at {mount.get('mount_point')}"
 
 
-#: What a checkpoint case holds in memory at its peak: its state dict and, while a load runs, the copy it loads.
-CHECKPOINT_MEMORY = 2.0
-
-
 def memory_need(cases: list[Case], ctx: RunContext) -> tuple[int, Case | None]:
-    """The memory the largest checkpoint case needs at its peak (CHECKPOINT_MEMORY x its workload), and that case."""
+    """The memory the largest case needs at its peak, as its engine declares it (HoldsMemory), and that case."""
     most, which = 0, None
     for case in cases:
-        if isinstance(runners.get(case.engine), CheckpointRunner):
-            size = workload_bytes(case, ctx)
-            if int(size * CHECKPOINT_MEMORY) > most:
-                most, which = int(size * CHECKPOINT_MEMORY), case
+        runner = runners.get(case.engine)
+        need = runner.memory_bytes(case, ctx) if isinstance(runner, HoldsMemory) else 0
+        if need > most:
+            most, which = need, case
     return most, which
 
 
@@ -164,7 +91,7 @@ def check_memory(cases: list[Case], ctx: RunContext) -> None:
     if case is None or available is None or need <= available:
         return
     raise TargetError(
-        f"the checkpoint case {case.key} holds its state dict and, loading, a second copy: about {human(need)} "
+        f"the case {case.key} holds its state dict and, loading, a second copy: about {human(need)} "
         f"({need} bytes) of memory, but this host has {human(available)} available (MemAvailable, "
         "/proc/meminfo): lower checkpoint_size, or free memory"
     )
@@ -195,8 +122,3 @@ def check_mount(directory: Path, allow_root: bool) -> None:
         "not on a mount of its own: mount the target disk there (check with `findmnt -T "
         f"{directory}`), or set `allow_root_filesystem: true` in the config to run there anyway"
     )
-
-
-def reads(cases: Iterable[Case], engine: str) -> list[Case]:
-    """The reading cases of an engine."""
-    return [c for c in cases if c.engine == engine and c.pattern in (Pattern.READ, Pattern.RANDREAD)]

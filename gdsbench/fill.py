@@ -1,5 +1,6 @@
 """The step before a sweep's first case: check the target (space, mount), then write the files its read
-cases need, once per file set and outside every case's timeout, with progress.
+cases need, once per file set and outside every case's timeout, with progress, as each engine declares it
+(runners.file_sets.Fills: the files, its tool's command, the check of its result).
 
 gdsio and fio reads need their files laid out first. Done inside each case, that write counted against
 the case's timeout and was repeated for every thread count (about 1.5 TiB written before the first
@@ -21,9 +22,8 @@ from gdsbench.cases import Case
 from gdsbench.columns import FILES
 from gdsbench.config import SweepConfig
 from gdsbench.errors import ToolError
-from gdsbench.filesets import FileSet
-from gdsbench.runners import fio_job, gdsio
-from gdsbench.runners.base import RunContext, run_polled, tool_message
+from gdsbench.runners.base import RunContext, run_polled
+from gdsbench.runners.file_sets import FileSet, Fill, Fills, allocated, human
 from gdsbench.units import size_label
 
 #: How often a running fill reports progress.
@@ -41,7 +41,8 @@ def uses_directory(case: Case) -> bool:
 def prepare(
     config: SweepConfig, ctx: RunContext, skip_reason: Callable[[Case, RunContext], str | None]
 ) -> Iterator[dict[str, Any]]:
-    """Check the target for every case that can run here, then fill what its reads need; yield progress rows."""
+    """Check the target for every case that can run here, then fill what its reads need, as each engine declares
+    it (Fills); yield progress rows."""
     can_run = [c for c in config.cases if skip_reason(c, ctx) is None]
     filesets.check_memory(can_run, ctx)
     runnable = [c for c in can_run if uses_directory(c)]
@@ -51,40 +52,11 @@ def prepare(
     sets = filesets.file_sets(runnable, ctx)
     filesets.check_files(sets)
     filesets.check_space(ctx.directory, sets)
-    for engine, argv_of in (("gdsio", _gdsio_argv), ("fio", _fio_argv)):
-        cases = [c for c in filesets.reads(runnable, engine) if not c.get("unlink")]  # unlink: fio lays out its own
-        threads = filesets.most_threads(cases)
-        if not threads:
-            continue
-        widest = next(c for c in cases if c["threads"] == threads)
-        files = FileSet(engine, tuple(_paths(engine, widest, ctx)), ctx.file_size)
-        if files.missing_bytes() or not gdsio.ready(list(files.paths), ctx.file_size):
-            yield from fill(files, argv_of(widest, ctx), ctx, config.settings.get("fill_timeout"))
-
-
-def _paths(engine: str, case: Case, ctx: RunContext) -> list[Any]:
-    """The files an engine's widest read case reads."""
-    return gdsio.data_files(case, ctx) if engine == "gdsio" else fio_job.job_files(case, ctx)
-
-
-def _gdsio_argv(case: Case, ctx: RunContext) -> list[str]:
-    """gdsio's write pass over gdsio.0..threads-1 (CPU_ONLY, 16 MiB I/Os, size-bound)."""
-    return gdsio.fill_argv(case, ctx, case["threads"])
-
-
-def _fio_argv(case: Case, ctx: RunContext) -> list[str]:
-    """fio's own layout of the case's job files, as a read job does it, and nothing else (--create_only=1)."""
-    return [
-        fio_job.fio_binary(ctx),
-        f"--name={fio_job.job_name(case, ctx)}",
-        f"--directory={fio_job.fio_path(ctx.directory)}",
-        f"--size={ctx.file_size}",
-        f"--numjobs={case['threads']}",
-        "--rw=read",  # as a read job lays them out: data written (a write job's layout only fallocates)
-        f"--bs={min(gdsio.FILL_IO_SIZE, ctx.file_size)}",
-        "--fallocate=none",  # blocks appear as they are written, so progress is real
-        "--create_only=1",
-    ]
+    for engine, ours in filesets.by_engine(runnable).items():
+        runner = runners.get(engine)
+        plan = runner.fill(ours, ctx) if isinstance(runner, Fills) else None
+        if plan is not None and plan.needed():
+            yield from fill(plan, ctx, config.settings.get("fill_timeout"))
 
 
 def timeout_for(files: FileSet, configured: float | None) -> float:
@@ -92,13 +64,14 @@ def timeout_for(files: FileSet, configured: float | None) -> float:
     return configured or files.missing_bytes() / SLOWEST_FILL_RATE + FILL_MARGIN_S
 
 
-def fill(files: FileSet, argv: list[str], ctx: RunContext, configured: float | None) -> Iterator[dict[str, Any]]:
+def fill(plan: Fill, ctx: RunContext, configured: float | None) -> Iterator[dict[str, Any]]:
     """Write one file set with its tool, yielding a progress row at the start, every few seconds and at the end."""
+    files, argv = plan.files, plan.argv
     ctx.resources.track_new(list(files.paths))
     total, limit, started = len(files.paths) * files.each, timeout_for(files, configured), time.monotonic()
     yield _row(
         files,
-        f"fill {files.label} in {ctx.directory}: {filesets.human(files.missing_bytes())} to write, "
+        f"fill {files.label} in {ctx.directory}: {human(files.missing_bytes())} to write, "
         f"timeout {limit:.0f}s: {' '.join(argv)}",
     )
     try:
@@ -106,7 +79,7 @@ def fill(files: FileSet, argv: list[str], ctx: RunContext, configured: float | N
             if done is None:
                 yield _row(files, _progress(files, total, time.monotonic() - started))
                 continue
-            _check(files, done, ctx)
+            _check(plan, done)
     except ToolError as exc:
         ctx.fill_failures[files.engine] = str(exc)
         yield _row(files, f"fill {files.label} failed: {exc}")
@@ -116,21 +89,17 @@ def fill(files: FileSet, argv: list[str], ctx: RunContext, configured: float | N
 
 def _progress(files: FileSet, total: int, elapsed: float) -> str:
     """Bytes on disk so far, the rate and the time left at that rate."""
-    written = sum(min(files.each, filesets.allocated(p)) for p in files.paths)
+    written = sum(min(files.each, allocated(p)) for p in files.paths)
     rate = written / elapsed if elapsed > 0 else 0.0
     eta = f"{(total - written) / rate:.0f}s" if rate > 0 else "?"
-    human = filesets.human
     return f"fill {files.label}: {human(written)}/{human(total)} at {human(int(rate))}/s, eta {eta}"
 
 
-def _check(files: FileSet, done: Any, ctx: RunContext) -> None:
-    """A fill succeeded when its tool exited 0 (gdsio: with a clean result) and every file has its size."""
-    if files.engine == "gdsio":
-        gdsio.checked(done)
-    elif done.returncode != 0:
-        raise ToolError(f"fio could not lay out its files: {tool_message(done)}")
-    if not gdsio.ready(list(files.paths), files.each):
-        raise ToolError(f"{files.engine} exited but left files shorter than {size_label(files.each)}")
+def _check(plan: Fill, done: Any) -> None:
+    """A fill succeeded when its engine's check passes (its tool's exit, its result) and every file has its size."""
+    plan.check(done)
+    if not plan.files.ready():
+        raise ToolError(f"{plan.files.engine} exited but left files shorter than {size_label(plan.files.each)}")
 
 
 def _row(files: FileSet, note: str) -> dict[str, Any]:

@@ -340,17 +340,21 @@ def with_traits(frame: pandas.DataFrame) -> pandas.DataFrame:
     (`columns.legacy_traits`), the one place where traits are read from engine names."""
     import pandas as pd
 
-    missing = frame["stores_on"].isna() if "stores_on" in frame else pd.Series(True, index=frame.index)
-    if not missing.any():
-        return frame
-    old = frame[missing]
-    ioengine = old["ioengine"] if "ioengine" in old else pd.Series(None, index=old.index)
-    pattern = old["pattern"] if "pattern" in old else pd.Series("", index=old.index)
-    traits = [declared_columns.legacy_traits(str(e), str(p), i) for e, p, i in zip(old["engine"], pattern, ioengine)]
-    frame = frame.copy()
+    no_traits = frame["stores_on"].isna() if "stores_on" in frame else pd.Series(True, index=frame.index)
+    ioengine = frame["ioengine"] if "ioengine" in frame else pd.Series(None, index=frame.index)
+    pattern = frame["pattern"] if "pattern" in frame else pd.Series("", index=frame.index)
+    legacy: list[tuple[str, ...]] | None = None
     for position, name in enumerate(declared_columns.TRAIT_COLUMNS):
+        # a row without traits, or a file written before this trait existed: read from the engine's name
+        missing = no_traits if name in frame else pd.Series(True, index=frame.index)
+        if not missing.any():
+            continue
+        if legacy is None:
+            rows = zip(frame["engine"], pattern, ioengine)
+            legacy = [declared_columns.legacy_traits(str(e), str(p), i) for e, p, i in rows]
+            frame = frame.copy()
         column = frame[name].astype(object) if name in frame else pd.Series(None, index=frame.index, dtype=object)
-        column[missing] = [values[position] for values in traits]
+        column[missing] = [values[position] for values, gone in zip(legacy, missing) if gone]
         frame[name] = column
     return frame
 

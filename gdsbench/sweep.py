@@ -24,8 +24,7 @@ from gdsbench.columns import Column, records
 from gdsbench.config import SweepConfig
 from gdsbench.errors import GdsbenchError, TargetError
 from gdsbench.hosts import AGGREGATE, Host
-from gdsbench.runners.base import Measurement, Resources, RunContext, check_figures
-from gdsbench.runners.fio import FioRunner
+from gdsbench.runners.base import FleetRunner, Measurement, Resources, RunContext, check_figures
 from gdsbench.runners.resources import busy_cpus
 
 
@@ -141,8 +140,9 @@ def series_window_ms(config: SweepConfig) -> int | None:
 
 
 def fleet(config: SweepConfig, case: Case) -> tuple[Host, ...]:
-    """The hosts a case runs on: the sweep's hosts for fio cases; () (this machine) otherwise."""
-    return tuple(config.hosts) if config.hosts and case.engine == "fio" else ()
+    """The hosts a case runs on: the sweep's hosts for an engine that takes a fleet (FleetRunner); () (this
+    machine) otherwise."""
+    return tuple(config.hosts) if config.hosts and isinstance(runners.get(case.engine), FleetRunner) else ()
 
 
 def schedule(config: SweepConfig, done: frozenset[results.Key] = frozenset()) -> list[Step]:
@@ -291,7 +291,7 @@ def _measure(step: Step, ctx: RunContext, run_id: str) -> tuple[dict[str, Any], 
 def _measure_hosts(step: Step, ctx: RunContext, run_id: str) -> list[tuple[dict[str, Any], Measurement | None]]:
     """Run one fio case on its hosts at once: a row per host, then `all` (left out when only some hosts ran)."""
     runner = runners.get(step.case.engine)
-    assert isinstance(runner, FioRunner)  # only fio cases get hosts (fleet)
+    assert isinstance(runner, FleetRunner)  # only its cases get hosts (fleet)
     started = _now()
     command = shlex.join(runner.command(step.case, ctx))
     outcome = runner.run_hosts(step.case, ctx)

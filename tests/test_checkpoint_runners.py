@@ -536,7 +536,7 @@ def test_ranks_turn_an_o_direct_fallback_into_an_error():
 
     from ckptio.errors import DirectIOFallbackWarning
 
-    from gdsbench.runners.checkpoint.rank import quiet_but_direct
+    from gdsbench.runners.checkpoint.ranks.rank import quiet_but_direct
 
     with warnings.catch_warnings():
         quiet_but_direct()

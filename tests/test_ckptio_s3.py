@@ -56,7 +56,8 @@ def test_a_blocks_bucket_sends_a_case_to_s3_and_a_top_level_one_does_not(tmp_pat
         ("fastpersist", "ckpts"),
     ]
     traits = [get(c.engine).traits.row(c.row()) for c in cases]
-    assert traits == [{"stores_on": "files", "ceiling": "fio"}] * 2 + [{"stores_on": "objects", "ceiling": "s3"}]
+    files, objects = {"stores_on": "files", "ceiling": "fio", "baseline": ""}, {"stores_on": "objects", "ceiling": "s3"}
+    assert traits == [files] * 2 + [{**objects, "baseline": ""}]
     again = config.case_from_key(cases[1].key)  # a rank's case, from its key
     assert again == cases[1] and again["bucket"] is None
     assert match_key(cases[0].key, config.case_defaults()) == match_key(

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gdsbench import config, qualify, results, runners, sweep
-from gdsbench.columns import CLUSTER, FILES, OBJECTS, records
+from gdsbench.columns import CLUSTER, DISTRIBUTED, FILES, OBJECTS, SINGLE_PROCESS, records
 from gdsbench.errors import ToolError
 from gdsbench.report import render
 from gdsbench.runners.base import Measurement, check_figures
@@ -47,7 +47,13 @@ def test_rows_carry_the_traits_their_engine_declares() -> None:
     assert ceilings["s3torch_save"] == "s3" and ceilings["s3"] == ""
     fio = runners.get("fio").traits
     assert fio.where({"ioengine": "rbd"}) == CLUSTER and fio.where({"ioengine": "libaio"}) == FILES
-    assert runners.get("torch_save").traits.row({}) == {"stores_on": FILES, "ceiling": "fio"}
+    assert runners.get("torch_save").traits.row({}) == {
+        "stores_on": FILES,
+        "ceiling": "fio",
+        "baseline": SINGLE_PROCESS,
+    }
+    assert runners.get("dcp").traits.row({})["baseline"] == DISTRIBUTED  # the references the report divides by
+    assert {runners.get(e).traits.baseline for e in ("dcp_fast", "fastpersist", "fio")} == {""}
 
 
 def traits_of(sample: str, by: str) -> dict[str, dict[str, str]]:
@@ -62,6 +68,12 @@ def test_old_files_read_their_traits_the_legacy_way() -> None:
     assert objects["s3"] == {"stores_on": OBJECTS, "ceiling": ""}
     assert objects["s3torch_save"] == objects["s3torch_dcp"] == {"stores_on": OBJECTS, "ceiling": "s3"}
     assert traits_of("checkpoint", "engine")["dcp"] == {"stores_on": FILES, "ceiling": "fio"}
+    baselines = results.load(sorted((ROOT / "results/sample/checkpoint").glob("*.csv"))).groupby("engine")["baseline"]
+    assert baselines.first().fillna("").to_dict() == {  # files from before the trait: by the engines' names
+        **dict.fromkeys(baselines.groups, ""),
+        "dcp": DISTRIBUTED,
+        "torch_save": SINGLE_PROCESS,
+    }
     cluster = traits_of("ceph-local", "ioengine")
     assert cluster["rbd"]["stores_on"] == cluster["rados"]["stores_on"] == CLUSTER
     assert cluster["libaio"]["stores_on"] == FILES

@@ -275,7 +275,9 @@ def ladder_rows() -> pd.DataFrame:
 def test_the_report_puts_the_ladder_beside_its_baseline_at_each_failure_pair() -> None:
     from gdsbench.report import summary
 
-    table = summary.build(ladder_rows(), ["engine", "pattern"], levels=[(7200.0, 7200.0)]).table("ladder")
+    table = summary.build(
+        ladder_rows(), ["engine", "pattern"], {"mtbf_local": (7200.0,), "mtbf_node": (7200.0,)}
+    ).table("ladder")
     assert table is not None and table.title == model.TITLE
     cells = [dict(zip(table.header, r)) for r in table.rows]
     # tiered: C 0.1 s, P = (20 + 60 + 30) / 2 = 55 s; s3torch_dcp: C 10 s, P = 60 s (one tier, lag 0)
@@ -292,8 +294,12 @@ def test_report_mtbf_local_and_node_take_durations_and_refuse_others(tmp_path: P
 
     from gdsbench.cli import cli
 
-    assert model.parse_levels("1h,24h", None) == ((3600.0, model.DEFAULT_MTBF_NODE), (86400.0, model.DEFAULT_MTBF_NODE))
-    assert model.parse_levels(None, "7d") == ((model.DEFAULT_MTBF_LOCAL, 604800.0),)
+    local, node = (setting.parse for setting in model.SETTINGS)
+    assert model.levels_of({"mtbf_local": local("1h,24h")}) == (
+        (3600.0, model.DEFAULT_MTBF_NODE),
+        (86400.0, model.DEFAULT_MTBF_NODE),
+    )
+    assert model.levels_of({"mtbf_node": node("7d")}) == ((model.DEFAULT_MTBF_LOCAL, 604800.0),)
     csv = tmp_path / "rows.csv"
     csv.write_text("x\n")
     result = CliRunner().invoke(cli, ["report", str(csv), "--mtbf-node", "often"])

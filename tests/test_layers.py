@@ -216,7 +216,7 @@ def test_the_rank_program_never_imports_config():
     """The program torchrun starts (runners/checkpoint/rank.py) reads a job, never the config module,
     neither itself nor through what it imports."""
     graph = import_graph()
-    reached, todo = set(), ["gdsbench.runners.checkpoint.rank"]
+    reached, todo = set(), ["gdsbench.runners.checkpoint.ranks.rank"]
     while todo:
         for name in graph[todo.pop()] - reached:
             reached.add(name)

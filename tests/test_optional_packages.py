@@ -155,7 +155,7 @@ def test_a_real_sweep_writes_one_skipped_row_per_case_and_prints_the_install_lin
 def test_ranks_of_engines_without_ckptio_start_where_ckptio_is_missing():
     program = """
 import warnings
-from gdsbench.runners.checkpoint import rank
+from gdsbench.runners.checkpoint.ranks import rank
 rank.quiet_but_direct()
 print(warnings.filters[0][0])
 """

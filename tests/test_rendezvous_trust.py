@@ -122,7 +122,7 @@ def test_a_store_without_the_launchs_proof_is_refused_before_any_use(tmp_path):
     rank 1 reads the proof, finds it wrong and leaves, naming the store."""
     import torch.distributed as dist
 
-    from gdsbench.runners.checkpoint.join import PROOF_KEY, namespace
+    from gdsbench.runners.checkpoint.ranks.join import PROOF_KEY, namespace
 
     secret = new_secret()
     impostor = dist.TCPStore("127.0.0.1", 0, 2, True, datetime.timedelta(seconds=30), wait_for_workers=False)
@@ -139,7 +139,7 @@ def test_a_store_without_the_launchs_proof_is_refused_before_any_use(tmp_path):
 def test_two_ranks_under_one_secret_meet_and_their_keys_are_only_under_its_namespace(tmp_path):
     """The launch's keys live under a namespace derived from the secret: a client of the same store that knows
     torch's key names finds none of them there (a store cannot be listed), and the proof is not the namespace."""
-    from gdsbench.runners.checkpoint.join import namespace, proof
+    from gdsbench.runners.checkpoint.ranks.join import namespace, proof
 
     secret = new_secret()
     assert secret not in namespace(secret) and namespace(secret).encode() != proof(secret)
@@ -167,7 +167,7 @@ import datetime, os, sys
 import torch.distributed as dist
 rank, port = int(sys.argv[1]), int(sys.argv[2])
 os.environ.update(RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-from gdsbench.runners.checkpoint import join
+from gdsbench.runners.checkpoint.ranks import join
 join.join("gloo", datetime.timedelta(seconds=60))
 outsider = dist.TCPStore("127.0.0.1", port, 2, False, datetime.timedelta(seconds=5))
 dist.barrier()

@@ -235,7 +235,7 @@ def test_the_report_puts_engines_side_by_side_best_goodput_first():
     from gdsbench import report
     from gdsbench.report import summary
 
-    built = summary.build(measured_rows(), ["engine", "pattern"], mtbf=[3600.0])
+    built = summary.build(measured_rows(), ["engine", "pattern"], {"mtbf": (3600.0,)})
     table = built.table("goodput")
     assert table is not None and table.title == model.TITLE
     cells = [dict(zip(table.header, r)) for r in table.rows]
@@ -244,7 +244,7 @@ def test_the_report_puts_engines_side_by_side_best_goodput_first():
         ("dcp", "1h", "1", "96.6230%"),
     ]
     assert cells[0]["stall s"] == "0.060" and cells[0]["slowdown"] == "+10.0%" and cells[0]["interval"] == "37.8s"
-    document = json.loads(report.render(measured_rows(), ["engine", "pattern"], "json", [3600.0]))
+    document = json.loads(report.render(measured_rows(), ["engine", "pattern"], "json", {"mtbf": (3600.0,)}))
     assert [r["engine"] for r in document["goodput"]] == ["dcp_fast", "dcp"]
     assert document["goodput"][0]["goodput"] == pytest.approx(0.9886718, abs=1e-6)
 
@@ -253,7 +253,7 @@ def test_the_report_evaluates_the_model_at_each_mtbf_asked_else_a_day():
     from gdsbench.report import summary
 
     def goodputs(**asked) -> list[tuple[str, str, str]]:
-        table = summary.build(measured_rows(), ["engine", "pattern"], **asked).table("goodput")
+        table = summary.build(measured_rows(), ["engine", "pattern"], asked).table("goodput")
         assert table is not None
         return [(r[table.header.index("engine")], r[table.header.index("mtbf")], r[-1]) for r in table.rows]
 
@@ -283,7 +283,7 @@ def test_old_rows_are_read_at_the_mtbf_they_recorded_unless_the_report_names_one
     assert recorded is not None and len(recorded) == 4
     for _, r in recorded.iterrows():
         assert r["goodput"] == old[(old["engine"] == r["engine"]) & (old["mtbf"] == r["mtbf"])]["goodput"].item()
-    asked = summary.build(old, ["engine", "pattern", "mtbf"], mtbf=[3600.0]).figures("goodput")
+    asked = summary.build(old, ["engine", "pattern", "mtbf"], {"mtbf": (3600.0,)}).figures("goodput")
     assert asked is not None and list(asked["n"]) == [2, 2] and set(asked["mtbf"]) == {3600.0}
 
 

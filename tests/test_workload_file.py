@@ -50,8 +50,8 @@ def test_a_nodes_generated_workload_is_private_and_follows_no_planted_link(tmp_p
     """The same for the file a node's first rank generates for its ranks (no --workload-file: multi-node runs)."""
     import torch.distributed as dist
 
-    from gdsbench.runners.checkpoint import rank
     from gdsbench.runners.checkpoint.rank_job import RankJob
+    from gdsbench.runners.checkpoint.ranks import rank
 
     target = victim(tmp_path)
     planted = SHM / "gdsbench-workload.local.n0.llama3-8b.0.pt"

@@ -21,7 +21,7 @@ from gdsbench.hosts import free_port
 
 #: The variable that carries a launch's rendezvous secret to its ranks (never an argument: /proc/PID/cmdline is
 #: anyone's to read, a process's environment its owner's alone). Ranks derive from it the key namespace of their
-#: store and the proof that the store is their own (gdsbench.runners.checkpoint.join).
+#: store and the proof that the store is their own (gdsbench.runners.checkpoint.ranks.join).
 SECRET_VARIABLE = "GDSBENCH_RENDEZVOUS_SECRET"
 #: How the launcher or a rank says a rendezvous port was held by someone else.
 PORT_HELD = re.compile(r"EADDRINUSE|address already in use|is held by another process", re.IGNORECASE)

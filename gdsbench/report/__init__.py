@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from gdsbench.errors import UsageError
 
@@ -50,15 +50,9 @@ def renderer(fmt: str) -> Renderer:
     return _RENDERERS[fmt]
 
 
-def render(
-    frame: pd.DataFrame,
-    groups: list[str] | None,
-    fmt: str,
-    mtbf: Sequence[float] = (),
-    levels: Sequence[tuple[float, float]] = (),
-) -> str:
-    """The whole report of a results frame in one format, its goodput models evaluated at `mtbf` and `levels`."""
+def render(frame: pd.DataFrame, groups: list[str] | None, fmt: str, settings: Mapping[str, Any] | None = None) -> str:
+    """The whole report of a results frame in one format, its derived tables at the report `settings` they declare."""
     from gdsbench.report import summary
 
     draw = renderer(fmt)
-    return draw(summary.build(frame, groups, mtbf, levels))
+    return draw(summary.build(frame, groups, settings))

@@ -18,16 +18,17 @@ from typing import Any
 import pandas as pd
 
 from gdsbench.ceilings import CEILINGS, NO_FSYNC, best, bounded, ceiling, ceiling_rows, in_objects
+from gdsbench.columns import DISTRIBUTED, SINGLE_PROCESS
 from gdsbench.flags import CEILING_MARGIN
 from gdsbench.report import tables
 from gdsbench.report.derived import Derived, Inputs
-from gdsbench.results import figures_of, parameters
+from gdsbench.results import figures_of, parameters, with_traits
 
 #: The state a load starts from: torch_save baselines are compared in the same one.
 CONDITIONS = ("cache", "memory")
 #: What makes two distributed checkpoint rows comparable: dcp_fast is compared with dcp at the same world
 #: size, layout, async mode and executor (and codec, where DCP has it: else DCP uncompressed).
-DISTRIBUTED = ("world_size", "layout", "async", "executor")
+ALIKE = ("world_size", "layout", "async", "executor")
 TITLE = "Checkpoint engines against the fio ceiling of the same run"
 
 
@@ -58,7 +59,7 @@ def _same_conditions(baseline: pd.DataFrame, group: pd.DataFrame) -> pd.DataFram
 def _same_distributed(baseline: pd.DataFrame, group: pd.DataFrame) -> pd.DataFrame:
     """DCP's own rows measured like a distributed group: same world size, layout, async mode, executor, and
     the group's codec where DCP ran it (else uncompressed); empty when the run has none."""
-    for column in DISTRIBUTED:
+    for column in ALIKE:
         if column in group and column in baseline:
             baseline = baseline[baseline[column].astype(str) == str(group[column].iloc[0])]
     if "compression" in group and "compression" in baseline:
@@ -85,10 +86,12 @@ def _first(group: pd.DataFrame, column: str) -> str:
 def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     """Each checkpoint engine's median bandwidth as a ratio to fio's ceiling of the same run and pattern
     (x_fio; x_s3, the s3 engine's best, for checkpoints in an object store), to fio's best non-durable write
-    (x_fio_no_fsync, saves), to torch_save's best case (x_torch_save) and, for distributed engines, to the best
-    configuration of DCP's own storage layer measured alike (x_dcp: its best thread count); with the median
-    time the caller was blocked and the compression ratio where the rows have them. Every denominator is
-    the best configuration's median (COLUMNS says so in the tables)."""
+    (x_fio_no_fsync, saves), to the single-process baseline's best case (x_torch_save: the engine whose traits say
+    it is that baseline) and, for distributed engines, to the best configuration of the distributed baseline
+    (x_dcp: DCP's own storage layer) measured alike; with the median time the caller was blocked and the
+    compression ratio where the rows have them. Every denominator is the best configuration's median (COLUMNS says
+    so in the tables)."""
+    frame = with_traits(frame)  # rows built in memory get their traits as a file's are read
     ok = frame[frame["status"] == "ok"]
     rows = []
     for (run_id, host), run in ok.groupby(["run_id", "host"], sort=False):
@@ -98,8 +101,9 @@ def ceiling_ratios(frame: pd.DataFrame) -> pd.DataFrame:
         ckpt = ckpt.assign(label=engine_labels(ckpt))
         for (label, _, pattern), group in ckpt.groupby(["label", "engine", "pattern"], sort=False):
             limit = ceiling(run, pattern, group)
-            base = _same_conditions(run[(run["engine"] == "torch_save") & (run["pattern"] == pattern)], group)
-            dcp = _same_distributed(run[(run["engine"] == "dcp") & (run["pattern"] == pattern)], group)
+            same = run[run["pattern"] == pattern]
+            base = _same_conditions(same[same["baseline"] == SINGLE_PROCESS], group)
+            dcp = _same_distributed(same[same["baseline"] == DISTRIBUTED], group)
             median = group["bw_bytes"].median()
             objects = in_objects(group)
             rows.append(

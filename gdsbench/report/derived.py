@@ -1,6 +1,6 @@
 """Derived report tables as plug-ins: each (ceilings, MLPerf geometry, goodput, CPU cost) is one module that
 declares a `Derived`: its name and title, a compute over the rows and their sidecars (its figures in base units,
-the json format's), its rows (text cells) and what its columns mean. `report.summary.DERIVED` lists them in
+the json format's), its rows (text cells), what its columns mean and the report settings it reads. `report.summary.DERIVED` lists them in
 reading order; the Report holds what each computed, and every format iterates them."""
 
 from __future__ import annotations
@@ -18,17 +18,29 @@ from gdsbench.report.sections import DerivedTable, Table
 Rows = Callable[[pd.DataFrame, dict[str, str]], tuple[list[str], list[list[str]]]]
 
 
+@dataclass(frozen=True)
+class Setting:
+    """A report setting a derived table declares (a model's parameter, not a measurement): `gdsbench report
+    --<name with dashes>`, its help, and how its text is read (UsageError naming the option when it cannot be)."""
+
+    name: str  # its key in Inputs.settings: "mtbf_local" is --mtbf-local
+    help: str
+    parse: Callable[[str], Any]
+
+    @property
+    def option(self) -> str:
+        """The command-line option: --mtbf-local."""
+        return "--" + self.name.replace("_", "-")
+
+
 @dataclass(frozen=True, eq=False)
 class Inputs:
     """What a derived table is computed from: the rows (flags judged), their sidecars by source, and the
-    report's model settings (`mtbf`: the mean times between failures goodput is evaluated at; empty: the
-    rows' own, else the default; `levels`: the (local, node) mean times between failures of the durability
-    ladder's two-level model; empty: its defaults)."""
+    report settings the tables declare, parsed, by name (absent: the table's default)."""
 
     frame: pd.DataFrame
     metas: Mapping[str, dict[str, Any]]
-    mtbf: tuple[float, ...] = ()
-    levels: tuple[tuple[float, float], ...] = ()
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 def no_notes(found: pd.DataFrame, labels: dict[str, str]) -> list[str]:
@@ -49,6 +61,7 @@ class Derived:
     key: str
     meanings: Mapping[str, str] = field(default_factory=dict)
     notes: Callable[[pd.DataFrame, dict[str, str]], list[str]] = no_notes
+    settings: tuple[Setting, ...] = ()  # its report settings (gdsbench report builds its options from them)
 
     def build(self, inputs: Inputs, labels: dict[str, str]) -> DerivedTable:
         """Compute the table once: its figures and, where it has rows, its text cells."""

@@ -18,7 +18,7 @@ import pandas as pd
 from gdsbench.errors import UsageError
 from gdsbench.keys import duration
 from gdsbench.report import ceilings, tables
-from gdsbench.report.derived import Derived, Inputs
+from gdsbench.report.derived import Derived, Inputs, Setting
 
 TITLE = "Checkpoints in a training loop: stall, slowdown, restore and goodput at the optimal interval"
 #: The mtbf the model is evaluated at when the report names none and a row recorded none: a day, as the sample
@@ -135,7 +135,13 @@ def duration_text(seconds: float | None) -> str:
 
 def _compute(inputs: Inputs) -> pd.DataFrame:
     """The goodput table's figures at the report's mtbf values (goodputs)."""
-    return goodputs(inputs.frame, inputs.mtbf)
+    return goodputs(inputs.frame, inputs.settings.get("mtbf") or ())
 
 
-TABLE = Derived("goodput", TITLE, _compute, goodput_rows, "mtbf")
+MTBF = Setting(
+    "mtbf",
+    "Evaluate the goodput model of train rows (Daly's interval, the goodput) at these mean times between failures, "
+    "e.g. 1h,24h [default: the mtbf a row recorded, else 24h].",
+    parse_mtbf,
+)
+TABLE = Derived("goodput", TITLE, _compute, goodput_rows, "mtbf", settings=(MTBF,))

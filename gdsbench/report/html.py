@@ -16,7 +16,7 @@ import base64
 import datetime as dt
 import html
 import io
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,13 +68,12 @@ def page(
     figures: Iterable[plots.Plot] | None = None,
     series: Iterable[plots.Plot] | None = None,
     progress: Progress | None = None,
-    mtbf: Sequence[float] = (),
-    levels: Sequence[tuple[float, float]] = (),
+    settings: Mapping[str, Any] | None = None,
 ) -> str:
     """The whole report as one HTML document, the answer first: headline, tables and notes, fio's status
     text, the runs' metadata, every row (linked to its time series), figures, time series. `progress` is
-    told of each figure as it is drawn into the page; `mtbf` and `levels` as summary.build takes them."""
-    report = summary.build(frame, groups, mtbf, levels)
+    told of each figure as it is drawn into the page; `settings` as summary.build takes them."""
+    report = summary.build(frame, groups, settings)
     figures = plots.figures(frame) if figures is None else list(figures)
     if series is None:
         series = series_plots.figures(load_series(frame["source"].unique()), frame, series_plots.HTML_LIMIT)
@@ -125,13 +124,12 @@ def write(
     figures: Iterable[plots.Plot] | None = None,
     series: Iterable[plots.Plot] | None = None,
     progress: Progress | None = None,
-    mtbf: Sequence[float] = (),
-    levels: Sequence[tuple[float, float]] = (),
+    settings: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write <directory>/report.html; return its path."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "report.html"
-    path.write_text(page(frame, groups, figures, series, progress, mtbf, levels), encoding="utf-8")
+    path.write_text(page(frame, groups, figures, series, progress, settings), encoding="utf-8")
     return path
 
 

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
 from gdsbench.errors import UsageError
 from gdsbench.report import ceilings, goodput, tables
-from gdsbench.report.derived import Derived, Inputs
+from gdsbench.report.derived import Derived, Inputs, Setting
 
 TITLE = "The durability ladder: time until durable per tier, restores, work at risk, goodput with two failure levels"
 DEFAULT_MTBF_LOCAL = 86400.0  # a day between failures the node-local copy survives (a process, a GPU reset)
@@ -79,19 +80,23 @@ def two_level(
     return interval, goodput.goodput(interval, cost, penalty(local, remote, mtbf_local, mtbf_node), mtbf)
 
 
-def parse_levels(local: str | None, node: str | None) -> tuple[tuple[float, float], ...]:
-    """`--mtbf-local 24h --mtbf-node 7d` (comma lists as --mtbf takes them; each defaults alone): every pair."""
-    locals_ = _durations("--mtbf-local", local) if local else (DEFAULT_MTBF_LOCAL,)
-    nodes = _durations("--mtbf-node", node) if node else (DEFAULT_MTBF_NODE,)
+def levels_of(settings: Mapping[str, Any]) -> tuple[tuple[float, float], ...]:
+    """Every (local, node) pair of `--mtbf-local 24h --mtbf-node 7d` (comma lists; each defaults alone)."""
+    locals_ = settings.get("mtbf_local") or (DEFAULT_MTBF_LOCAL,)
+    nodes = settings.get("mtbf_node") or (DEFAULT_MTBF_NODE,)
     return tuple(itertools.product(locals_, nodes))
 
 
-def _durations(option: str, text: str) -> tuple[float, ...]:
+def _durations(option: str) -> Callable[[str], tuple[float, ...]]:
     """A comma list of durations for a report option, as --mtbf parses them."""
-    try:
-        return goodput.parse_mtbf(text)
-    except UsageError:
-        raise UsageError(f"{option}: expected durations such as 24h,7d (got {text!r})") from None
+
+    def parse(text: str) -> tuple[float, ...]:
+        try:
+            return goodput.parse_mtbf(text)
+        except UsageError:
+            raise UsageError(f"{option}: expected durations such as 24h,7d (got {text!r})") from None
+
+    return parse
 
 
 def _level(restore: float, durable: float, stall: float) -> Level | None:
@@ -118,7 +123,7 @@ def ladders(frame: pd.DataFrame, levels: Sequence[tuple[float, float]] = ()) -> 
         medians = {
             f: float(pd.to_numeric(group[f], errors="coerce").median()) if f in group else math.nan for f in FIGURES
         }
-        for mtbf_local, mtbf_node in levels or parse_levels(None, None):
+        for mtbf_local, mtbf_node in levels or levels_of({}):
             rows.append(
                 {
                     **dict(zip(["run_id", "host", "engine"], values)),
@@ -190,7 +195,21 @@ def ladder_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tupl
 
 def _compute(inputs: Inputs) -> pd.DataFrame:
     """The ladder table's figures at the report's failure pairs (ladders)."""
-    return ladders(inputs.frame, inputs.levels)
+    return ladders(inputs.frame, levels_of(inputs.settings))
 
 
-TABLE = Derived("ladder", TITLE, _compute, ladder_rows, "tiers", MEANINGS)
+SETTINGS = (
+    Setting(
+        "mtbf_local",
+        "The durability ladder's model: mean time between failures a node-local copy survives (restored from the "
+        "local tier), e.g. 24h [default: 24h].",
+        _durations("--mtbf-local"),
+    ),
+    Setting(
+        "mtbf_node",
+        "The durability ladder's model: mean time between failures only the object tier survives (a node lost), "
+        "e.g. 7d [default: 7d].",
+        _durations("--mtbf-node"),
+    ),
+)
+TABLE = Derived("ladder", TITLE, _compute, ladder_rows, "tiers", MEANINGS, settings=SETTINGS)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +11,9 @@ import pandas as pd
 from gdsbench import flags
 from gdsbench.errors import UsageError
 from gdsbench.report import ceilings, cpu_cost, fio_style, goodput, ladder, mlperf, nodes, tables, trust
-from gdsbench.report.derived import Derived, Inputs
+from gdsbench.report.derived import Derived, Inputs, Setting
 from gdsbench.report.sections import Legend, Lines, Notes, Report, Table
-from gdsbench.results import NUMBER, figures_of, parameters
+from gdsbench.results import NUMBER, figures_of, parameters, with_traits
 
 STATUS_TITLE = "Run status, fio style (median repetition; the lower of two middle ones)"
 RUNS_TITLE = "Runs"
@@ -21,6 +21,11 @@ RESULTS_TITLE = "Results: median and min-max over repetitions"
 NOTES_TITLE = "Notes"
 #: The derived tables (report/derived.py), in reading order: each one module's declaration.
 DERIVED: tuple[Derived, ...] = (ceilings.TABLE, mlperf.TABLE, nodes.TABLE, goodput.TABLE, ladder.TABLE, cpu_cost.TABLE)
+
+
+def settings() -> tuple[Setting, ...]:
+    """Every report setting the derived tables declare (gdsbench report's options)."""
+    return tuple(setting for table in DERIVED for setting in table.settings)
 
 
 def default_groups(frame: pd.DataFrame) -> list[str]:
@@ -146,15 +151,10 @@ def results_tables(summary: pd.DataFrame, groups: list[str], labels: dict[str, s
     return tuple(made) or (_table(RESULTS_TITLE, *tables.table_rows(groups, summary, labels)),)
 
 
-def build(
-    frame: pd.DataFrame,
-    groups: list[str] | None = None,
-    mtbf: Sequence[float] = (),
-    levels: Sequence[tuple[float, float]] = (),
-) -> Report:
-    """The report of a results frame: every section, in order, computed once for every format; `mtbf`: the mean
-    times between failures the goodput model is evaluated at (report.goodput); `levels`: the (local, node) pairs
-    the durability ladder's two-level model is (report.ladder).
+def build(frame: pd.DataFrame, groups: list[str] | None = None, settings: Mapping[str, Any] | None = None) -> Report:
+    """The report of a results frame: every section, in order, computed once for every format; `settings`: the
+    report settings the derived tables declare (settings()), parsed, by name (the goodput model's `mtbf`, the
+    durability ladder's `mtbf_local` and `mtbf_node`).
 
     Every guard rail is judged first (flags.annotate): flags show per group, with their remedies,
     stragglers and links below their maximum in the notes.
@@ -165,11 +165,12 @@ def build(
         groups, pooling = asked_groups(frame, groups)
     groups = groups or default_groups(frame)
     pooled = pooled_note(frame, asked, [g for g in groups if g not in asked], pooling) if asked else []
+    frame = with_traits(frame)  # a frame built in memory, not read from a file, gets them as a file would
     metas = trust.sidecars(frame)
     frame = flags.annotate(frame, metas)
     summary = aggregate(frame, groups)
     labels = run_labels(frame)
-    inputs = Inputs(frame, metas, tuple(mtbf), tuple(levels))
+    inputs = Inputs(frame, metas, dict(settings or {}))
     built = [(table, table.build(inputs, labels)) for table in DERIVED]
     derived_notes = [note for table, found in built for note in table.notes(found.frame, labels)]
     return Report(

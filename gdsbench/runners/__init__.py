@@ -1,21 +1,36 @@
-"""The runner registry: every engine a sweep config may name, by its YAML name."""
+"""The runner registry: every engine a sweep config may name, by its YAML name.
+
+An engine is a module of gdsbench.runners or gdsbench.runners.checkpoint that defines `ENGINE` (a Runner): adding
+one is adding its module, never a name here. Subpackages (the ranks' own code) are not engines and stay unimported.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import importlib
+import pkgutil
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from gdsbench.columns import Column
 from gdsbench.errors import UsageError
 from gdsbench.keys import Key
 from gdsbench.runners.base import Measurement, RunContext, Runner
-from gdsbench.runners.checkpoint import ENGINES as CHECKPOINT_ENGINES
-from gdsbench.runners.fio import FioRunner
-from gdsbench.runners.gdsio import GdsioRunner
-from gdsbench.runners.s3 import S3Runner
 
-_ALL: tuple[Runner, ...] = (FioRunner(), GdsioRunner(), S3Runner(), *CHECKPOINT_ENGINES)
-RUNNERS: dict[str, Runner] = {runner.name: runner for runner in _ALL}
+#: The packages whose modules may define an engine.
+ENGINE_PACKAGES = ("gdsbench.runners", "gdsbench.runners.checkpoint")
+
+
+def _engines() -> Iterator[Runner]:
+    """Every module-level ENGINE of the engine packages, in the order of their module names."""
+    for package in ENGINE_PACKAGES:
+        path = importlib.import_module(package).__path__
+        for module in sorted(m.name for m in pkgutil.iter_modules(path) if not m.ispkg):
+            engine = getattr(importlib.import_module(f"{package}.{module}"), "ENGINE", None)
+            if engine is not None:
+                yield engine
+
+
+RUNNERS: dict[str, Runner] = {runner.name: runner for runner in _engines()}
 
 
 def get(name: str) -> Runner:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.columns import TEXT, Column, Traits
@@ -221,6 +221,22 @@ class Runner(Protocol):
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Run the case once and measure it; raise GdsbenchError on an expected failure."""
+
+
+class HostsRun(Protocol):
+    """A case's run on several hosts at once: its raw output and a result per host plus the aggregate `all`."""
+
+    raw: str
+    results: tuple[Any, ...]  # each with .host, .measurement and .row()
+
+
+@runtime_checkable
+class FleetRunner(Runner, Protocol):
+    """A runner that takes the sweep's fleet (`hosts:`): it runs a case on every host at once, as fio's client
+    runs its servers, where another engine runs on this machine only."""
+
+    def run_hosts(self, case: Case, ctx: RunContext) -> HostsRun:
+        """Run one case on every host of ctx.hosts at once: a result per host plus `all`."""
 
 
 #: How long a stopped tool's process group gets to exit on SIGTERM before SIGKILL.

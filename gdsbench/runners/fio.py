@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.columns import FILES, Column, Traits
+from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, gpu_ids, one_of
 from gdsbench.runners import fio_ceph, fio_job, fio_live, fio_series, gds_path
-from gdsbench.runners.base import JOB_SPREAD, LiveStatus, Measurement, RunContext, axes_of, run_tool
+from gdsbench.runners.base import JOB_SPREAD, LiveStatus, Measurement, RunContext, axes_of, run_tool, tool_message
+from gdsbench.runners.file_sets import FileSet, Fill, widest_read
 from gdsbench.runners.fio_job import CUFILE_MODES, FIO_PATH, FioJob, fio_binary
 from gdsbench.runners.fio_output import measure, parse_json
 from gdsbench.runners.fio_probe import HANDSHAKE_TIMEOUT
@@ -88,6 +90,24 @@ class FioRunner:
     axes = axes_of(("pattern", "transfer", "io_size", "threads", "iodepth"), options)
     traits = Traits(FILES, cluster_when=(("ioengine", fio_ceph.ENGINES),))
     columns = (*JOB_SPREAD, Column("bw_sum_bytes", "bytes/s", "several hosts: the hosts' bandwidths added up"))
+
+    def file_sets(self, cases: list[Case], ctx: RunContext) -> list[FileSet]:
+        """fio's per-job files, reused across cases; `unlink` cases' files exist only while their case runs."""
+        sets = []
+        for unlink in (False, True):
+            ours = [c for c in cases if bool(c["unlink"]) == unlink]
+            if ours:
+                widest = max(ours, key=lambda c: c["threads"])
+                sets.append(FileSet(self.name, tuple(fio_job.job_files(widest, ctx)), ctx.file_size, unlink))
+        return sets
+
+    def fill(self, cases: list[Case], ctx: RunContext) -> Fill | None:
+        """fio's own layout of the widest read's job files (`unlink` cases lay out their own)."""
+        widest = widest_read(cases)
+        if widest is None:
+            return None
+        files = FileSet(self.name, tuple(fio_job.job_files(widest, ctx)), ctx.file_size)
+        return Fill(files, fio_job.layout_argv(widest, ctx), _laid_out)
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why fio cannot run this case here: no fio, or no libcufile engine for GPU transfers."""
@@ -178,3 +198,12 @@ def cufile_note(case: Case) -> str | None:
 def engines(binary: str) -> frozenset[str]:
     """The ioengines this fio build lists in `fio --enghelp` (the probe lives in sysinfo; doctor shows it too)."""
     return host.fio_engines(binary)
+
+
+def _laid_out(done: subprocess.CompletedProcess) -> None:
+    """fio's layout succeeded when it exited 0."""
+    if done.returncode != 0:
+        raise ToolError(f"fio could not lay out its files: {tool_message(done)}")
+
+
+ENGINE = FioRunner()

@@ -24,6 +24,8 @@ CUFILE_MODES = {Transfer.GDS: "cufile", Transfer.CPU_GPU: "posix"}
 FIO_PATH = Key("fio", text, "a path to the fio executable", "fio", "which fio to run", axis=False)
 #: Options a measured run has and a layout pass (the objects written once, whole) has not.
 _TIMED = ("time_based", "runtime", "ramp_time")
+#: The request size of fio's layout of a read's files before the sweep.
+LAYOUT_IO_SIZE = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -196,3 +198,18 @@ def fio_time(seconds: float) -> str:
     if float(seconds).is_integer():
         return f"{int(seconds)}"
     return f"{max(1, round(seconds * 1000))}ms"
+
+
+def layout_argv(case: Case, ctx: RunContext) -> list[str]:
+    """fio's own layout of a read case's job files, as the read job does it, and nothing else (--create_only=1)."""
+    return [
+        fio_binary(ctx),
+        f"--name={job_name(case, ctx)}",
+        f"--directory={fio_path(ctx.directory)}",
+        f"--size={ctx.file_size}",
+        f"--numjobs={case['threads']}",
+        "--rw=read",  # as a read job lays them out: data written (a write job's layout only fallocates)
+        f"--bs={min(LAYOUT_IO_SIZE, ctx.file_size)}",
+        "--fallocate=none",  # blocks appear as they are written, so progress is real
+        "--create_only=1",
+    ]

@@ -29,6 +29,7 @@ from gdsbench.errors import ToolError
 from gdsbench.keys import Key, boolean, non_negative_int, positive_int, size, text
 from gdsbench.runners import cache, gds_path
 from gdsbench.runners.base import Measurement, RunContext, axes_of, run_tool
+from gdsbench.runners.file_sets import FileSet, Fill, most_threads, widest_read
 from gdsbench.runners.fio import FioRunner
 from gdsbench.runners.gdsio_output import (
     XFER_TOKENS,
@@ -91,6 +92,19 @@ class GdsioRunner:
     axes = axes_of(("pattern", "transfer", "io_size", "threads"), options)
     traits = Traits(FILES)
     columns: tuple[Column, ...] = ()
+
+    def file_sets(self, cases: list[Case], ctx: RunContext) -> list[FileSet]:
+        """gdsio.0 .. gdsio.<most threads - 1>, shared by every gdsio case."""
+        threads = most_threads(cases)
+        return [FileSet(self.name, tuple(data_files(cases[0], ctx, threads)), ctx.file_size)] if threads else []
+
+    def fill(self, cases: list[Case], ctx: RunContext) -> Fill | None:
+        """gdsio's own write pass over the files of the widest read (CPU_ONLY, 16 MiB I/Os, size-bound)."""
+        widest = widest_read(cases)
+        if widest is None:
+            return None
+        files = FileSet(self.name, tuple(data_files(widest, ctx)), ctx.file_size)
+        return Fill(files, fill_argv(widest, ctx, widest["threads"]), _wrote)
 
     def unavailable(self, case: Case, ctx: RunContext) -> str | None:
         """Why gdsio cannot run this case here: no gdsio, a GPU list, verify on a read, -a on an old gdsio."""
@@ -190,9 +204,9 @@ def data_files(case: Case, ctx: RunContext, threads: int | None = None) -> list[
     return [ctx.directory / f"gdsio.{n}" for n in range(threads or case["threads"])]
 
 
-def ready(files: list[Path], file_size: int) -> bool:
-    """True when every file exists with at least `file_size` bytes, so a read need not write them first."""
-    return all(f.is_file() and f.stat().st_size >= file_size for f in files)
+def _wrote(done: subprocess.CompletedProcess) -> None:
+    """gdsio's write pass succeeded when it exited with a clean result."""
+    checked(done)
 
 
 def fill_argv(case: Case, ctx: RunContext, threads: int) -> list[str]:
@@ -208,7 +222,7 @@ def ensure_files(case: Case, ctx: RunContext, files: list[Path]) -> str | None:
     failed = ctx.fill_failures.get("gdsio")
     if failed:  # whatever it left is not the files a read needs
         raise ToolError(f"the files to read are missing: the fill step before the cases failed: {failed}")
-    if ready(files, ctx.file_size):
+    if FileSet(GdsioRunner.name, tuple(files), ctx.file_size).ready():
         return None
     proc = run_tool(fill_argv(case, ctx, case["threads"]), timeout=ctx.timeout)
     try:
@@ -230,3 +244,6 @@ def settle_cache(case: Case, files: list[Path]) -> str | None:
     for path in dropped:
         cache.evict(path)
     return f"page cache: dirty pages written back, {len(dropped)} files' cached pages dropped (fadvise DONTNEED) before the run"
+
+
+ENGINE = GdsioRunner()

@@ -352,3 +352,6 @@ def other_cluster(case: Case, acts: bool) -> str | None:
         f"{ceph.CONF} is the conf of a cluster whose radosgw is {', '.join(served)}, not this case's "
         f"endpoint {host}: rgw_gc and dropping OSD caches would act on that cluster"
     )
+
+
+ENGINE = S3Runner()

@@ -1,42 +1,8 @@
-"""Checkpoint engines as sweep runners: one module per engine over the template in base.py.
+"""Checkpoint engines as sweep runners: one module per engine over the templates in base.py and distributed.py.
 
-Adding an engine is adding a module that defines `ENGINE` and one line here.
+Adding an engine is adding a module here that defines `ENGINE`: the registry (gdsbench.runners) finds it.
 """
 
-from gdsbench.runners.checkpoint import (
-    dcp,
-    dcp_fast,
-    dcp_upload,
-    deepspeed,
-    fastpersist,
-    kvikio,
-    s3torch_dcp,
-    s3torch_save,
-    safetensors,
-    tiered,
-    torch_mmap,
-    torch_save,
-    torch_save_ranks,
-)
 from gdsbench.runners.checkpoint.base import OPTIONS, CheckpointRunner
 
-ENGINES: tuple[CheckpointRunner, ...] = tuple(
-    module.ENGINE
-    for module in (
-        torch_save,
-        torch_mmap,
-        fastpersist,
-        safetensors,
-        dcp,
-        dcp_fast,
-        torch_save_ranks,
-        kvikio,
-        deepspeed,
-        s3torch_save,
-        s3torch_dcp,
-        tiered,
-        dcp_upload,
-    )
-)
-
-__all__ = ["ENGINES", "OPTIONS", "CheckpointRunner"]
+__all__ = ["OPTIONS", "CheckpointRunner"]

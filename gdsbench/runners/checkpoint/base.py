@@ -35,7 +35,7 @@ from typing import Any
 
 from gdsbench import workloads
 from gdsbench.cases import Case, Pattern, Transfer
-from gdsbench.columns import FILES, Column, Traits
+from gdsbench.columns import FILES, FILES_CEILING, Column, Traits
 from gdsbench.errors import GdsbenchError, ToolError, UsageError
 from gdsbench.keys import Key, non_negative_int, one_of, size
 from gdsbench.runners.base import Measurement, RunContext, axes_of
@@ -49,6 +49,7 @@ from gdsbench.runners.checkpoint.conditions import (
     set_cache,
     verify,
 )
+from gdsbench.runners.file_sets import FileSet
 from gdsbench.runners.resources import Usage
 
 #: Option keys of every checkpoint engine (matrix axes or top-level values), shared by all of them.
@@ -108,6 +109,12 @@ class Package:
     install: str
 
 
+#: Checkpoint formats add headers, indexes and 4 KiB alignment to the tensors' bytes.
+CHECKPOINT_OVERHEAD = 1.01
+CHECKPOINT_SLACK = 1 << 20
+#: What a checkpoint case holds in memory at its peak: its state dict and, while a load runs, the copy it loads.
+CHECKPOINT_MEMORY = 2.0
+
 TORCH = Package("torch", "pip install 'gdsbench[checkpoint]'")  # ckptio brings torch
 CKPTIO = Package("ckptio", "pip install 'gdsbench[checkpoint]'")
 SAFETENSORS = Package("safetensors", "pip install 'gdsbench[checkpoint]'")
@@ -134,7 +141,7 @@ class CheckpointRunner(abc.ABC):
     block_options: frozenset[str] = frozenset()  # options taken from the case's own matrix block only (else None)
     suffix = ".pt"
     marker: str | None = None  # a checkpoint is a directory, complete once this file exists (None: one file)
-    traits = Traits(FILES, ceiling="fio")  # held to fio's best write (saves) or read (loads) of the run
+    traits = Traits(FILES, ceiling=FILES_CEILING)  # held to fio's best write (saves) or read (loads) of the run
     columns: tuple[Column, ...] = (
         Column("bytes_on_disk", "bytes", "what the checkpoint's files (or objects) hold"),
         Column(
@@ -231,6 +238,20 @@ class CheckpointRunner(abc.ABC):
         label = workloads.kind(spec.source).label(spec.size, spec.dtype, case.get("scale", 1.0))
         stem = f"gdsbench-ckpt.{self.name}.{label}.s{spec.seed}"
         return ctx.directory / f"{stem}{self.suffix}"
+
+    def file_sets(self, cases: list[Case], ctx: RunContext) -> list[FileSet]:
+        """One checkpoint per workload, size, dtype and seed; a recycling one keeps a spare beside it."""
+        found: dict[Path, int] = {}
+        for case in cases:
+            copies = 2 if case.get("recycle") else 1
+            need = int(workload_bytes(case, ctx) * CHECKPOINT_OVERHEAD + CHECKPOINT_SLACK) * copies
+            path = self.path(case, ctx)
+            found[path] = max(found.get(path, 0), need)
+        return [FileSet(str(path.name), (path,), need) for path, need in found.items()]
+
+    def memory_bytes(self, case: Case, ctx: RunContext) -> int:
+        """What the case holds in memory at its peak: its state dict and, while a load runs, the copy it loads."""
+        return int(workload_bytes(case, ctx) * CHECKPOINT_MEMORY)
 
     def files(self, path: Path) -> list[Path]:
         """The files a checkpoint at `path` consists of."""
@@ -406,6 +427,12 @@ def as_save(case: Case) -> Case:
 def disk_bytes(files: list[Path]) -> int:
     """Bytes the checkpoint's files take (their sizes)."""
     return sum(path.stat().st_size for path in files)
+
+
+def workload_bytes(case: Case, ctx: RunContext) -> int:
+    """The bytes of a checkpoint case's state dict: its workload file's size, or the preset's."""
+    spec = workload_spec(case, ctx)
+    return Path(spec.source).stat().st_size if spec.is_file else spec.size
 
 
 def workload_spec(case: Case, ctx: RunContext) -> workloads.WorkloadSpec:

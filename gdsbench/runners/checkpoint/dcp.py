@@ -7,9 +7,39 @@ FileSystemReader, on `world_size` ranks launched by torchrun (distributed.py). T
 
 from __future__ import annotations
 
+from typing import Any
+
 from gdsbench.cases import Case, Pattern
+from gdsbench.columns import DISTRIBUTED, FILES, FILES_CEILING, Traits
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.checkpoint.distributed import DistributedRunner
+from gdsbench.runners.checkpoint.rank_half import StorageLayer
+from gdsbench.runners.checkpoint.rank_job import RankJob
+
+
+class DcpStorage(StorageLayer):
+    """The rank half: DCP's FileSystemWriter (fsynced; zstd as DCP's stream extension) and FileSystemReader."""
+
+    def writer(self, job: RankJob) -> Any:
+        """FileSystemWriter with the case's threads and codec."""
+        import torch.distributed.checkpoint as dcp
+
+        extensions = [_zstd()] if job.compression == "zstd" else None
+        threads = job.threads or 1  # dcp's cases always carry threads
+        return dcp.FileSystemWriter(job.path, thread_count=threads, sync_files=True, _extensions=extensions)
+
+    def reader(self, job: RankJob) -> Any:
+        """FileSystemReader."""
+        import torch.distributed.checkpoint as dcp
+
+        return dcp.FileSystemReader(job.path)
+
+
+def _zstd() -> Any:
+    """DCP's own zstd stream extension."""
+    from torch.distributed.checkpoint._extension import ZStandard
+
+    return ZStandard()
 
 
 class Dcp(DistributedRunner):
@@ -17,6 +47,8 @@ class Dcp(DistributedRunner):
 
     name = "dcp"
     rank_file_pattern = r"__(\d+)_\d+\.distcp"  # FileSystemWriter's data files
+    ranks = DcpStorage()
+    traits = Traits(FILES, ceiling=FILES_CEILING, baseline=DISTRIBUTED)  # distributed engines' x dcp
     description = (
         "torch.distributed.checkpoint: FileSystemWriter(thread_count=threads) / FileSystemReader, torchrun ranks"
     )

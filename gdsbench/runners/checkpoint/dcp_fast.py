@@ -10,6 +10,8 @@ share one data object, `.metadata` the commit (objects.py; dcp_fast_s3.py runs i
 
 from __future__ import annotations
 
+from typing import Any
+
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.columns import Column
 from gdsbench.keys import Key, boolean
@@ -18,6 +20,24 @@ from gdsbench.runners.checkpoint import dcp_fast_s3, io_options, objects
 from gdsbench.runners.checkpoint.base import CKPTIO, TORCH, Package
 from gdsbench.runners.checkpoint.distributed import DistributedRunner
 from gdsbench.runners.checkpoint.fastpersist import odirect_reason
+from gdsbench.runners.checkpoint.rank_half import StorageLayer
+from gdsbench.runners.checkpoint.rank_job import RankJob
+
+
+class CkptioStorage(StorageLayer):
+    """The rank half: ckptio's Writer (the case's threads and codec) and Reader (its broadcast)."""
+
+    def writer(self, job: RankJob) -> Any:
+        """ckptio.Writer with the case's IOOptions and codec."""
+        from ckptio import Writer
+
+        return Writer(job.path, options=io_options.build(job.threads), compression=job.compression)
+
+    def reader(self, job: RankJob) -> Any:
+        """ckptio.Reader with the case's IOOptions and broadcast."""
+        from ckptio import Reader
+
+        return Reader(job.path, options=io_options.build(job.threads), broadcast=job.broadcast)
 
 
 class DcpFast(DistributedRunner):
@@ -35,6 +55,7 @@ class DcpFast(DistributedRunner):
     packages = (TORCH, CKPTIO)
     block_options = objects.BLOCK_OPTIONS  # a case's own block's bucket sends its checkpoint to S3
     traits = objects.TRAITS
+    ranks = CkptioStorage()
     engine_options = (
         Key(
             "broadcast",

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gdsbench.cases import Case, Pattern, Transfer
-from gdsbench.columns import FILES, Traits
+from gdsbench.columns import FILES, FILES_CEILING, Traits
 from gdsbench.runners import s3
 from gdsbench.runners.base import RunContext
 from gdsbench.runners.checkpoint import ladder, s3torch
@@ -30,7 +30,7 @@ AWSCRT = Package("awscrt", "pip install 'ckptio[s3]'")
 #: Taken from a case's own matrix block only: a block without `bucket` checkpoints to files.
 BLOCK_OPTIONS = frozenset({"bucket"})
 #: Files in the sweep's directory, or objects where a case names a bucket (held to the s3 engine there).
-TRAITS = Traits(FILES, ceiling="fio", objects_when=("bucket",))
+TRAITS = Traits(FILES, ceiling=FILES_CEILING, objects_when=("bucket",))
 
 
 def on_objects(case: Case) -> bool:

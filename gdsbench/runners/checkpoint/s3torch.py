@@ -28,7 +28,7 @@ from typing import Any
 
 from gdsbench import workloads
 from gdsbench.cases import Case, Pattern, Transfer
-from gdsbench.columns import OBJECTS, Traits
+from gdsbench.columns import OBJECTS, OBJECTS_CEILING, Traits
 from gdsbench.errors import ToolError
 from gdsbench.runners import ceph, s3
 from gdsbench.runners.base import Measurement, RunContext
@@ -79,7 +79,9 @@ class S3TorchRunner(CheckpointRunner):
     extra_options = tuple(_S3_KEYS[name] for name in SHARED_KEYS)
     packages: tuple[Package, ...] = (TORCH, S3TORCH, Package("awscrt", "pip install 'gdsbench[s3]'"))
     modules: tuple[str, ...] = ("torch", "s3torchconnector")
-    traits = Traits(OBJECTS, ceiling="s3")  # held to the s3 engine's best PUT (saves) or GET (loads) of the run
+    traits = Traits(
+        OBJECTS, ceiling=OBJECTS_CEILING
+    )  # held to the s3 engine's best PUT (saves) or GET (loads) of the run
     columns = (*CheckpointRunner.columns, *(c for c in ladder.COLUMNS if "object" in c.name or "risk" in c.name))
 
     def __init__(self) -> None:

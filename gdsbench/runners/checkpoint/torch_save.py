@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from gdsbench.cases import Case, Pattern
+from gdsbench.columns import FILES, FILES_CEILING, SINGLE_PROCESS, Traits
 from gdsbench.runners.checkpoint.base import InProcessRunner
 
 
@@ -18,6 +19,7 @@ class TorchSave(InProcessRunner):
     name = "torch_save"
     description = "torch.save into a file + fsync; torch.load(weights_only=True) (page cache)"
     calls = {Pattern.SAVE: "torch.save", Pattern.LOAD: "torch.load(weights_only=True)"}
+    traits = Traits(FILES, ceiling=FILES_CEILING, baseline=SINGLE_PROCESS)  # every checkpoint engine's x torch_save
 
     def save(self, staged: Any, path: Path, case: Case) -> str | None:
         """torch.save into an open file (the runner fsyncs it)."""

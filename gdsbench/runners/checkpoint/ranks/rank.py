@@ -1,8 +1,8 @@
 """One rank of a distributed checkpoint case: what the rank program (gdsbench.cli_rank, which torchrun starts on
 every rank of every node) runs with its job (rank_job.RankJob).
 
-The engine is `dcp` (DCP's FileSystemWriter/Reader),
-`dcp_fast` (ckptio.Writer/Reader) or `torch_save_ranks` (torch.save of every rank's own file, fsynced).
+What a rank saves and loads with is its engine's rank half (rank_half.py), which the rank program passes in:
+a DCP storage layer (dcp, dcp_fast) or a file of each rank's own (torch_save_ranks).
 The workload is a torch.save file every rank maps (--workload-file: the sweep writes it to /dev/shm once), or
 the case's preset, which each node's first rank generates into /dev/shm for the node's ranks; each rank takes
 its share (`layout`: sharded = every tensor Shard(0) as FSDP keeps it; replicated = the whole model on every
@@ -32,35 +32,13 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultSavePlanner
 
-from gdsbench.runners.checkpoint import cycle, io_options, join
-from gdsbench.runners.checkpoint.conditions import fsync_path, set_cache
+from gdsbench.runners.checkpoint import cycle, io_options
+from gdsbench.runners.checkpoint.conditions import set_cache
+from gdsbench.runners.checkpoint.rank_half import RankHalf, StorageLayer, start_save
 from gdsbench.runners.checkpoint.rank_job import RankJob
-from gdsbench.runners.checkpoint.rank_state import destination, local_tensors, preset_state, rank_state, same
-from gdsbench.runners.checkpoint.torch_save_ranks import TorchSaveRanks
+from gdsbench.runners.checkpoint.ranks import join
+from gdsbench.runners.checkpoint.ranks.state import destination, local_tensors, preset_state, rank_state, same
 from gdsbench.runners.resources import Usage
-
-FILE_ENGINE = TorchSaveRanks.name  # every rank torch.saves its own file; the others are DCP's
-COMPLETE = TorchSaveRanks.marker  # written by rank 0 once every rank's file is durable
-
-
-def writer(job: RankJob) -> Any:
-    """The engine's storage writer for the job."""
-    if job.engine == "dcp":
-        extensions = [_zstd()] if job.compression == "zstd" else None
-        threads = job.threads or 1  # dcp's cases always carry threads
-        return dcp.FileSystemWriter(job.path, thread_count=threads, sync_files=True, _extensions=extensions)
-    from ckptio import Writer
-
-    return Writer(job.path, options=io_options.build(job.threads), compression=job.compression)
-
-
-def reader(job: RankJob) -> Any:
-    """The engine's storage reader for the job."""
-    if job.engine == "dcp":
-        return dcp.FileSystemReader(job.path)
-    from ckptio import Reader
-
-    return Reader(job.path, options=io_options.build(job.threads), broadcast=job.broadcast)
 
 
 def options_used(storage: Any) -> dict[str, Any]:
@@ -68,84 +46,6 @@ def options_used(storage: Any) -> dict[str, Any]:
     storage layer and torch.save)."""
     options = getattr(storage, "options", None)
     return {} if options is None else {"io_options": io_options.used(options)}
-
-
-def _zstd() -> Any:
-    """DCP's own zstd stream extension."""
-    from torch.distributed.checkpoint._extension import ZStandard
-
-    return ZStandard()
-
-
-def start_save(
-    job: RankJob, state: dict[str, Any], storage: Any, planner: Any, group: Any = None, checkpoint: Path | None = None
-) -> Any:
-    """Save as the case says (into `checkpoint`, else the writer's directory): dcp.save (None once durable), or
-    dcp.async_save with the case's executor and, where given, its own process group (the future of the
-    background save: a plain Future, both writers stage synchronously)."""
-    if not job.asynchronous:
-        dcp.save(state, checkpoint_id=checkpoint, storage_writer=storage, planner=planner)
-        return None
-    from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
-
-    kind = AsyncCheckpointerType.PROCESS if job.executor == "process" else AsyncCheckpointerType.THREAD
-    return dcp.async_save(
-        state,
-        checkpoint_id=checkpoint,
-        storage_writer=storage,
-        planner=planner,
-        process_group=group,
-        async_checkpointer_type=kind,
-    )
-
-
-def dcp_saver(job: RankJob, state: dict[str, Any], storage: Any) -> cycle.One:
-    """One durable DCP save of `state` into a directory: (its seconds, the seconds the caller was blocked).
-    The writer and the planner (so DCP's plan cache and the writer's staging buffers) live across saves."""
-    planner = DefaultSavePlanner(enable_plan_caching=True)
-
-    def save(directory: Path) -> float | None:
-        started = time.perf_counter()
-        future = start_save(job, state, storage, planner, checkpoint=directory)
-        blocked = time.perf_counter() - started
-        if future is None:
-            return None
-        future.result()
-        return blocked
-
-    return lambda directory: cycle.timed(lambda: save(directory))
-
-
-def file_saver(state: dict[str, Any], rank: int) -> cycle.One:
-    """One durable torch.save of this rank's tensors into a file of its own (DLIO's checkpoint writer), then rank 0's
-    marker once every rank's is durable (the checkpoint's commit, timed with it as DCP's is)."""
-    local = local_tensors(state)
-
-    def save(directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        with open(directory / rank_file(rank), "wb") as f:
-            torch.save(local, f)
-            f.flush()
-            os.fsync(f.fileno())
-        fsync_path(directory)
-        mark_complete(directory)
-
-    return lambda directory: cycle.timed(lambda: save(directory))
-
-
-def rank_file(rank: int) -> str:
-    """The file a rank's torch.save writes."""
-    return f"rank-{rank}.pt"
-
-
-def mark_complete(directory: Path) -> None:
-    """Once every rank's file is durable, rank 0 writes the marker that says the checkpoint is whole."""
-    dist.barrier()
-    if dist.get_rank() == 0:
-        marker = directory / COMPLETE
-        marker.write_text(f"{dist.get_world_size()}\n")
-        fsync_path(marker)
-        fsync_path(directory)
 
 
 def host_copy_seconds(state: dict[str, Any]) -> float:
@@ -162,19 +62,21 @@ def host_copy_seconds(state: dict[str, Any]) -> float:
     return time.perf_counter() - started
 
 
-def train_loop(job: RankJob, state: dict[str, Any]) -> dict[str, Any]:
+def train_loop(job: RankJob, half: RankHalf, state: dict[str, Any]) -> dict[str, Any]:
     """The training loop of a train case on this rank: steps in lockstep (a gradient all-reduce per step),
     a checkpoint every `interval` steps (async_save on a gloo group of its own, so its collectives never
     meet the step's), then a restore from the page-cache state `cache` plus one step, verified."""
     from gdsbench.runners.checkpoint import train
 
+    if not isinstance(half, StorageLayer):
+        raise RuntimeError(f"{job.engine} has no DCP storage layer to train with")
     compute, gradient = train.Step(job.step_time), torch.zeros(1)
 
     def step() -> None:
         compute()
         dist.all_reduce(gradient)
 
-    storage, planner = writer(job), DefaultSavePlanner(enable_plan_caching=True)
+    storage, planner = half.writer(job), DefaultSavePlanner(enable_plan_caching=True)
     group = dist.new_group(backend="gloo") if job.asynchronous else None
 
     dist.barrier()
@@ -186,7 +88,7 @@ def train_loop(job: RankJob, state: dict[str, Any]) -> dict[str, Any]:
     dest = destination(state)
     dist.barrier()
     started = time.perf_counter()
-    dcp.load(dest, storage_reader=reader(job))
+    dcp.load(dest, storage_reader=half.reader(job))
     step()
     restore = time.perf_counter() - started
     wrong = same(dest, state)
@@ -196,23 +98,23 @@ def train_loop(job: RankJob, state: dict[str, Any]) -> dict[str, Any]:
     return {**loop, "restore_seconds": restore, "step_reps": compute.reps, **options_used(storage), **usage.columns()}
 
 
-def run(job: RankJob) -> dict[str, Any]:
-    """Train, or save (after `warmup` unmeasured saves) or load this rank's state `checkpoints` times in a row;
-    return its figures."""
+def run(job: RankJob, half: RankHalf) -> dict[str, Any]:
+    """Train, or save (after `warmup` unmeasured saves) or load this rank's state `checkpoints` times in a row,
+    with the engine's rank half; return its figures."""
     rank = dist.get_rank()
     if job.pattern == "train":
-        return train_loop(job, preset_state(job)[0])
+        return train_loop(job, half, preset_state(job)[0])
     directories = locations(job)
     if job.pattern == "load":
-        return load_phase(job, directories)
+        return load_phase(job, half, directories)
     state, own = rank_state(job, rank)
     figures: dict[str, Any] = {"host_copy_seconds": host_copy_seconds(state)} if job.asynchronous else {}
-    storage = None if job.engine == FILE_ENGINE else writer(job)
-    one = file_saver(state, rank) if storage is None else dcp_saver(job, state, storage)
+    saving = half.saving(job, state, rank)
+    storage = saving.storage
     for _ in range(job.warmup):
-        one(directories[0])
+        saving.one(directories[0])
     with Usage() as usage:
-        phase = cycle.run_phase(directories, one, dist.barrier)
+        phase = cycle.run_phase(directories, saving.one, dist.barrier)
     figures.update(phase.figures(), blocking_seconds=statistics.fmean(phase.blocking), own_bytes=own, **usage.columns())
     figures.update(options_used(storage))
     stats = getattr(storage, "stats", None)
@@ -234,31 +136,23 @@ def locations(job: RankJob) -> list[Any]:
     return cycle.checkpoint_dirs(Path(job.path), job.checkpoints)
 
 
-def load_phase(job: RankJob, directories: list[Any]) -> dict[str, Any]:
+def load_phase(job: RankJob, half: RankHalf, directories: list[Any]) -> dict[str, Any]:
     """Load every checkpoint of the phase, each checked against what was saved; a rank reads what the rank its
     workload's kind names wrote (an MLPerf geometry's: one node further on; on one node, and for a preset: its own)."""
     rank = dist.get_rank()
     source = job.kind.source_rank(rank, dist.get_world_size(), int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     expected, own = rank_state(job, source)
     note = None if job.path.startswith("s3://") else set_node_cache(job)  # S3's caches: set before the ranks
-    storage = None if job.engine == FILE_ENGINE else reader(job)
-    dest = destination(expected) if storage is not None else {}
-    loaded: dict[str, Any] = {}
-
-    def load(directory: Path) -> None:
-        if storage is None:
-            loaded.update(torch.load(directory / rank_file(source), map_location="cpu", weights_only=True))
-        else:
-            dcp.load(dest, checkpoint_id=directory, storage_reader=storage)
+    loading = half.loading(job, source, expected)
+    storage = loading.storage
 
     def check(directory: Path) -> None:
-        wrong = same(loaded if storage is None else dest, expected)
-        loaded.clear()
+        wrong = same(loading.loaded(), expected)
         if wrong:
             raise RuntimeError(f"rank {rank}: tensor {wrong!r} of {directory} differs from the one saved")
 
     with Usage() as usage:  # the checks are neither the phase's time nor its CPU
-        one = lambda d: cycle.timed(lambda: load(d))  # noqa: E731
+        one = lambda d: cycle.timed(lambda: loading.load(d))  # noqa: E731
         phase = cycle.run_phase(directories, one, dist.barrier, check, usage.paused)
     return {
         **phase.figures(),
@@ -327,7 +221,7 @@ def where(rank: int) -> dict[str, Any]:
     return {"rank": rank, "host": socket.gethostname(), "node": node, "launcher": os.environ.get("GDSBENCH_LAUNCHER")}
 
 
-def execute(job: RankJob, join_timeout: float = 1800.0) -> int:
+def execute(job: RankJob, half: RankHalf, join_timeout: float = 1800.0) -> int:
     """Join the process group (env://: gloo on CPU, NCCL beside it on CUDA; every rank joined within
     `join_timeout`, each collective done within it), run the job, gather every rank's figures (or errors) on
     rank 0, which writes them for the launcher."""
@@ -350,7 +244,7 @@ def execute(job: RankJob, join_timeout: float = 1800.0) -> int:
         generated = node_workload(job)
         job = replace(job, workload_file=str(generated))
     try:
-        figures = {**where(rank), **run(job)}
+        figures = {**where(rank), **run(job, half)}
     except (Exception, CheckpointException) as exc:
         figures = {**where(rank), "error": failure(exc)}
         # at once, before the gather: if a peer never reaches it (stuck in a collective this rank left), the

@@ -3,6 +3,7 @@ into, and the check that a load brought back what was saved. Runs inside torchru
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -36,7 +37,7 @@ def destination(state: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def same(loaded: dict[str, Any], state: dict[str, Any]) -> str | None:
+def same(loaded: Mapping[str, Any], state: dict[str, Any]) -> str | None:
     """None when every local tensor of `loaded` equals the workload's (a DTensor's local shard on either side),
     else the first that differs."""
     got_local, want_local = local_tensors(loaded), local_tensors(state)
@@ -47,7 +48,7 @@ def same(loaded: dict[str, Any], state: dict[str, Any]) -> str | None:
     return None
 
 
-def local_tensors(state: dict[str, Any]) -> dict[str, Any]:
+def local_tensors(state: Mapping[str, Any]) -> dict[str, Any]:
     """This rank's own tensors of `state` (a DTensor's local shard)."""
     return {name: t.to_local() if isinstance(t, DTensor) else t for name, t in state.items()}
 
