@@ -12,7 +12,7 @@ ROOT = Path(__file__).parent.parent
 PACKAGE = ROOT / "gdsbench"
 LIBRARY = ROOT / "lib" / "ckptio" / "src" / "ckptio"
 #: What the benchmark may take from ckptio: the names in its __all__, and these modules.
-PUBLIC_MODULES = ("ckptio.errors", "ckptio.codec", "ckptio.inspect")
+PUBLIC_MODULES = ("ckptio.errors", "ckptio.codec", "ckptio.inspect", "ckptio.records")
 
 # module prefix -> gdsbench modules it must never import (at any depth, including inside functions)
 FORBIDDEN = {

@@ -45,7 +45,9 @@ def build(source: Path, kind: str, out: Path) -> Path:
 
 def test_every_public_name_is_visible_to_type_checkers():
     """Writer and Reader (imported on first use) are bound under TYPE_CHECKING, as every other public name."""
-    for module in (ckptio, ckptio.inspect):
+    import ckptio.records
+
+    for module in (ckptio, ckptio.inspect, ckptio.records):
         assert module.__file__ is not None
         assert set(module.__all__) <= statically_bound(module.__file__), module.__name__
 
@@ -82,3 +84,41 @@ def test_the_readme_names_the_public_surface_as_all_has_it():
     text = (LIBRARY / "README.md").read_text().replace("\n", " ")
     listed = text.split("`ckptio.__all__` (", 1)[1].split(")", 1)[0]
     assert sorted(name.strip() for name in listed.split(",")) == sorted(ckptio.__all__)
+
+
+def test_the_records_are_what_the_calls_return(tmp_path) -> None:
+    """ckptio.records names the types a Checkpointer's and a TieredCheckpointer's calls return."""
+    import torch
+    from ckptio.records import Loaded, Restored, Saved, TierSave
+
+    with ckptio.Checkpointer(tmp_path / "a.pt") as single, ckptio.TieredCheckpointer([tmp_path / "t"]) as tiered:
+        assert isinstance(single.save({"w": torch.ones(8)}), Saved)
+        single.load()
+        assert isinstance(single.last, Loaded)
+        assert isinstance(tiered.save({"w": torch.ones(8)}, 1), TierSave)
+        tiered.load()
+        assert isinstance(tiered.last, Restored) and tiered.last.step == 1
+
+
+def test_an_object_store_endpoint_is_an_option_beside_the_environment(monkeypatch) -> None:
+    """IOOptions.endpoint and region win over AWS_ENDPOINT_URL(_S3) and AWS_REGION; CKPTIO_ENDPOINT sets them as any
+    field; an endpoint with credentials, a path or another scheme is refused naming the field."""
+    from ckptio.errors import OptionError
+    from ckptio.s3.location import endpoint, region
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:7480")
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    assert (endpoint(), region()) == ("http://127.0.0.1:7480", "eu-west-1")
+    options = ckptio.IOOptions(endpoint="https://store.example:9000", region="zone-a")
+    assert (endpoint(options.endpoint, options.region), region(options.region)) == (
+        "https://store.example:9000",
+        "zone-a",
+    )
+    monkeypatch.setenv("CKPTIO_ENDPOINT", "http://10.0.0.1:80")
+    assert ckptio.IOOptions().endpoint == "http://10.0.0.1:80"
+    for bad in ("http://user:secret@h:1", "ftp://h", "http://h:1/path", "http://h:99999"):
+        with pytest.raises(OptionError, match=r"IOOptions\.endpoint") as refused:
+            ckptio.IOOptions(endpoint=bad)
+        assert "secret" not in str(refused.value)
+    with pytest.raises(OptionError, match=r"IOOptions\.region"):
+        ckptio.IOOptions(region="us east")

@@ -129,7 +129,7 @@ def test_a_malformed_listing_is_a_named_error_and_a_restore_skips_the_tier_namin
         Bucket("bucket", retries=OPTIONS.object_retries, request_seconds=REQUEST_S).listing("dcp/")
     assert 1 <= len(store.requests) <= 2, store.requests  # a repeated page token: the second page is the last
     with TieredCheckpointer(["/nonexistent-ckptio-tier", "s3://bucket/tiers"], options=OPTIONS) as ckpt:
-        error, seconds = timed(ckpt.restore)
+        error, seconds = timed(ckpt.load)
     assert isinstance(error, NoCheckpoint) and said in str(error), str(error)
     assert seconds < OPTIONS.operation_seconds + SLACK_S
 

@@ -19,11 +19,26 @@ import torch
 from ckptio import CheckpointError, TieredCheckpointer, load
 from ckptio.errors import AsyncSaveFailed, NoCheckpoint, OptionError, UnsupportedLocation
 from ckptio.format import read_index
-from ckptio.tiers import Skipped
+from ckptio.records import Restored, Skipped
 
 from tests.ceph_cluster import ceph_cluster, radosgw  # noqa: F401
 from tests.checkpoint.conftest import assert_same, random_tensor
 from tests.checkpoint.s3_bucket import killed_mid_upload, own_bucket
+
+
+def loaded(ckpt: TieredCheckpointer) -> Restored:
+    """A load's record: what ckpt.load() returned is its state, `last` says from where."""
+    state = ckpt.load()
+    assert isinstance(ckpt.last, Restored) and ckpt.last.state is state
+    return ckpt.last
+
+
+def loaded_into(ckpt: TieredCheckpointer, state_dict: dict[str, Any]) -> Restored:
+    """A load_into's record (it returns the caller's state dict, filled)."""
+    assert ckpt.load_into(state_dict) is state_dict
+    assert isinstance(ckpt.last, Restored) and ckpt.last.state is state_dict
+    return ckpt.last
+
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")  # O_DIRECT refused on tmpfs: buffered instead
 
@@ -65,7 +80,7 @@ def test_blocking_and_behind_saves_reach_every_tier_and_restore_exact(tmp_path: 
         live["embed"].add_(1)  # the caller trains on: the save holds its own copy
         live["cfg"]["lr"] = 9
         assert second.wait(30) and not second.errors and set(second.durable_seconds) == {0, 1}
-        restored = ckpt.restore()
+        restored = loaded(ckpt)
     assert (restored.step, restored.tier, restored.skipped) == (2, 0, [])
     assert_same(expected, restored.state)
     assert restored.state._metadata == {"": {"version": 1}}
@@ -95,8 +110,8 @@ def test_a_corrupt_tier0_copy_is_skipped_and_tier1_restores_exact(tmp_path: Path
         ckpt.save(state(3), 3)
         ckpt.wait_drained()
         flip_a_data_byte(t0 / "step-000000000003.ckpt")
-        restored = ckpt.restore()
-        into = ckpt.restore_into(state(0))
+        restored = loaded(ckpt)
+        into = loaded_into(ckpt, state(0))
     assert (restored.step, restored.tier) == (3, 1)
     assert_same(state(3), restored.state)
     [skipped] = restored.skipped
@@ -124,7 +139,7 @@ def test_a_tier0_copy_damaged_before_its_drain_is_never_durable_and_keep_removes
         flip_a_data_byte(t0 / "step-000000000002.ckpt")
         busy.set()
         ckpt.wait_drained()
-        restored = ckpt.restore()
+        restored = loaded(ckpt)
     assert 1 not in record.durable_seconds and "tier 0's copy does not verify" in record.errors[1]
     assert "checksum mismatch" in record.errors[1]
     assert steps_in(t0) == ["step-000000000001.ckpt", "step-000000000002.ckpt"]
@@ -140,7 +155,7 @@ def test_a_lost_tier0_directory_restores_from_tier1_and_saves_again(tmp_path: Pa
         ckpt.save(state(4), 4)
     shutil.rmtree(t0)
     with TieredCheckpointer([t0, t1]) as ckpt:  # a new node: its local directory is gone
-        restored = ckpt.restore()
+        restored = loaded(ckpt)
         assert (restored.step, restored.tier) == (4, 1)
         assert restored.skipped[0].tier == 0 and "No such file or directory" in restored.skipped[0].reason
         assert_same(state(4), restored.state)
@@ -151,18 +166,18 @@ def test_a_lost_tier0_directory_restores_from_tier1_and_saves_again(tmp_path: Pa
 def test_nothing_that_verifies_anywhere_is_no_checkpoint_listing_what_was_skipped(tmp_path: Path) -> None:
     t0, t1 = tmp_path / "local", tmp_path / "far"
     with TieredCheckpointer([t0, t1]) as ckpt, pytest.raises(NoCheckpoint, match="tier 1: cannot be listed"):
-        ckpt.restore()
+        loaded(ckpt)
     t0.mkdir()
     t1.mkdir()
     with TieredCheckpointer([t0, t1]) as ckpt:
         with pytest.raises(NoCheckpoint, match="no tier holds one"):
-            ckpt.restore()
+            loaded(ckpt)
         ckpt.save(state(1), 1)
         ckpt.wait_drained()
         for tier in (t0, t1):
             flip_a_data_byte(tier / "step-000000000001.ckpt")
         with pytest.raises(NoCheckpoint) as info:
-            ckpt.restore()
+            loaded(ckpt)
     assert isinstance(info.value, CheckpointError)
     assert [(s.tier, s.step) for s in info.value.skipped] == [(0, 1), (1, 1)]
     assert all("checksum mismatch" in s.reason for s in info.value.skipped)
@@ -177,7 +192,7 @@ def test_only_checkpoint_files_of_the_tier_are_read_never_a_link_out_of_it(tmp_p
         ckpt.save(state(1), 1)
         (t0 / "step-000000000009.ckpt").symlink_to(outside / "step-000000000009.ckpt")
         shutil.copy(outside / "step-000000000009.ckpt", t0 / "step-9.ckpt")
-        restored = ckpt.restore()
+        restored = loaded(ckpt)
     assert (restored.step, restored.tier, restored.skipped) == (1, 0, [])
     assert_same(state(1), restored.state)
 
@@ -269,7 +284,7 @@ def test_a_save_drains_to_s3_and_a_corrupt_local_copy_restores_from_s3(
         assert all(s.durable_seconds[1] > s.durable_seconds[0] and not s.errors for s in saves)
         assert objects(bucket, "drained") == ["drained/step-000000000002.ckpt"]  # keep 1 there
         flip_a_data_byte(t0 / "step-000000000002.ckpt")
-        restored = ckpt.restore()
+        restored = loaded(ckpt)
     assert (restored.step, restored.tier) == (2, 1)
     assert restored.skipped == [Skipped(0, 2, restored.skipped[0].reason)]
     assert "checksum mismatch" in restored.skipped[0].reason
@@ -290,7 +305,7 @@ def test_the_object_store_stopped_mid_drain_costs_training_nothing_and_the_drain
         assert saved.wait(30) and 0 in saved.durable_seconds and 1 not in saved.durable_seconds
         assert "PutObject failed (no answer)" in saved.errors[1] and "CONNECTION_REFUSED" in saved.errors[1]
         assert_same(state(1), load(t0 / "step-000000000001.ckpt"))  # the local copy stays good
-        local = ckpt.restore()  # the store cannot even be listed: tier 0 is read
+        local = loaded(ckpt)  # the store cannot even be listed: tier 0 is read
         assert (local.step, local.tier) == (1, 0) and local.skipped[0].step is None
         monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)  # the store is back
         assert ckpt.wait_drained() == [saved]
@@ -298,7 +313,7 @@ def test_the_object_store_stopped_mid_drain_costs_training_nothing_and_the_drain
     assert objects(bucket, "stopped") == ["stopped/step-000000000001.ckpt"]
     shutil.rmtree(t0)
     with TieredCheckpointer([t0, far]) as ckpt:
-        restored = ckpt.restore()
+        restored = loaded(ckpt)
     assert (restored.step, restored.tier) == (1, 1)
     assert_same(state(1), restored.state)
 
@@ -318,3 +333,18 @@ def test_a_drain_aborts_the_uploads_killed_saves_left_of_checkpoint_names_only(
         ckpt.wait_drained()
     assert saved.errors == {} and objects(bucket, "aborted") == ["aborted/step-000000000001.ckpt"]
     assert [u.key for u in Bucket(bucket).uploads("aborted/")] == [foreign]  # not a checkpoint's: left alone
+
+
+def test_both_checkpointers_speak_one_verb_pair_and_the_old_names_warn(tmp_path: Path) -> None:
+    """save / load / load_into as a Checkpointer has them, `last` the record; restore() and restore_into() still
+    answer, with a DeprecationWarning naming the new verb, and the same record."""
+    with TieredCheckpointer([tmp_path / "t0"]) as ckpt:
+        saved = ckpt.save(state(5), 5)
+        assert ckpt.last is saved
+        assert_same(state(5), ckpt.load())
+        with pytest.warns(DeprecationWarning, match=r"restore\(\) is load\(\) now"):
+            old = ckpt.restore()
+        assert old is ckpt.last and (old.step, old.tier) == (5, 0)
+        with pytest.warns(DeprecationWarning, match=r"restore_into\(\) is load_into\(\) now"):
+            into = ckpt.restore_into(state(0))
+        assert_same(state(5), into.state)

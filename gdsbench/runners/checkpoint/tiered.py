@@ -157,7 +157,7 @@ class Tiered(CheckpointRunner):
         blocking = "" if not case["async"] else ", blocking=False"
         return (
             f"training loop: ckptio.TieredCheckpointer([{', '.join(tiers)}]).save(step{blocking}) every "
-            f"{case['interval']} steps, then restore() from each tier (fault: {case['fault']})"
+            f"{case['interval']} steps, then load() from each tier (fault: {case['fault']})"
         )
 
     def command(self, case: Case, ctx: RunContext) -> list[str]:
@@ -262,9 +262,12 @@ class Tiered(CheckpointRunner):
         """A restarted job's restore (a new TieredCheckpointer), timed; it must read `step` from `tier`, exactly
         the saved state, else the row fails naming what it read and what it skipped."""
         from ckptio import TieredCheckpointer
+        from ckptio.records import Restored
 
         with TieredCheckpointer(list(tiers.locations), options=_io_options(case)) as ckpt:
-            found, seconds, _ = timed(self.name, self.errors(), lambda: ckpt.restore(map_location="cpu"))
+            _, seconds, _ = timed(self.name, self.errors(), lambda: ckpt.load(map_location="cpu"))
+            found = ckpt.last
+        assert isinstance(found, Restored)  # what the load made
         if (found.tier, found.step) != (tier, step):
             raise ToolError(
                 f"{self.name}: restore read step {found.step} from tier {found.tier} ({tiers.locations[found.tier]}),"
@@ -289,7 +292,8 @@ class Tiered(CheckpointRunner):
             tier_faults.apply("none", local, local)
             try:
                 with TieredCheckpointer(list(tiers.locations), options=_io_options(case)) as ckpt:
-                    found = ckpt.restore(map_location="cpu")
+                    ckpt.load(map_location="cpu")
+                    found = ckpt.last
             except CheckpointError as exc:
                 return f"{type(exc).__name__}: {exc}"
             return kill_upload.check_restore(found, objects, good, after, exact)

@@ -13,8 +13,8 @@
     dcp.save(state_dict, storage_writer=ckptio.Writer("ckpt/"))   # torch.distributed.checkpoint, our storage
     dcp.load(state_dict, storage_reader=ckptio.Reader("ckpt/"))
 
-The public surface: the names below, the named errors in `ckptio.errors`, the codec names in `ckptio.codec`,
-and `ckptio.inspect` for tools that look inside checkpoints. docs/api.md describes the calls; docs/format.md
+The public surface: the names below, the named errors in `ckptio.errors`, what the calls return in
+`ckptio.records`, the codec names in `ckptio.codec`, and `ckptio.inspect` for tools that look inside checkpoints. docs/api.md describes the calls; docs/format.md
 the file. Nothing else is public.
 """
 

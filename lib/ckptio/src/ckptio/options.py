@@ -11,6 +11,7 @@ is still read where the new name is not set.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ BACKENDS = ("auto", "direct", "buffered", "gds")
 FLUSHES = ("end", "overlap", "dsync")
 #: Pages of the new memory a load reads into: "auto" (resolved when the options are built: memory.faster_fresh_pages)
 PAGES = ("auto", "huge", "small")
+#: A signing region's name (us-east-1, eu-central-2, a radosgw zonegroup's).
+REGION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ENV_PREFIX = "CKPTIO_"
 #: Every prefix read, the first set one winning: this one, then gdsbench 0.1's.
 ENV_PREFIXES = (ENV_PREFIX, "GDSBENCH_IO_")
@@ -136,6 +139,10 @@ class IOOptions:
             connection), with exponential back-off and jitter capped at 5 s; 0 to 10 (default 2).
         operation_seconds: the most one call on an object store may take in all, every request and retry
             included: a single-file save or load, a tier's drain, listing or removal (default 3600).
+        endpoint: the object store's endpoint, http(s)://host[:port] without credentials (default "": the
+            environment's AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, else AWS's regional endpoint).
+        region: the region requests are signed for (default "": AWS_REGION or AWS_DEFAULT_REGION, else
+            us-east-1). Credentials are never an option: only the environment's AWS_* variables hold them.
     """
 
     threads: int = _env_field(default_threads)
@@ -154,6 +161,8 @@ class IOOptions:
     request_seconds: int = _env_field(120)
     object_retries: int = _env_field(2)
     operation_seconds: int = _env_field(3600)
+    endpoint: str = _env_field("")
+    region: str = _env_field("")
 
     def __post_init__(self) -> None:
         """Fill unset fields from the environment or the host, then validate every field; "auto" pages become
@@ -191,6 +200,23 @@ def _check(o: IOOptions) -> None:
         raise OptionError(f"IOOptions.flush must be one of {FLUSHES}, not {o.flush!r}")
     if o.fresh_pages not in PAGES:
         raise OptionError(f"IOOptions.fresh_pages must be one of {PAGES}, not {o.fresh_pages!r}")
+    _check_store(o)
+
+
+def _check_store(o: IOOptions) -> None:
+    """The object store's endpoint (http(s)://host[:port], no credentials) and region (a plain name), where given."""
+    from .errors import InvalidLocation
+    from .s3.location import checked_endpoint
+
+    if not isinstance(o.endpoint, str) or not isinstance(o.region, str):
+        raise OptionError(f"IOOptions.endpoint and region must be strings, not {o.endpoint!r} and {o.region!r}")
+    if o.endpoint:
+        try:
+            checked_endpoint(o.endpoint)
+        except InvalidLocation as exc:
+            raise OptionError(f"IOOptions.endpoint: {exc}") from None
+    if o.region and not REGION.fullmatch(o.region):
+        raise OptionError(f"IOOptions.region must be a region name such as us-east-1, not {o.region!r}")
 
 
 def resolve(options: IOOptions | None) -> IOOptions:

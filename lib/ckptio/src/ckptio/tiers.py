@@ -16,6 +16,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
@@ -52,10 +53,14 @@ class TieredCheckpointer:
         options: how to move the bytes (host defaults if None).
         checksum: "xxh3" (default), "crc32c" or None, for every save.
 
+    The verbs are a Checkpointer's: `save` (returns its TierSave), `load` and `load_into` (return the state, as
+    ckptio.load and load_into do); `last` is the newest call's record (a TierSave, or the Restored a load made:
+    its step, tier and the copies it skipped). ckptio.records names the types.
+
     Example:
         with TieredCheckpointer(["/local/ckpt", "s3://bucket/run1"]) as ckpt:
-            restored = ckpt.restore_into(model.state_dict())   # NoCheckpoint on a fresh run
-            for step in range(restored.step + 1, steps):
+            ckpt.load_into(model.state_dict())   # NoCheckpoint on a fresh run
+            for step in range(ckpt.last.step + 1, steps):
                 train(...)
                 ckpt.save(model.state_dict(), step, blocking=False)
     """
@@ -86,6 +91,7 @@ class TieredCheckpointer:
         self._jobs: dict[Future[None], tuple[TierSave, list[int]]] = {}  # drains queued or running
         self._needed: dict[int, int] = {}  # step -> drains that will read its tier-0 file
         self._undrained: dict[int, TierSave] = {}  # tier -> the newest save not durable there, to retry
+        self.last: TierSave | Restored | None = None  # the newest save's TierSave or load's Restored
 
     # -- saves ------------------------------------------------------------------------------------
 
@@ -110,6 +116,7 @@ class TieredCheckpointer:
             staged = self._host_copy().stage(state_dict)
             self._writing = (self._writer.submit(self._write_behind, record, staged), record)
         record.stall_seconds = time.monotonic() - start
+        self.last = record
         return record
 
     def wait_drained(self, timeout: float | None = None) -> list[TierSave]:
@@ -252,19 +259,35 @@ class TieredCheckpointer:
 
     # -- restores ---------------------------------------------------------------------------------
 
-    def restore(self, *, map_location: Any = "cpu") -> Restored:
-        """Load the newest step any tier holds from the nearest tier whose copy verifies, into new memory;
-        missing, torn or corrupt copies are skipped (`Restored.skipped`). NoCheckpoint when none verifies."""
+    def load(self, *, map_location: Any = "cpu") -> Any:
+        """The newest step any tier holds, from the nearest tier whose copy verifies, in new memory; missing, torn
+        or corrupt copies are skipped. `last` is then the Restored record (step, tier, seconds, skipped).
+        NoCheckpoint when no copy verifies."""
         device = device_of(map_location)
-        return self._restore(lambda tier, step: stores.load(tier, step, device, self.options, self._loading))
+        return self._restore(lambda tier, step: stores.load(tier, step, device, self.options, self._loading)).state
+
+    def load_into(self, state_dict: T) -> T:
+        """As `load`, filling `state_dict`'s tensors in place (strict: the same key paths, dtypes and shapes, else
+        StateDictMismatch); returns `state_dict`."""
+        self._restore(lambda tier, step: stores.load_into(tier, step, state_dict, self.options, self._loading))
+        return state_dict
+
+    def restore(self, *, map_location: Any = "cpu") -> Restored:
+        """Deprecated: `load`, returning its Restored record (now `last`)."""
+        _renamed("restore", "load")
+        self.load(map_location=map_location)
+        assert isinstance(self.last, Restored)
+        return self.last
 
     def restore_into(self, state_dict: T) -> Restored:
-        """As `restore`, filling `state_dict`'s tensors in place (strict: the same key paths, dtypes and shapes,
-        else StateDictMismatch); `Restored.state` is `state_dict`."""
-        return self._restore(lambda tier, step: stores.load_into(tier, step, state_dict, self.options, self._loading))
+        """Deprecated: `load_into`, returning its Restored record (now `last`)."""
+        _renamed("restore_into", "load_into")
+        self.load_into(state_dict)
+        assert isinstance(self.last, Restored)
+        return self.last
 
     def _restore(self, load: Callable[[Tier, int], Any]) -> Restored:
-        """Try every copy, newest step first, nearest tier first, until one loads verified."""
+        """Try every copy, newest step first, nearest tier first, until one loads verified; it is `last`."""
         start = time.monotonic()
         self._open()
         if self._writing is not None:  # the newest save becomes visible (its failure is raised by the next save)
@@ -280,7 +303,8 @@ class TieredCheckpointer:
                     skipped.append(Skipped(i, step, reason(error)))
                     log.warning("tier %d (%s) step %d skipped: %s", i, self.tiers[i], step, reason(error))
                     continue
-                return Restored(step, i, state, time.monotonic() - start, skipped)
+                self.last = Restored(step, i, state, time.monotonic() - start, skipped)
+                return self.last
         raise NoCheckpoint([str(t) for t in self.tiers], skipped)
 
     def _holders(self, skipped: list[Skipped]) -> list[tuple[int, list[int]]]:
@@ -341,6 +365,16 @@ class TieredCheckpointer:
     def __repr__(self) -> str:
         state = "closed" if self._saving is None else "open"
         return f"TieredCheckpointer([{', '.join(repr(str(t)) for t in self.tiers)}], keep={self.keep}, {state})"
+
+
+def _renamed(old: str, new: str) -> None:
+    """Warn a caller of a renamed verb (one verb pair for both checkpointers)."""
+    warnings.warn(
+        f"TieredCheckpointer.{old}() is {new}() now, as a Checkpointer's: it returns the state; `last` is the Restored "
+        "record",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def _left(deadline: float | None) -> float | None:

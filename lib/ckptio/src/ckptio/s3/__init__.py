@@ -18,11 +18,11 @@ if TYPE_CHECKING:
 
 def create_bucket(location: str | os.PathLike[str], options: IOOptions | None = None) -> bool:
     """Make the bucket of an `s3://bucket[/prefix]` location (ckptio's saves need it to exist: a missing one is
-    ObjectStoreError 404 NoSuchBucket); True when made, False when it was already there and ours. The endpoint,
-    region and credentials come from the environment, as every other call's do."""
+    ObjectStoreError 404 NoSuchBucket); True when made, False when it was already there and ours. The endpoint and
+    region are the options' (else the environment's), the credentials the environment's, as every other call's."""
     from ..errors import OptionError
     from ..options import resolve
-    from .location import SCHEME, parse, region
+    from .location import SCHEME, parse
     from .transfer import bucket_for
 
     text = os.fsdecode(os.fspath(location))
@@ -31,6 +31,6 @@ def create_bucket(location: str | os.PathLike[str], options: IOOptions | None = 
     parsed = parse(text)
     bucket = bucket_for(parsed.bucket, resolve(options)).within(resolve(options).operation_seconds)
     try:
-        return bucket.create(region())
+        return bucket.create(bucket.region)
     finally:
         bucket.close()

@@ -167,18 +167,20 @@ class Bucket:
         connections: int | None = None,
         retries: int = RETRIES,
         request_seconds: float = REQUEST_SECONDS,
+        endpoint: str = "",
+        region: str = "",
     ) -> None:
         crt = _crt()
         from awscrt import auth, s3
         from awscrt import io as crt_io
 
         self._s3, self.bucket = s3, bucket
-        url = locations.endpoint()
+        url = locations.endpoint(endpoint, region)
         self.host = urlsplit(url).netloc
         loops = crt_io.EventLoopGroup()
         tls = s3.S3RequestTlsMode.ENABLED if url.startswith("https:") else s3.S3RequestTlsMode.DISABLED
         credentials = auth.AwsCredentialsProvider.new_environment()  # AWS_* variables only, never ~/.aws
-        region = locations.region()
+        region = self.region = locations.region(region)
         self.client = s3.S3Client(
             bootstrap=crt_io.ClientBootstrap(loops, crt_io.DefaultHostResolver(loops)),
             region=region,

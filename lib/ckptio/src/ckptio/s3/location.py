@@ -1,7 +1,8 @@
 """An object-store location, `s3://bucket/prefix`, and the environment that says where and as whom to reach it.
 
-Endpoint, region and credentials are read the AWS way and only from the environment: AWS_ENDPOINT_URL_S3 or
-AWS_ENDPOINT_URL (else AWS's regional endpoint), AWS_REGION or AWS_DEFAULT_REGION (else us-east-1), and
+The endpoint and region are IOOptions.endpoint and IOOptions.region where given (or CKPTIO_ENDPOINT,
+CKPTIO_REGION), else read the AWS way from the environment: AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (else AWS's
+regional endpoint), AWS_REGION or AWS_DEFAULT_REGION (else us-east-1). Credentials come only from the environment:
 AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (/ AWS_SESSION_TOKEN) read by the CRT itself. A location never holds
 credentials, and no file (~/.aws) is read: a checkpoint location is untrusted input.
 """
@@ -80,11 +81,17 @@ def parse(url: str) -> ObjectLocation:
     return ObjectLocation(parts.netloc, prefix)
 
 
-def endpoint() -> str:
-    """The endpoint from AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (scheme and host only), else AWS's own."""
-    named = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+def endpoint(given: str = "", region_given: str = "") -> str:
+    """The endpoint `given` (IOOptions.endpoint), else AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, checked (scheme and
+    host only), else AWS's own for the region."""
+    named = given or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if not named:
-        return f"https://s3.{region()}.amazonaws.com"
+        return f"https://s3.{region(region_given)}.amazonaws.com"
+    return checked_endpoint(named)
+
+
+def checked_endpoint(named: str) -> str:
+    """An endpoint as http(s)://host[:port] (no credentials, path or query); InvalidLocation naming it else."""
     parts, named = urlsplit(named.strip()), redacted(named)
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
         raise InvalidLocation(named, "the endpoint must be http(s)://host[:port], without credentials")
@@ -97,6 +104,7 @@ def endpoint() -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def region() -> str:
-    """AWS_REGION or AWS_DEFAULT_REGION, else us-east-1 (what signing names; radosgw accepts any)."""
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+def region(given: str = "") -> str:
+    """The region `given` (IOOptions.region), else AWS_REGION or AWS_DEFAULT_REGION, else us-east-1 (what signing
+    names; radosgw accepts any)."""
+    return given or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"

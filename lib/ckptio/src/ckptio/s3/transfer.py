@@ -27,7 +27,15 @@ from .client import Bucket, Segments
 def bucket_for(name: str, options: IOOptions) -> Bucket:
     """A client of bucket `name` with the options' part size, connections, retries and request limit (each
     operation bounds itself further with `Bucket.within(options.operation_seconds)`)."""
-    return Bucket(name, options.part_bytes, options.object_connections, options.object_retries, options.request_seconds)
+    return Bucket(
+        name,
+        options.part_bytes,
+        options.object_connections,
+        options.object_retries,
+        options.request_seconds,
+        options.endpoint,
+        options.region,
+    )
 
 
 @dataclass(frozen=True)
