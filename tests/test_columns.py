@@ -105,7 +105,7 @@ def test_a_declared_column_goes_from_the_row_to_the_csv_the_report_and_qualify(t
     assert list(frame["requests"]) == [4, 4, 16, 16] and frame["requests"].dtype.kind in "if"
     assert "requests" not in results.parameters(frame.columns, results.figures_of(frame))
     table = render(frame, None, "markdown")
-    assert "| requests (count) |" in table and "| 16 |" in table.replace("  ", "")
+    assert "| requests |" in table and "| 16 |" in table.replace("  ", "")
     checks = [{"where": {"engine": "s3"}, "max_requests": 10}, {"where": {"io_size": "1M"}, "max_requests": 10}]
     outcomes = qualify.evaluate_all(qualify.parse_checks(str(tmp_path / "q.yaml"), checks), frame)
     assert [o.status for o in outcomes] == ["fail", "pass"] and "worst 16" in outcomes[0].message
@@ -149,3 +149,14 @@ def test_the_io_options_an_engine_ran_with_are_settings_never_figures() -> None:
     assert columns and {c.kind for c in columns} == {SETTING}
     assert "io_threads" in {c.name for c in columns}
     assert not [name for name in qualify.declared_limits() if name.endswith("_io_threads")]
+
+
+def test_declared_figures_read_as_the_core_ones_by_their_unit() -> None:
+    """A declared figure's cell is written as a core figure of its unit would be, never as raw 4-digit floats."""
+    from gdsbench.report.tables import bw_text, figure_text
+
+    assert figure_text("bytes/s", 2.5e9) == bw_text(2.5e9)
+    assert figure_text("bytes", 1 << 30) == "1024MiB"
+    assert figure_text("s", 0.41234) == "0.412s" and figure_text("ratio", 2.3456) == "2.35"
+    assert figure_text("count", 16.0) == "16" and figure_text("count", 2.5) == "2.5"
+    assert figure_text("us", 1500.0) == "1500us" and figure_text("s", float("nan")) == "-"

@@ -177,8 +177,14 @@ def test_the_ladder_and_each_fault_restore_exactly_from_the_tier_they_should(
     bucket, ctx = f"gdsbench-tiers-{fault.replace('_', '-')}", RunContext(directory=tmp_path, file_size=4 * MiB)
     kills = {"kills": 1} if fault == "kill_upload" else {}
     case = case_of("tiered", tiers=["local", "s3"], fault=fault, bucket=bucket, **{"async": True}, **kills)
-    row = run(case, ctx).figures
+    measured = run(case, ctx)
+    row = measured.figures
     assert row["durable_local_seconds"] > 0 and row["restore_local_seconds"] > 0 and row["work_at_risk_steps"] >= 2
+    assert row.get("fault_expected") == tier_faults.EXPECTED.get(fault)  # what the fault must do, on its row
+    if fault in ("corrupt_local", "store_down"):  # ckptio's warnings: the fault's proof, kept and marked expected
+        assert row["ckptio_warnings"] >= 1 and f"expected for fault {fault}" in str(measured.note)
+    if fault == "none":
+        assert row["ckptio_warnings"] == 0 and "ckptio warned" not in str(measured.note)
     if fault == "store_down":
         assert row["durable_object_seconds"] is None and row.get("restore_object_seconds") is None
         assert "PutObject failed (no answer)" in row["drain_error"] and "REFUSED" in row["drain_error"]
@@ -305,3 +311,52 @@ def test_report_mtbf_local_and_node_take_durations_and_refuse_others(tmp_path: P
     result = CliRunner().invoke(cli, ["report", str(csv), "--mtbf-node", "often"])
     assert_exits(result, 2, one_line_error=True)
     assert "--mtbf-node: expected durations such as 24h,7d (got 'often')" in result.output
+
+
+CORRUPT = "tier 0 step 20: checksum mismatch in 'w'"
+REFUSED = "PutObject failed (no answer): CONNECTION_REFUSED"
+
+
+def test_the_report_shows_each_fault_row_s_expectation_and_outcome() -> None:
+    """One row per fault case: what it must do, ok or the failed row's reason, the tier restored, exact, what it
+    found; cases without a fault are not in it."""
+    from gdsbench.report import faults
+    from gdsbench.report.derived import Inputs
+
+    def faulted(fault: str, status: str = "ok", **more: Any) -> dict[str, Any]:
+        expected = tier_faults.EXPECTED.get(fault)
+        base = {"engine": "tiered", "pattern": "train", "fault": fault, "status": status, "repetition": 1}
+        return {**base, "fault_expected": expected, **more}
+
+    frame = pd.DataFrame(
+        [
+            faulted("none"),
+            faulted("corrupt_local", restored_tier="s3", state_exact="yes", skipped_reason=CORRUPT, ckptio_warnings=1),
+            faulted("store_down", restored_tier="local", state_exact="yes", drain_error=REFUSED, ckptio_warnings=4),
+            faulted("kill_upload", kills_made=20.0, kills_in_upload=11.0, torn_seen=0.0, uploads_left=0.0),
+            faulted("lose_local", status="failed", error="tiered: restore read step 15 from tier 0"),
+        ]
+    )
+    table = faults.TABLE.build(Inputs(frame, {}), {}).table
+    assert table is not None and table.title == faults.TITLE
+    cells = {r[1]: dict(zip(table.header, r)) for r in table.rows}
+    assert list(cells) == ["corrupt_local", "store_down", "kill_upload", "lose_local"]  # none: not a fault
+    assert cells["corrupt_local"]["found"].startswith("tier 0 step 20: checksum mismatch")
+    assert (cells["store_down"]["restored"], cells["store_down"]["warnings"]) == ("local", "4")
+    assert cells["kill_upload"]["found"] == "20 kills made, 11 kills in upload, 0 torn seen, 0 uploads left"
+    assert cells["lose_local"]["held"] == "FAILED: tiered: restore read step 15 from tier 0"
+    assert cells["corrupt_local"]["expected"] == tier_faults.EXPECTED["corrupt_local"]
+
+
+def test_ckptio_s_warnings_are_kept_for_the_row_not_printed(capfd: pytest.CaptureFixture[str]) -> None:
+    import logging
+
+    with tier_faults.ckptio_warnings() as said:
+        logging.getLogger("ckptio").warning("tier %d (%s) step %d skipped: %s", 0, "/x", 3, "checksum mismatch")
+    assert said == ["tier 0 (/x) step 3 skipped: checksum mismatch"] and capfd.readouterr().err == ""
+    assert tier_faults.warnings_note("corrupt_local", said) == (
+        "ckptio warned 1 time(s), expected for fault corrupt_local: tier 0 (/x) step 3 skipped: checksum mismatch"
+    )
+    assert (
+        "unexpected" in str(tier_faults.warnings_note("none", said)) and tier_faults.warnings_note("none", []) is None
+    )

@@ -337,7 +337,7 @@ def test_a_derived_table_declared_once_reaches_every_format(monkeypatch):
     monkeypatch.setattr(summary, "DERIVED", (*summary.DERIVED, best))
     frame = durable_run()
     built = summary.build(frame, ["engine", "pattern"])
-    names = ["ceilings", "mlperf_geometry", "nodes", "goodput", "ladder", "cpu_cost", "best"]
+    names = ["ceilings", "mlperf_geometry", "nodes", "goodput", "ladder", "faults", "cpu_cost", "best"]
     assert [d.name for d in built.derived] == names
     table = built.table("best")
     assert table is not None and table.rows == (("load", "900"), ("read", "1000"), ("save", "760"), ("write", "9000"))

@@ -10,7 +10,7 @@ import pandas as pd
 
 from gdsbench import flags
 from gdsbench.errors import UsageError
-from gdsbench.report import ceilings, cpu_cost, fio_style, goodput, ladder, mlperf, nodes, tables, trust
+from gdsbench.report import ceilings, cpu_cost, faults, fio_style, goodput, ladder, mlperf, nodes, tables, trust
 from gdsbench.report.derived import Derived, Inputs, Setting
 from gdsbench.report.sections import Legend, Lines, Notes, Report, Table
 from gdsbench.results import NUMBER, figures_of, parameters, with_traits
@@ -20,7 +20,15 @@ RUNS_TITLE = "Runs"
 RESULTS_TITLE = "Results: median and min-max over repetitions"
 NOTES_TITLE = "Notes"
 #: The derived tables (report/derived.py), in reading order: each one module's declaration.
-DERIVED: tuple[Derived, ...] = (ceilings.TABLE, mlperf.TABLE, nodes.TABLE, goodput.TABLE, ladder.TABLE, cpu_cost.TABLE)
+DERIVED: tuple[Derived, ...] = (
+    ceilings.TABLE,
+    mlperf.TABLE,
+    nodes.TABLE,
+    goodput.TABLE,
+    ladder.TABLE,
+    faults.TABLE,
+    cpu_cost.TABLE,
+)
 
 
 def settings() -> tuple[Setting, ...]:

@@ -186,7 +186,7 @@ def table_rows(
         "lat mean",
         "lat p99",
         "lat first",
-        *(f"{name} ({c.unit})" for name, c in figures_of(table).items()),
+        *figures_of(table),
         "flags",
     ]
     rows = [
@@ -199,12 +199,33 @@ def table_rows(
             latency_text(row["lat_mean_us"]),
             latency_text(row["lat_p99_us"]),
             latency_text(row.get("lat_first_us")),
-            *(f"{row[name]:.4g}" if not missing(row[name]) else "-" for name in figures_of(table)),
+            *(figure_text(column.unit, row[name]) for name, column in figures_of(table).items()),
             flags_cell(row.get("flags")),
         ]
         for _, row in table.iterrows()
     ]
     return drop_empty(header, rows, len(shown))
+
+
+def figure_text(unit: str, value: Any) -> str:
+    """A declared figure as the core ones read, by its unit: bandwidth and bytes in fio's units, latency in us or
+    ms, seconds to the millisecond, counts whole, ratios to two places (anything else to 4 digits)."""
+    if missing(value):
+        return "-"
+    number = float(value)
+    if unit == "bytes/s":
+        return bw_text(number)
+    if unit == "bytes":
+        return num2str(int(number), unit="B")
+    if unit == "us":
+        return latency_text(number)
+    if unit == "s":
+        return f"{number:.3f}s"
+    if unit == "count":
+        return f"{number:.0f}" if number.is_integer() or abs(number) >= 100 else f"{number:.1f}"
+    if unit == "ratio":
+        return f"{number:.2f}"
+    return f"{number:.4g}"
 
 
 def legend(header: list[str], meanings: dict[str, str]) -> tuple[tuple[str, str], ...]:

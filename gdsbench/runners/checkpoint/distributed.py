@@ -255,8 +255,13 @@ class DistributedRunner(CheckpointRunner):
         Column("compression_ratio", "ratio", "bytes / bytes_on_disk"),
         Column("launcher", "", "how the ranks started: local (torchrun here), torchrun, srun or mpirun", TEXT),
         Column("nodes", "count", "nodes the ranks ran on (the launcher's node index)"),
-        Column("slowest_node", "", "the node whose last rank finished last: its index and host", TEXT),
-        Column("slowest_node_seconds", "s", "that node's time: its longest rank's per checkpoint (mean over them)"),
+        Column(
+            "slowest_node",
+            "",
+            "the node whose longest rank took longest per checkpoint (mean over the phase's): its index and host",
+            TEXT,
+        ),
+        Column("slowest_node_seconds", "s", "that node's longest rank's seconds per checkpoint (mean over them)"),
     )
 
     def __init__(self) -> None:

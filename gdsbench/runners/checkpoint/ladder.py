@@ -47,6 +47,8 @@ COLUMNS = (
 )
 #: What a fault case (`fault:`) found, beside the figures: a failed expectation fails the row instead.
 FAULT_COLUMNS = (
+    Column("fault_expected", "", "what the case's fault must do (tier_faults.EXPECTED); else the row fails", TEXT),
+    Column("ckptio_warnings", "count", "warnings ckptio logged during the case (a fault's are expected; see the note)"),
     Column("restored_tier", "", "the tier the fault case's restore read from (local or s3)", TEXT),
     Column("skipped_reason", "", "the copies that restore skipped, and why", TEXT),
     Column(

@@ -27,6 +27,45 @@ from gdsbench.runners.checkpoint import ladder, train
 from gdsbench.runners.resources import Usage
 
 FAULTS = ("none", "corrupt_local", "lose_local", "store_down", "kill_upload")
+#: What each fault must do, as its row says it (`fault_expected`) and the report's fault table shows it.
+EXPECTED = {
+    "corrupt_local": "the restore skips the corrupted local copy naming why (checksum mismatch) and reads the same "
+    "step from S3, exactly",
+    "lose_local": "the restore finds no local copy and reads the newest step from S3, exactly",
+    "store_down": "training goes on; every drain fails naming the refused connection; the local copy restores "
+    "exactly; the newest step drains once the store is back",
+    "kill_upload": "no restore after a kill finds a torn checkpoint in S3; the next save drains whole",
+}
+
+
+@contextlib.contextmanager
+def ckptio_warnings() -> Iterator[list[str]]:
+    """The warnings ckptio logs while a case runs (a skipped copy, a failed drain), kept for the row instead of
+    printed over the sweep's display: a fault's are what it should cause, any other is news."""
+    import logging
+
+    said: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            said.append(record.getMessage())
+
+    logger, handler = logging.getLogger("ckptio"), Keep(logging.WARNING)
+    logger.addHandler(handler)
+    propagated, logger.propagate = logger.propagate, False
+    try:
+        yield said
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagated
+
+
+def warnings_note(fault: str, said: Sequence[str]) -> str | None:
+    """The row's words on ckptio's warnings: expected for a fault (counted, the first quoted), else unexpected."""
+    if not said:
+        return None
+    kind = f"expected for fault {fault}" if fault != "none" else "unexpected"
+    return f"ckptio warned {len(said)} time(s), {kind}: {said[0][:300]}"
 
 
 @dataclass

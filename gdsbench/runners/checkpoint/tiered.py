@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -170,10 +170,20 @@ class Tiered(CheckpointRunner):
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """A training loop saving to the case's tiers, then a restore from each tier (or the case's fault)."""
         workload = self.workload(case, ctx)
-        with self._tiers(case, ctx) as tiers:
-            if tiers.local is None:
-                return self._direct(case, workload, tiers)
-            return self._ladder(case, ctx, workload, tiers)
+        with self._tiers(case, ctx) as tiers, tier_faults.ckptio_warnings() as said:
+            measured = (
+                self._direct(case, workload, tiers) if tiers.local is None else self._ladder(case, ctx, workload, tiers)
+            )
+        return self._with_warnings(case, measured, said)
+
+    def _with_warnings(self, case: Case, measured: Measurement, said: list[str]) -> Measurement:
+        """The row with what its fault must do and what ckptio warned of while it ran (expected or not)."""
+        fault = case["fault"]
+        figures = {**measured.figures, "ckptio_warnings": len(said)}
+        if fault in tier_faults.EXPECTED:
+            figures["fault_expected"] = tier_faults.EXPECTED[fault]
+        note = "; ".join(filter(None, [measured.note, tier_faults.warnings_note(fault, said)]))
+        return replace(measured, figures=figures, note=note or None)
 
     @contextlib.contextmanager
     def _tiers(self, case: Case, ctx: RunContext) -> Iterator[Tiers]:
