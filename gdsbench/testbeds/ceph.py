@@ -27,11 +27,11 @@ from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
 from gdsbench.hosts import free_port as _free_port
 from gdsbench.sysinfo.storage import MOUNTS, parse_mounts
+from gdsbench.testbeds.base import Testbed
 from gdsbench.testbeds.daemons import argv_of as _argv
 from gdsbench.testbeds.daemons import owned_by_us, stop_daemons
 from gdsbench.testbeds.daemons import read_pid as _read_pid
-from gdsbench.testbeds.datadir import DataDir
-from gdsbench.testbeds.journal import Journal, undone_on_failure
+from gdsbench.testbeds.journal import undone_on_failure
 
 DEFAULT_DIR = Path("/var/tmp/gdsbench-ceph")
 STATE, MARKER, S3_ENV = "gdsbench-ceph.json", ".gdsbench-ceph", "s3.env"
@@ -64,6 +64,11 @@ class CephError(GdsbenchError):
     """The cluster cannot be installed, brought up or taken down: says why and what to do."""
 
     exit_code = 2
+
+
+BED = Testbed("ceph", CephError, PACKAGES, BINARIES, "`make ceph-deps` installs Debian's Ceph packages")
+#: Install the Debian packages when a binary is missing (root); True when it installed them.
+install = BED.install
 
 
 @dataclass
@@ -128,17 +133,6 @@ class Cluster:
         return [pid for pid in map(_read_pid, self.pidfiles) if pid]
 
 
-def install() -> bool:
-    """Install Debian's Ceph packages when a binary is missing (root); True when it installed them."""
-    if all(map(shutil.which, BINARIES)):
-        return False
-    if os.geteuid() != 0:
-        raise CephError("the Ceph packages are missing and installing them needs root: run it as root, or with sudo")
-    _run(["apt-get", "update"], timeout=600, env=(env := {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}))
-    _run(["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES], timeout=1200, env=env)
-    return True
-
-
 def up(directory: Path = DEFAULT_DIR, *, rgw: bool = True, cephfs: bool = True) -> Cluster:
     """Bring a cluster up in `directory`; on any failure or interrupt, undo the steps taken and re-raise."""
     directory = trusted.safe_path(Path(directory))
@@ -146,8 +140,8 @@ def up(directory: Path = DEFAULT_DIR, *, rgw: bool = True, cephfs: bool = True) 
     made = Made(str(directory), str(uuid.uuid4()), mon, check_can_make(directory))
     made.rgw_port = _free_port() if rgw else None
     with undone_on_failure(lambda: down(directory)):
-        _data_dir(directory).make()
-        _journal(made.directory).record(made, "directory")
+        BED.data_dir(directory).make()
+        BED.journal(made.directory).record(made, "directory")
         _start_mon(made)
         _start(made, "mgr.x", ["ceph-mgr", "-i", "x"])
         _start_osd(made)
@@ -166,7 +160,7 @@ def up(directory: Path = DEFAULT_DIR, *, rgw: bool = True, cephfs: bool = True) 
             _mount(made)
         config = ["ceph-conf", "-c", made.conf, "--name", "osd.0", "--show-config-value", "osd_max_object_size"]
         made.max_object_size, made.complete = int(_run(config)), True  # left at its default (pitfall 4)
-        _journal(made.directory).record(made, "complete")
+        BED.journal(made.directory).record(made, "complete")
     return _cluster(made)
 
 
@@ -175,7 +169,7 @@ def check_can_make(directory: Path) -> int:
     if os.geteuid() != 0:
         raise CephError("needs root (daemons, /etc/ceph, ceph-fuse): run it as root, or with sudo")
     directory = trusted.safe_path(directory)
-    _data_dir(directory).check_can_make()
+    BED.data_dir(directory).check_can_make()
     if len(str(directory)) > LONGEST_DIR:
         raise CephError(f"{directory}: too long for the unix sockets under it (at most {LONGEST_DIR} characters)")
     parent = next(p for p in (directory, *directory.parents) if p.exists())
@@ -276,7 +270,7 @@ def _start_mon(made: Made) -> None:
 def _start(made: Made, name: str, argv: list[str]) -> None:
     """Start a daemon (it forks, then writes its pid file); its pid file is recorded before it starts."""
     made.pidfiles.append(f"{made.directory}/run/ceph-{name}.pid")
-    _journal(made.directory).record(made, name)
+    BED.journal(made.directory).record(made, name)
     with (out := Path(made.directory) / "log" / f"{name}.out").open("ab") as log:
         argv = [argv[0], "-c", made.conf, *argv[1:]]
         done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, timeout=120, check=False)
@@ -301,13 +295,13 @@ def _link_etc_conf(made: Made) -> None:
     made.linked = ETC_CONF.is_symlink() and os.readlink(ETC_CONF) == made.conf
     if not made.linked:
         made.fio_note = f"{ETC_CONF} is not this cluster's: fio's rados and rbd engines (they read it) won't see it"
-    _journal(made.directory).record(made, "etc link")
+    BED.journal(made.directory).record(made, "etc link")
 
 
 def _pool(made: Made, name: str, application: str | None) -> None:
     """A pool of PGS placement groups, its application enabled (an unlabelled pool warns)."""
     made.pools.append(name)
-    _journal(made.directory).record(made, f"pool {name}")
+    BED.journal(made.directory).record(made, f"pool {name}")
     ceph(made.conf, "osd", "pool", "create", name, str(PGS), str(PGS))
     if application:
         ceph(made.conf, "osd", "pool", "application", "enable", name, application)
@@ -319,7 +313,7 @@ def _start_mds(made: Made) -> None:
     for pool in FS_POOLS:
         _pool(made, pool, None)  # `fs new` labels them
     made.fs = True
-    _journal(made.directory).record(made, "file system")
+    BED.journal(made.directory).record(made, "file system")
     ceph(made.conf, "fs", "new", FS_NAME, *FS_POOLS)
     ceph(made.conf, "fs", "set", FS_NAME, "standby_count_wanted", "0")
 
@@ -357,7 +351,7 @@ def _s3_user(made: Made) -> None:
     with os.fdopen(os.open(env, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
         out.write(f"AWS_ACCESS_KEY_ID={access}\nAWS_SECRET_ACCESS_KEY={secret}\n")
         out.write(f"AWS_ENDPOINT_URL=http://127.0.0.1:{made.rgw_port}\n")
-    _journal(made.directory).record(made, "s3 user")
+    BED.journal(made.directory).record(made, "s3 user")
     _run(
         [
             "radosgw-admin",
@@ -371,16 +365,6 @@ def _s3_user(made: Made) -> None:
             f"--secret-key={secret}",
         ]
     )
-
-
-def _data_dir(directory: Path | str) -> DataDir:
-    """The cluster's data directory: its marker and journal."""
-    return DataDir(Path(directory), "ceph", CephError)
-
-
-def _journal(directory: Path | str) -> Journal:
-    """The journal of what `up` made in `directory`: its state file."""
-    return _data_dir(directory).journal
 
 
 def _cluster(made: Made) -> Cluster:
@@ -404,13 +388,13 @@ def _cluster(made: Made) -> Cluster:
 
 def attach(directory: Path = DEFAULT_DIR) -> Cluster | None:
     """The cluster `up` finished in `directory`, or None (none there, or one whose `up` did not finish)."""
-    made = _data_dir(Path(directory).absolute()).finished(_load_state)
+    made = BED.attach(directory, _load_state)
     return _cluster(made) if made else None
 
 
 def _load_state(directory: Path) -> Made:
     """The state `up` wrote in a trusted `directory`: ours, of the expected form, naming nothing outside it."""
-    state = _journal(directory)
+    state = BED.journal(directory)
     made = state.read(Made)
     wrong = [made.directory] if made.directory != str(directory) else []
     wrong += [made.mount] if made.mount not in (None, str(directory / "cephfs")) else []
@@ -422,10 +406,10 @@ def _load_state(directory: Path) -> Made:
 
 def down(directory: Path = DEFAULT_DIR) -> list[str]:
     """Undo what the state file says `up` made: unmount, stop the daemons, the /etc/ceph link, the directory."""
-    if (folder := _data_dir(Path(directory).absolute()).ours()) is None:
+    if (folder := BED.data_dir(Path(directory).absolute()).ours()) is None:
         return []
     directory = folder
-    made = _load_state(directory) if _journal(directory).exists() else Made(str(directory), "", "", 0)
+    made = _load_state(directory) if BED.journal(directory).exists() else Made(str(directory), "", "", 0)
     removed = []
     if made.mount and made.mount in _mounts():  # ceph-fuse exits once unmounted (pitfall 10)
         _run(["fusermount", "-u", made.mount] if shutil.which("fusermount") else ["umount", made.mount])
@@ -479,13 +463,5 @@ def ceph(conf: str | Path, *args: str) -> str:
 
 
 def _run(argv: list[str], timeout: float = 120, env: dict[str, str] | None = None, check: bool = True) -> str:
-    """Run a tool (an argument list); its stdout (and stderr where not `check`), or CephError naming it."""
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=env)
-    except FileNotFoundError:
-        raise CephError(f"{argv[0]} not found: `make ceph-deps` installs Debian's Ceph packages") from None
-    except subprocess.TimeoutExpired:
-        raise CephError(f"{' '.join(argv)}: no answer in {timeout:.0f} s") from None
-    if done.returncode != 0 and check:
-        raise CephError(f"{' '.join(argv)}: {(done.stderr or done.stdout).strip() or f'exit {done.returncode}'}")
-    return done.stdout if check else done.stdout + done.stderr
+    """BED.run with this cluster's default timeout (and, unchecked, what the tool said on stderr too)."""
+    return BED.run(argv, timeout, env, check, with_stderr=not check)

@@ -13,7 +13,6 @@ Root only; every tool runs as an argument list.
 from __future__ import annotations
 
 import os
-import shlex
 import shutil
 import socket
 import subprocess
@@ -25,9 +24,9 @@ from gdsbench import trusted
 from gdsbench.errors import GdsbenchError
 from gdsbench.hosts import free_port
 from gdsbench.sysinfo import host
+from gdsbench.testbeds.base import Testbed
 from gdsbench.testbeds.daemons import alive, argv_of, owned_by_us, read_pid, stop_daemons
-from gdsbench.testbeds.datadir import DataDir
-from gdsbench.testbeds.journal import Journal, undone_on_failure
+from gdsbench.testbeds.journal import undone_on_failure
 
 DEFAULT_DIR = Path("/var/tmp/gdsbench-slurm")
 STATE, MARKER, CONF = "gdsbench-slurm.json", ".gdsbench-slurm", "slurm.conf"
@@ -44,6 +43,11 @@ class SlurmError(GdsbenchError):
     """The cluster cannot be installed, brought up or taken down: says why and what to do."""
 
     exit_code = 2
+
+
+BED = Testbed("slurm", SlurmError, PACKAGES, BINARIES, "`make slurm-deps` installs Debian's Slurm and munge packages")
+#: Install the Debian packages when a binary is missing (root); True when it installed them.
+install = BED.install
 
 
 @dataclass
@@ -87,37 +91,21 @@ class Cluster:
         return [pid for pid in map(read_pid, self.pidfiles) if pid]
 
 
-def install() -> bool:
-    """Install Debian's Slurm and munge packages when a binary is missing (root); True when it installed them."""
-    if all(map(shutil.which, BINARIES)):
-        return False
-    if os.geteuid() != 0:
-        raise SlurmError("the Slurm packages are missing and installing them needs root: run it as root, or with sudo")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    argv = ["apt-get", "install", "-y", "--no-install-recommends", *PACKAGES]
-    try:
-        _run(argv, timeout=600, env=env)
-    except SlurmError:  # stale package lists: fetch them, then once more
-        _run(["apt-get", "update"], timeout=600, env=env)
-        _run(argv, timeout=600, env=env)
-    return True
-
-
 def up(directory: Path = DEFAULT_DIR, *, timeout: float = READY_TIMEOUT) -> Cluster:
     """Bring a cluster up in `directory` and wait (`timeout` s) for its node to run a task; undone on failure."""
     directory = trusted.safe_path(Path(directory))
     check_can_make(directory)
     made = Made(str(directory), _nodename(), _cpus(), _memory_mib(), _free_ports(2))
     with undone_on_failure(lambda: down(directory)):
-        _data_dir(directory).make()
+        BED.data_dir(directory).make()
         directory.chmod(0o755)  # an empty one of ours given (mkdtemp's 0700): munged's socket needs its x bit
-        _journal(directory).record(made, "directory")
+        BED.journal(directory).record(made, "directory")
         _write_files(made)
         for name in DAEMONS:
             _start(made, name)
         _wait_ready(made, timeout)
         made.complete = True
-        _journal(directory).record(made, "complete")
+        BED.journal(directory).record(made, "complete")
     return _cluster(made)
 
 
@@ -126,7 +114,7 @@ def check_can_make(directory: Path) -> None:
     if os.geteuid() != 0:
         raise SlurmError("needs root (slurmd runs jobs as their users, munged): run it as root, or with sudo")
     directory = trusted.safe_path(directory)
-    _data_dir(directory).check_can_make()
+    BED.data_dir(directory).check_can_make()
     if len(longest := str(directory) + STEP_SOCKET.format(node=_nodename())) > 107:
         raise SlurmError(f"{directory}: too long for the unix sockets under it ({longest}: at most 107 characters)")
 
@@ -228,7 +216,7 @@ def _start(made: Made, name: str) -> None:
     if binary is None:
         raise SlurmError(f"{name} not found: `make slurm-deps` installs Debian's Slurm and munge packages")
     made.daemons.append(name)
-    _journal(made.directory).record(made, name)
+    BED.journal(made.directory).record(made, name)
     out = Path(made.directory, "log", f"{name}.out")
     with out.open("ab") as log:
         argv = [binary, *_daemon_args(made.directory, name)]
@@ -282,16 +270,6 @@ def _env(conf: str) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")} | {"SLURM_CONF": conf}
 
 
-def _data_dir(directory: Path | str) -> DataDir:
-    """The cluster's data directory: its marker and journal."""
-    return DataDir(Path(directory), "slurm", SlurmError)
-
-
-def _journal(directory: Path | str) -> Journal:
-    """The journal of what `up` made in `directory`: its state file."""
-    return _data_dir(directory).journal
-
-
 def _cluster(made: Made) -> Cluster:
     """The client's view of what was made."""
     pidfiles = [_pidfile(made.directory, name) for name in made.daemons]
@@ -301,13 +279,13 @@ def _cluster(made: Made) -> Cluster:
 
 def attach(directory: Path = DEFAULT_DIR) -> Cluster | None:
     """The cluster `up` finished in `directory`, or None (none there, or one whose `up` did not finish)."""
-    made = _data_dir(Path(directory).absolute()).finished(_load_state)
+    made = BED.attach(directory, _load_state)
     return _cluster(made) if made else None
 
 
 def _load_state(directory: Path) -> Made:
     """The state `up` wrote in a trusted `directory`: ours, of the expected form, naming only our daemons."""
-    state = _journal(directory)
+    state = BED.journal(directory)
     made = state.read(Made)
     wrong = [made.directory] if made.directory != str(directory) else []
     wrong += [name for name in made.daemons if name not in DAEMONS]
@@ -319,10 +297,10 @@ def _load_state(directory: Path) -> Made:
 
 def down(directory: Path = DEFAULT_DIR) -> list[str]:
     """Undo what the state file says `up` made: cancel the jobs, stop the daemons, remove the directory."""
-    if (folder := _data_dir(Path(directory).absolute()).ours()) is None:
+    if (folder := BED.data_dir(Path(directory).absolute()).ours()) is None:
         return []
     directory = folder
-    made = _load_state(directory) if _journal(directory).exists() else Made(str(directory), "", 0, 0, [])
+    made = _load_state(directory) if BED.journal(directory).exists() else Made(str(directory), "", 0, 0, [])
     removed = _cancel_jobs(made) + _stop_daemons(made)
     shutil.rmtree(directory)
     return [*removed, f"removed {directory}"]
@@ -358,13 +336,5 @@ def _stop_daemons(made: Made) -> list[str]:
 
 
 def _run(argv: list[str], timeout: float = 60, env: dict[str, str] | None = None, check: bool = True) -> str:
-    """Run a tool (an argument list); its stdout, or (where `check`) SlurmError naming it and what it said."""
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, env=env)
-    except FileNotFoundError:
-        raise SlurmError(f"{argv[0]} not found: `make slurm-deps` installs Debian's Slurm and munge packages") from None
-    except subprocess.TimeoutExpired:
-        raise SlurmError(f"{shlex.join(argv)}: no answer in {timeout:.0f} s") from None
-    if done.returncode != 0 and check:
-        raise SlurmError(f"{shlex.join(argv)}: {(done.stderr or done.stdout).strip() or f'exit {done.returncode}'}")
-    return done.stdout
+    """BED.run with this cluster's default timeout."""
+    return BED.run(argv, timeout, env, check)
