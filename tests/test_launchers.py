@@ -203,6 +203,33 @@ def test_a_case_that_cannot_start_says_why():
     assert launchers.get("local").unavailable(Launch(), 3) is None
 
 
+def test_mpirun_refuses_two_names_of_one_machine_as_two_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Open MPI counts every name of a machine once, so [127.0.0.1, localhost] would fail with its ppr banner:
+    the case is skipped first, naming the two and what gives two nodes on one host."""
+    mpirun = launchers.get("mpirun")
+    monkeypatch.setattr("shutil.which", lambda tool: f"/usr/bin/{tool}")  # the tool's presence is not the point
+    said = mpirun.unavailable(Launch("mpirun", 2, ("127.0.0.1", "localhost")), 2)
+    assert said is not None and "hosts 127.0.0.1 and localhost are one machine" in said and "torchrun" in said
+    assert mpirun.unavailable(Launch("mpirun", 1, ("localhost",)), 2) is None
+
+
+def test_a_distributed_engine_s_case_asks_its_launcher_too(tmp_path: Path) -> None:
+    """dcp and dcp_fast declare reasons of their own (codecs, O_DIRECT) and still get the launcher's: a world size
+    that does not split over the nodes is a skipped row naming it, for every distributed engine."""
+    from gdsbench import runners
+    from gdsbench.runners.base import RunContext
+
+    ctx = RunContext(directory=tmp_path, file_size=1 << 20, launch=Launch("torchrun", 2))
+    for engine in ("dcp", "dcp_fast", "torch_save_ranks"):
+        case = config.from_dict(
+            {"directory": str(tmp_path), "matrix": {"engine": [engine], "pattern": ["save"], "world_size": [3]}},
+            "t.yaml",
+        ).cases[0]
+        assert runners.get(engine).unavailable(case, ctx) == (
+            "launcher torchrun: world_size 3 does not split evenly over 2 nodes"
+        ), engine
+
+
 @pytest.mark.parametrize(
     ("recorded", "cause"),
     [

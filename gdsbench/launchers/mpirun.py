@@ -4,8 +4,10 @@ host (the first) holding the rendezvous. As root, mpirun needs --allow-run-as-ro
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
+import socket
 
 from gdsbench.launchers.base import SECRET_VARIABLE, Launch, Launcher, Program
 from gdsbench.launchers.torchrun import bracketed
@@ -20,6 +22,21 @@ class Mpirun(Launcher):
     tool = "mpirun"
     takes_hosts = True
     telling = r"mpirun noticed|exited on signal|not enough slots|(?i:\berror\b)|^gdsbench\.cli_rank:"
+
+    def unavailable(self, launch: Launch, world_size: int) -> str | None:
+        """As every launcher's, and hosts that are one machine: Open MPI counts every name of a machine as one node,
+        so two names of this host cannot be two nodes (torchrun's `nodes: 2` can)."""
+        found = super().unavailable(launch, world_size)
+        if found or len(launch.hosts) < 2:
+            return found
+        first, *others = launch.hosts
+        same = next((h for h in others if same_machine(first, h)), None)
+        if same is None:
+            return None
+        return (
+            f"launcher mpirun: hosts {first} and {same} are one machine, and Open MPI counts a machine once: "
+            "two nodes on one host are torchrun's (launcher: {name: torchrun, nodes: 2})"
+        )
 
     def failure(self, stderr: str, returncode: int) -> str:
         """A rank's own words or Open MPI's word on a rank that died, else the first paragraph of its first banner (its cause:
@@ -60,6 +77,25 @@ class Mpirun(Launcher):
 
 
 LAUNCHER = Mpirun()
+
+
+def addresses(host: str) -> set[str]:
+    """The addresses a host name resolves to (none where it does not resolve: mpirun then says so itself)."""
+    try:
+        return {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        return set()
+
+
+def same_machine(one: str, other: str) -> bool:
+    """Whether two host names are one machine: a shared address, or both this host's (loopback or its own name's)."""
+    left, right = addresses(one), addresses(other)
+    own = addresses(socket.gethostname())
+
+    def local(found: set[str]) -> bool:
+        return bool(found) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback or a in own for a in found)
+
+    return bool(left & right) or (local(left) and local(right))
 
 
 def banner_cause(stderr: str, most: int = 4) -> str:

@@ -316,9 +316,11 @@ class DistributedRunner(CheckpointRunner):
         more = ["#", f"the same on each of {len(commands)} nodes"] if len(commands) > 1 else []
         return [*commands[0], *more, "#", *super().command(case, ctx)[3:]]
 
-    def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
-        """Why the sweep's launcher cannot start the case's ranks here."""
-        return launchers.get(ctx.launch.name).unavailable(ctx.launch, case.get("world_size"))
+    def unavailable(self, case: Case, ctx: RunContext) -> str | None:
+        """Every engine's reasons (its packages, its workload, its own `cannot_run`), then why the sweep's launcher
+        cannot start the case's ranks here (its tool missing, hosts it cannot use, a world size that does not split)."""
+        found = super().unavailable(case, ctx)
+        return found or launchers.get(ctx.launch.name).unavailable(ctx.launch, case.get("world_size"))
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
         """Save or load the case's workload `checkpoints` times in a row, on `world_size` ranks, and measure it."""
