@@ -479,11 +479,14 @@ def ceph_down(directory: Path) -> None:
     type=click.IntRange(1, 1000),
     default=10,
     show_default=True,
-    help="Checkpoints per phase (summary.json does not record it; the rules' CLOSED runs take 10).",
+    help="Checkpoints per phase where no per-rank stats beside a summary count them (summary.json does not record "
+    "it; the rules' CLOSED runs take 10).",
 )
 def import_summaries(summaries: tuple[Path, ...], output: Path, checkpoints: int) -> None:
-    """Import MLPerf Storage / DLIO checkpointing summary.json files as one results CSV (and sidecar) that
-    report, compare and qualify read beside gdsbench's runs; print its path."""
+    """Import MLPerf Storage / DLIO checkpointing summary.json files, or folders (a run folder, a whole
+    submission: every summary.json under it, with the per-rank stats beside each and the rules edition its path
+    names), as one results CSV (and sidecar) that report, compare and qualify read beside gdsbench's runs; print
+    its path."""
     from gdsbench import mlperf_import
 
     click.echo(str(mlperf_import.import_files(summaries, output, checkpoints)))

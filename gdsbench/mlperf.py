@@ -20,8 +20,34 @@ from fractions import Fraction
 
 from gdsbench.units import GIB
 
+
+@dataclass(frozen=True)
+class Edition:
+    """An edition of the rules, as far as the geometry's runs are judged by it: which subsets it accepts."""
+
+    name: str  # "v3.0"
+    subset_rule: str  # what a subset run must be, in the rules' words ('' : any subset of a model's ranks)
+
+    def subset_valid(self, model: str, world_size: int) -> bool:
+        """Whether the edition accepts a subset run of `model` at `world_size` ranks."""
+        return not self.subset_rule or (model == "llama3-8b" and world_size == 8)
+
+    @property
+    def rules(self) -> str:
+        """Its name as rows and reports say it."""
+        return f"MLPerf Storage {self.name} checkpointing rules"
+
+
+#: The editions a summary can be judged by (Rules.md section 4.3.5): v2.0 took 8-process subsets of every model;
+#: v3.0 "A *subset* run must use the "8B" model and a total of exactly 8 accelerators".
+EDITIONS = {
+    "v2.0": Edition("v2.0", ""),
+    "v3.0": Edition("v3.0", "a subset run must use the 8B model and exactly 8 accelerators"),
+}
+#: The edition gdsbench's own runs of the geometry follow (the current frozen release, package 3.0.x).
+CURRENT = EDITIONS["v3.0"]
 #: Where the geometry comes from (recorded in every row's note and in the report).
-RULES = "MLPerf Storage v2.0 checkpointing rules"
+RULES = CURRENT.rules
 SOURCE = (
     "mlcommons/storage@caa90c9 (configs/dlio/workload/llama3_*.yaml, Submission_guidelines.md 2.2) and "
     "argonne-lcf/dlio_benchmark@e1919d7 (dlio_benchmark/checkpointing/base_checkpointing.py)"
@@ -146,14 +172,20 @@ class Geometry:
             return "subset"
         return "closed" if self.world_size == self.model.closed_ranks else "open"
 
-    def describe(self) -> str:
-        """One line for a row's note: model, ranks, division, scale, and the rules it follows."""
+    def judged(self, edition: Edition = CURRENT) -> str:
+        """The division as `edition` judges it: a subset it does not accept says so, with its rule."""
+        if self.subset and not edition.subset_valid(self.model.name, self.world_size):
+            return f"subset (not valid under {edition.name}: {edition.subset_rule})"
+        return self.division
+
+    def describe(self, edition: Edition = CURRENT) -> str:
+        """One line for a row's note: model, ranks, division (as `edition` judges it), scale, and the rules."""
         ranks = f"{self.world_size} ranks"
         if self.subset:
             ranks = f"ranks 0-{self.world_size - 1} of {self.model.closed_ranks}"
         return (
-            f"MLPerf Storage checkpoint geometry {self.model.name} ({RULES}; not an MLPerf result): {ranks}, "
-            f"{self.division}, TP {self.model.tensor} x PP {self.model.pipeline} x DP {self.data_parallel}, "
+            f"MLPerf Storage checkpoint geometry {self.model.name} ({edition.rules}; not an MLPerf result): {ranks}, "
+            f"{self.judged(edition)}, TP {self.model.tensor} x PP {self.model.pipeline} x DP {self.data_parallel}, "
             f"ZeRO {self.model.zero_stage}, scale {self.scale}"
         )
 

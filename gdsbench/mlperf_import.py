@@ -22,18 +22,17 @@ import math
 import os
 import re
 import shlex
-import stat
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from gdsbench import mlperf, results
+from gdsbench import mlperf, mlperf_runs, results
 from gdsbench.cases import Case
-from gdsbench.columns import FILES, Column, Traits, records
+from gdsbench.columns import FILES, TEXT, Column, Traits, records
 from gdsbench.errors import SummaryError
 from gdsbench.files import replace_file
 from gdsbench.units import GIB
@@ -49,6 +48,10 @@ COLUMNS = (
     Column("checkpoint_seconds_stdev", "s", "DLIO: standard deviation of the checkpoints' durations"),
     Column("nodes", "count", "nodes the ranks ran on (DLIO's num_hosts)"),
     Column("host_memory_bytes", "bytes", "memory of one client host, for the rules' 3x-memory cache check"),
+    Column("max_rank_seconds", "s", "the longest rank's time per checkpoint, mean over them (DLIO's per-rank stats)"),
+    Column(
+        "rules_edition", "", "the MLPerf Storage rules edition the run's folder names (v3.0, v2.0; empty: none)", TEXT
+    ),
 )
 #: Checkpoints per phase of a CLOSED run (Rules.md Table 3); summary.json does not record the count.
 RULES_CHECKPOINTS = 10
@@ -90,6 +93,8 @@ class Summary:
     memory_entries: tuple[float, ...]  # host_memory_GB as written
     potential_caching: tuple[int, ...]
     phases: tuple[Phase, ...]
+    edition: str | None = None  # the rules edition its run folder names (mlperf_runs.edition)
+    ranked: Mapping[str, mlperf_runs.RankPhase] = field(default_factory=dict)  # per-rank stats beside it, by pattern
 
     @property
     def host(self) -> str:
@@ -111,12 +116,17 @@ class Summary:
             "host_memory_GB": list(self.memory_entries),
             "potential_caching": list(self.potential_caching),
             "phases": [phase.pattern for phase in self.phases],
+            "rules_edition": self.edition,
+            "per_rank_stats": {p: r.ranks for p, r in self.ranked.items()},
         }
 
 
 def read_summary(path: Path) -> Summary:
-    """A DLIO checkpointing summary.json, checked; SummaryError naming the file and key otherwise."""
-    return parse(path, _read_file(path))
+    """A DLIO checkpointing summary.json, checked, with the per-rank stats beside it and the edition its folder
+    names; SummaryError naming the file and key otherwise."""
+    summary = parse(path, _read_file(path))
+    ranked = mlperf_runs.rank_phases(summary.path, summary.ranks)
+    return replace(summary, edition=mlperf_runs.edition(summary.path), ranked=ranked)
 
 
 def parse(path: Path, data: bytes) -> Summary:
@@ -150,19 +160,8 @@ def parse(path: Path, data: bytes) -> Summary:
 
 
 def _read_file(path: Path) -> bytes:
-    """A regular file's bytes, at most MAX_FILE_BYTES; never blocks on a FIFO or a device."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError as exc:
-        raise SummaryError(f"{path}: cannot open: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise SummaryError(f"{path}: not a regular file (a summary.json is one)")
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MAX_FILE_BYTES + 1)
-    if len(data) > MAX_FILE_BYTES:
-        raise SummaryError(f"{path}: over {MAX_FILE_BYTES} bytes; a DLIO summary.json is a few KB")
-    return data
+    """A summary.json's bytes, at most MAX_FILE_BYTES (real ones are a few KB); never blocks on a FIFO or a device."""
+    return mlperf_runs.read_file(path, MAX_FILE_BYTES, "a DLIO summary.json", follow=True)
 
 
 def _decode(path: Path, data: bytes) -> dict[str, Any]:
@@ -344,9 +343,12 @@ def run_id(summary: Summary) -> str:
     return f"dlio-{summary.hostname}-{summary.hosts}h-{digest}"
 
 
-def _row(summary: Summary, phase: Phase, checkpoints: int, combined: bool) -> dict[str, Any]:
-    """One phase of one summary as a row: the phase's bytes and I/O time over `checkpoints` checkpoints, DLIO's
-    rate as bw_bytes; a load's cache check (one invocation: nothing cleared the caches between its phases)."""
+def _row(summary: Summary, phase: Phase, given: int, combined: bool) -> dict[str, Any]:
+    """One phase of one summary as a row: the phase's bytes and I/O time over its checkpoints (counted in the
+    per-rank stats, else `given`), DLIO's rate as bw_bytes, the ranks' longest duration where they timed it; a
+    load's cache check (one invocation: nothing cleared the caches between its phases)."""
+    ranked = summary.ranked.get(phase.pattern)
+    checkpoints = ranked.checkpoints if ranked else given
     params = (("pattern", phase.pattern), ("workload", summary.workload), ("world_size", summary.ranks))
     case = Case(ENGINE, (*params, ("scale", 1), ("checkpoints", checkpoints)))
     cache = ("warm" if combined else "") if phase.pattern == "load" else ""
@@ -365,6 +367,8 @@ def _row(summary: Summary, phase: Phase, checkpoints: int, combined: bool) -> di
         "checkpoint_seconds_stdev": phase.checkpoint_seconds_stdev,
         "nodes": summary.hosts,
         "host_memory_bytes": summary.host_memory_bytes,
+        "max_rank_seconds": ranked.max_rank_seconds if ranked else None,
+        "rules_edition": summary.edition,
         "cache": cache,
         "started_at": summary.start,
         "note": note(summary, phase, checkpoints, cache),
@@ -380,10 +384,9 @@ def note(summary: Summary, phase: Phase, checkpoints: int, cache: str) -> str:
         f"imported from DLIO summary.json {summary.path} (sha256 {summary.sha256[:16]}; {summary.start} to "
         f"{summary.end}, the host's clock); an MLPerf result only as MLCommons published it",
         f"MLPerf Storage checkpoint geometry {shape.model.name}: {summary.ranks} ranks on {summary.hosts} host(s), "
-        f"{shape.division}, {summary.checkpoint_bytes / GIB:.1f} GiB per checkpoint",
-        f"DLIO's figures: the mean over the phase's checkpoints of checkpoint_size_GB / duration, timed on rank 0 "
-        f"(no per-rank figures: max_rank_seconds and min_rank_bw_bytes empty); bytes and seconds for {checkpoints} "
-        f"checkpoints (the summary does not record the count: import --checkpoints, the rules' CLOSED count {RULES_CHECKPOINTS})",
+        f"{_judged(summary, shape)}, {summary.checkpoint_bytes / GIB:.1f} GiB per checkpoint",
+        "DLIO's figures: the mean over the phase's checkpoints of checkpoint_size_GB / duration, timed on rank 0",
+        _ranks_note(summary, phase, checkpoints),
         f"memory per host {summary.host_memory_bytes / GIB:.1f} GiB (host_memory_GB: {memory})",
     ]
     if phase.pattern == "load":
@@ -394,6 +397,30 @@ def note(summary: Summary, phase: Phase, checkpoints: int, cache: str) -> str:
             "checkpoints, with memory"
         )
     return "; ".join(parts)
+
+
+def _judged(summary: Summary, shape: mlperf.Geometry) -> str:
+    """The division under the edition the run's folder names (or, unnamed, the current one, said so)."""
+    edition = mlperf.EDITIONS.get(summary.edition or "")
+    if edition is None:
+        return f"{shape.judged()} (the folder names no edition: judged by {mlperf.CURRENT.name})"
+    return f"{shape.judged(edition)} ({edition.rules})"
+
+
+def _ranks_note(summary: Summary, phase: Phase, checkpoints: int) -> str:
+    """Where the per-rank figures and the checkpoint count came from."""
+    ranked = summary.ranked.get(phase.pattern)
+    if ranked is not None:
+        return (
+            f"per-rank stats of {ranked.ranks} ranks (<rank>_per_epoch_stats.json): {checkpoints} checkpoints, the "
+            "longest rank per checkpoint as max_rank_seconds (min_rank_bw_bytes empty: DLIO records no rank's own "
+            "bytes)"
+        )
+    return (
+        f"no per-rank stats beside it (max_rank_seconds and min_rank_bw_bytes empty); bytes and seconds for "
+        f"{checkpoints} checkpoints (the summary does not record the count: import --checkpoints, the rules' CLOSED "
+        f"count {RULES_CHECKPOINTS})"
+    )
 
 
 def columns(made: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
@@ -421,7 +448,7 @@ def metadata(summaries: Sequence[Summary], checkpoints: int) -> dict[str, Any]:
 def import_files(paths: Sequence[Path], output: Path, checkpoints: int = RULES_CHECKPOINTS) -> Path:
     """Check every summary, then write one results CSV and its sidecar into `output`; the CSV's path. Nothing is
     written unless every summary reads; an existing file is never replaced."""
-    summaries = [read_summary(Path(path)) for path in paths]
+    summaries = [read_summary(found) for path in paths for found in mlperf_runs.summaries_under(Path(path))]
     twice = [s.path for i, s in enumerate(summaries) if s.sha256 in {t.sha256 for t in summaries[:i]}]
     if twice:
         raise SummaryError(f"{twice[0]}: the same summary is given twice; each run counts once")

@@ -231,11 +231,15 @@ def test_a_sweep_of_the_geometry_writes_reads_and_reports_it(tmp_path: Path) -> 
     report = CliRunner().invoke(cli, ["report", str(next(out.glob("*.csv"))), "--format", "json"])
     assert report.exit_code == 0, report.output
     [line] = json.loads(report.output)["mlperf_geometry"]
-    assert (line["workload"], line["world_size"], line["division"], line["checkpoints"]) == (
+    assert (line["workload"], line["world_size"], line["checkpoints"], line["rules"]) == (
         "mlperf-llama3-8b",
         2,
-        "subset",
         2,
+        "v3.0",
+    )
+    assert (
+        line["division"]
+        == "subset (not valid under v3.0: a subset run must use the 8B model and exactly 8 accelerators)"
     )
     assert line["write_min_rank_bw_bytes"] == pytest.approx(ran.loc["save", "min_rank_bw_bytes"])
 
@@ -294,3 +298,13 @@ def test_a_loads_check_is_neither_the_phases_time_nor_its_cpu_and_a_failed_one_p
     with pytest.raises(RuntimeError, match="differs"):
         cycle.run_phase([Path("a")], load, lambda: barriers.append("b"), wrong)
     assert len(barriers) == 4  # opening, before the load, around the check: a failing rank meets its peers
+
+
+def test_each_edition_judges_subsets_by_its_own_rule() -> None:
+    """v2.0 took 8-process subsets of every model; v3.0 only the 8B model at exactly 8 accelerators (Rules.md
+    4.3.5): the same run is a valid subset under one and said to be invalid under the other."""
+    seventy = mlperf.geometry("mlperf-llama3-70b", 8)
+    assert seventy.judged(mlperf.EDITIONS["v2.0"]) == "subset"
+    assert seventy.judged(mlperf.EDITIONS["v3.0"]).startswith("subset (not valid under v3.0: a subset run must use")
+    assert mlperf.geometry("mlperf-llama3-8b", 8).judged() == "closed"
+    assert mlperf.RULES == "MLPerf Storage v3.0 checkpointing rules" and "v3.0" in seventy.describe()

@@ -15,7 +15,10 @@ from gdsbench.report import ceilings, mlperf_cache, tables
 from gdsbench.report.derived import Derived, Inputs
 from gdsbench.units import GIB
 
-TITLE = f"MLPerf Storage checkpoint geometry ({mlperf.RULES}; gdsbench's runs of the geometry are not MLPerf results)"
+TITLE = (
+    f"MLPerf Storage checkpoint geometry (gdsbench's runs: {mlperf.RULES}; imports: the edition their folder names; "
+    "gdsbench's runs of the geometry are not MLPerf results)"
+)
 PHASES = {"save": "write", "load": "read"}
 FIGURES = ("min_rank_bw_bytes", "max_rank_seconds", "bw_bytes")
 
@@ -36,7 +39,10 @@ def geometry_runs(frame: pd.DataFrame, metas: Mapping[str, Mapping[str, Any]] | 
     out = []
     for values, group in rows.groupby(keys, sort=False, dropna=False):
         row = dict(zip(["run_id", "host", "workload", "engine", "world_size", "scale", "checkpoints"], values))
-        row["division"] = mlperf.geometry(row["workload"], int(row["world_size"]), row["scale"]).division
+        edition = edition_of(group)
+        shape = mlperf.geometry(row["workload"], int(row["world_size"]), row["scale"])
+        row["rules"] = edition.name if edition is not None else "edition unknown"
+        row["division"] = shape.judged(edition or mlperf.CURRENT)
         for pattern, phase in PHASES.items():
             part = group[group["pattern"] == pattern]
             row[f"{phase}_n"] = len(part)
@@ -44,6 +50,15 @@ def geometry_runs(frame: pd.DataFrame, metas: Mapping[str, Mapping[str, Any]] | 
         row["read_caches"] = mlperf_cache.judge(group[group["pattern"] == "load"], metas or {})
         out.append(row)
     return pd.DataFrame(out)
+
+
+def edition_of(group: pd.DataFrame) -> mlperf.Edition | None:
+    """The rules a group's rows are judged by: an imported summary's edition (`rules_edition`), gdsbench's own runs
+    the current one; None for an import whose edition its folder did not say."""
+    named = group["rules_edition"].dropna().astype(str) if "rules_edition" in group else pd.Series(dtype=str)
+    if named.empty:
+        return mlperf.CURRENT
+    return mlperf.EDITIONS.get(named.iloc[0])
 
 
 def geometry_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
@@ -56,6 +71,7 @@ def geometry_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tu
         "scale",
         "engine",
         "ckpts",
+        "rules",
         "write min rank GiB/s",
         "write max rank s",
         "write GiB/s",
@@ -72,6 +88,7 @@ def geometry_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tu
             _scale(r["scale"]),
             r["engine"],
             str(int(r["checkpoints"])) if not tables.missing(r["checkpoints"]) else "-",
+            str(r["rules"]),
             *(_figure(r[f"{phase}_{f}"], f) for phase in PHASES.values() for f in FIGURES),
             r["read_caches"],
         ]
@@ -104,6 +121,10 @@ TABLE = Derived(
     _compute,
     geometry_rows,
     "engine",
-    {"read caches": mlperf_cache.MEANING},
+    {
+        "read caches": mlperf_cache.MEANING,
+        "rules": "the edition a row is judged by: gdsbench's runs the current one, an import the one its run folder "
+        "names (a v3.0 submission path or code image), 'edition unknown' where it names none",
+    },
     mlperf_cache.notes,
 )

@@ -137,8 +137,9 @@ class TieredCheckpointer:
         return sorted(waited, key=lambda r: r._start)
 
     def _write(self, state_dict: Any, step: int) -> None:
-        """Save durably into tier 0 (a folder ours alone)."""
+        """Save durably into tier 0 (a folder ours alone), once the state fits there (a memory tier's room)."""
         self._tier0.prepare()
+        self._tier0.room_for(state_bytes(state_dict))
         staging = self._staging().within(self.options.buffer_bytes, self.options.chunk_bytes)
         save_to(state_dict, self._tier0.file(step), self.options, self.checksum, staging)
 
@@ -365,6 +366,17 @@ class TieredCheckpointer:
     def __repr__(self) -> str:
         state = "closed" if self._saving is None else "open"
         return f"TieredCheckpointer([{', '.join(repr(str(t)) for t in self.tiers)}], keep={self.keep}, {state})"
+
+
+def state_bytes(state_dict: Any) -> int:
+    """The bytes of a state dict's tensors' storages, each storage once (what a save writes, less its index)."""
+    from .tree import named_tensors
+
+    seen: dict[int, int] = {}
+    for _, tensor in named_tensors(state_dict):
+        storage = tensor.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
 
 
 def _renamed(old: str, new: str) -> None:

@@ -1,6 +1,7 @@
 """Where a checkpoint may be, resolved once: each scheme is a module declaring its Place (files.py: a path with no
 scheme; objects.py: `s3://bucket/prefix`), and `place(location)` turns a location into the place every entry point
-asks. A URL of another scheme is UnsupportedLocation, never a folder named `gs:`. Adding a place is one module
+asks; memory.py: `memory://name`, a folder in RAM). A URL of another scheme is UnsupportedLocation, never a
+folder named `gs:`. Adding a place is one module
 and its line in PLACES."""
 
 from __future__ import annotations
@@ -9,10 +10,10 @@ import os
 import re
 
 from ..errors import UnsupportedLocation
-from . import files, objects
+from . import files, memory, objects
 from .base import Place, Source, Target, Traits
 
-PLACES: dict[str, type[Place]] = {module.SCHEME: module.PLACE for module in (files, objects)}
+PLACES: dict[str, type[Place]] = {module.SCHEME: module.PLACE for module in (files, memory, objects)}
 SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 

@@ -88,6 +88,9 @@ class LocalTier:
         """Make the folder (0700) if missing; UnsafeLocation where it, or a folder on the way, is not safe."""
         resolved_folder(self.path, create=True, alone=True)
 
+    def room_for(self, nbytes: int) -> None:
+        """Nothing asked before a save of files: the file system's ENOSPC says it while writing (StorageFull)."""
+
     def steps(self) -> list[int]:
         """The steps of the checkpoint files here: regular files of this user's (no link followed) of ckptio's names
         only, in a folder that is ours alone (UnsafeLocation otherwise)."""

@@ -1,0 +1,104 @@
+"""The memory place (`memory://name`): a tier in RAM that outlives the process that saved it, made ours alone in a
+shared /dev/shm, refused where it would not fit or is not in memory (issue 39, part 2: the RAM tier)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from ckptio import TieredCheckpointer
+from ckptio.errors import InvalidLocation, StorageFull, UnsafeLocation
+from ckptio.places import memory, place
+from ckptio.records import Restored
+
+from tests.checkpoint.conftest import assert_same
+
+pytestmark = pytest.mark.timeout(120)
+STATE = {"w": torch.arange(1 << 16, dtype=torch.float32), "b": torch.ones(7, dtype=torch.bfloat16)}
+
+
+@pytest.fixture
+def shm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A shared sticky folder in /dev/shm (as /dev/shm itself is), standing for it in this test."""
+    made = Path(tempfile.mkdtemp(prefix="ckptio-test-shm-", dir="/dev/shm"))
+    made.chmod(0o1777)
+    monkeypatch.setattr(memory, "SHARED_MEMORY", str(made))
+    yield made
+    shutil.rmtree(made)
+
+
+def test_a_memory_tier_is_private_in_ram_and_drains_to_disk(shm: Path, tmp_path: Path) -> None:
+    where = place("memory://run1")
+    assert where.traits.survives == "process" and where.path == str(shm / f"ckptio-{os.geteuid()}" / "run1")
+    with TieredCheckpointer(["memory://run1", tmp_path / "disk"]) as ckpt:
+        saved = ckpt.save(STATE, 3)
+        saved.wait()
+        assert sorted(saved.durable_seconds) == [0, 1]
+        assert_same(STATE, ckpt.load())
+        assert isinstance(ckpt.last, Restored) and (ckpt.last.step, ckpt.last.tier) == (3, 0)
+    for folder in (shm / f"ckptio-{os.geteuid()}", shm / f"ckptio-{os.geteuid()}" / "run1"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert memory.file_system(where.path) == "tmpfs" and (tmp_path / "disk" / "step-000000000003.ckpt").is_file()
+
+
+def test_the_memory_copy_outlives_the_process_that_saved_it(shm: Path) -> None:
+    """A process saves into memory and is SIGKILLed; a new one restores that step from RAM, exact."""
+    code = (
+        "import os, signal, sys, torch\n"
+        "from ckptio.places import memory\n"
+        "memory.SHARED_MEMORY = sys.argv[1]\n"
+        "from ckptio import TieredCheckpointer\n"
+        "ckpt = TieredCheckpointer(['memory://crash'])\n"
+        "ckpt.save({'w': torch.arange(1 << 16, dtype=torch.float32), 'b': torch.ones(7, dtype=torch.bfloat16)}, 9)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(shm)], capture_output=True, timeout=120)
+    assert done.returncode == -signal.SIGKILL
+    with TieredCheckpointer(["memory://crash"]) as ckpt:
+        assert_same(STATE, ckpt.load())
+        assert ckpt.last is not None and ckpt.last.step == 9
+
+
+def test_a_save_that_would_not_fit_in_memory_is_refused_before_a_byte(
+    shm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1 << 10)
+    said = r"a save of 262158 bytes does not fit in memory: 1024 bytes available"
+    with TieredCheckpointer(["memory://small"]) as ckpt, pytest.raises(StorageFull, match=said):
+        ckpt.save(STATE, 1)
+    assert list((shm / f"ckptio-{os.geteuid()}" / "small").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("location", "said"),
+    [
+        ("memory://../up", "expected memory://name"),
+        ("memory://a/./b", "expected memory://name"),
+        ("memory://", "expected memory://name"),
+        ("memory://a b", "expected memory://name"),
+        ("memory:///proc/x", "/proc/x is on proc, not in memory"),
+    ],
+)
+def test_a_memory_location_is_a_plain_name_or_a_ram_folder(location: str, said: str) -> None:
+    with pytest.raises(InvalidLocation, match=said):
+        place(location)
+    assert place("memory:///dev/shm/somewhere").path == "/dev/shm/somewhere"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: another user's folder is made with chown")
+def test_a_per_user_folder_another_user_made_first_is_refused(shm: Path) -> None:
+    squatted = shm / f"ckptio-{os.geteuid()}"
+    squatted.mkdir(mode=0o777)
+    os.chown(squatted, 65534, 65534)
+    with TieredCheckpointer(["memory://job"]) as ckpt, pytest.raises(UnsafeLocation, match="uid 65534"):
+        ckpt.save(STATE, 1)
+    assert list(squatted.iterdir()) == []

@@ -1,0 +1,124 @@
+"""`gdsbench import` of a whole MLPerf Storage v3.0 submission folder (tests/data/mlperf-submission: Alluxio's
+llama3-8b checkpointing runs as MLCommons published them, README.md names them): every summary.json under it, the
+per-rank stats beside each (the checkpoints counted, the rules' longest-rank duration), the edition its path names;
+a run folder with a rank's stats missing, forged or planted is refused by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gdsbench import mlperf_import, mlperf_runs, results
+from gdsbench.cli import cli
+from gdsbench.errors import SummaryError
+from gdsbench.report import summary as report_summary
+
+SUBMISSION = Path(__file__).parent / "data" / "mlperf-submission"
+MODEL = SUBMISSION / "closed/Alluxio/results/aws_r5n24xlarge_i3en12xlarge_1c_1s_8h/checkpointing/llama3-8b"
+WRITE, READ = MODEL / "20260708_064613", MODEL / "20260708_065100"
+
+
+def longest_rank(folder: Path, pattern: str) -> float:
+    """The rules' duration, computed here from the files: per checkpoint the longest rank's, then the mean."""
+    per_rank = []
+    for rank in range(8):
+        epoch = json.loads((folder / f"{rank}_per_epoch_stats.json").read_text())["1"]
+        per_rank.append([epoch[f"{pattern}_ckpt{n}"]["duration"] for n in range(1, 11)])
+    return statistics.fmean(max(durations) for durations in zip(*per_rank))
+
+
+def test_a_submission_folder_imports_every_run_with_its_ranks_and_its_edition(tmp_path: Path) -> None:
+    assert mlperf_runs.summaries_under(SUBMISSION) == [WRITE / "summary.json", READ / "summary.json"]
+    done = CliRunner().invoke(cli, ["import", str(SUBMISSION), "-o", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    frame = results.load([Path(done.output.strip())]).set_index("pattern")
+    assert list(frame["rules_edition"]) == ["v3.0", "v3.0"] and list(frame["checkpoints"]) == [10, 10]
+    for pattern, folder in (("save", WRITE), ("load", READ)):
+        assert frame.loc[pattern, "max_rank_seconds"] == pytest.approx(longest_rank(folder, pattern), rel=1e-12)
+        assert "per-rank stats of 8 ranks" in frame.loc[pattern, "note"]
+        assert "closed (MLPerf Storage v3.0 checkpointing rules)" in frame.loc[pattern, "note"]
+    assert frame.loc["save", "max_rank_seconds"] >= frame.loc["save", "checkpoint_seconds"] * 0.99
+    table = report_summary.build(results.load([Path(done.output.strip())])).table("mlperf_geometry")
+    assert table is not None
+    [cells] = [dict(zip(table.header, r)) for r in table.rows]
+    assert (cells["rules"], cells["ranks"]) == ("v3.0", "8 (closed)") and cells["write max rank s"] != "-"
+
+
+def test_a_summary_alone_names_no_edition_and_keeps_the_given_count(tmp_path: Path) -> None:
+    """Outside its run folder nothing says the edition or the checkpoints: said so, never guessed."""
+    alone = tmp_path / "summary.json"
+    shutil.copy(WRITE / "summary.json", alone)
+    summary = mlperf_import.read_summary(alone)
+    assert summary.edition is None and summary.ranked == {}
+    [row] = mlperf_import.rows([summary], 7)
+    assert row["checkpoints"] == 7 and row["max_rank_seconds"] is None and row["rules_edition"] is None
+    assert "the folder names no edition: judged by v3.0" in row["note"] and "no per-rank stats" in row["note"]
+
+
+def copied_run(tmp_path: Path) -> Path:
+    """The write invocation's folder, copied under a v3.0 submission's path."""
+    run = tmp_path / "closed/Org/results/sys/checkpointing/llama3-8b/20260708_064613"
+    shutil.copytree(WRITE, run)
+    return run
+
+
+def test_a_run_folder_missing_a_rank_s_stats_is_refused_naming_it(tmp_path: Path) -> None:
+    run = copied_run(tmp_path)
+    (run / "5_per_epoch_stats.json").unlink()
+    with pytest.raises(SummaryError, match=r"per-rank stats for 7 of the summary's 8 ranks \(missing rank 5\)"):
+        mlperf_import.read_summary(run / "summary.json")
+
+
+@pytest.mark.parametrize(
+    ("forge", "said"),
+    [
+        (lambda d: d["1"]["save_ckpt3"].update(duration=-1.0), r"1\.save_ckpt3\.duration: expected seconds above 0"),
+        (lambda d: d["1"]["save_ckpt3"].update(duration="22"), r"1\.save_ckpt3\.duration: expected seconds"),
+        (lambda d: d["1"].pop("save_ckpt10"), r"ranks' save checkpoints differ in number \(\[9, 10\]\)"),
+    ],
+)
+def test_a_forged_rank_file_is_refused_by_name(tmp_path: Path, forge, said: str) -> None:
+    run = copied_run(tmp_path)
+    path = run / "3_per_epoch_stats.json"
+    doc = json.loads(path.read_text())
+    forge(doc)
+    path.write_text(json.dumps(doc))
+    with pytest.raises(SummaryError, match=said):
+        mlperf_import.read_summary(run / "summary.json")
+
+
+def test_a_planted_link_or_fifo_is_never_read(tmp_path: Path) -> None:
+    run = copied_run(tmp_path)
+    secret = tmp_path / "secret.json"
+    secret.write_text("{}")
+    (run / "2_per_epoch_stats.json").unlink()
+    (run / "2_per_epoch_stats.json").symlink_to(secret)
+    with pytest.raises(SummaryError, match=r"2_per_epoch_stats\.json: cannot open"):
+        mlperf_import.read_summary(run / "summary.json")
+    (run / "2_per_epoch_stats.json").unlink()
+    os.mkfifo(run / "2_per_epoch_stats.json")
+    with pytest.raises(SummaryError, match=r"2_per_epoch_stats\.json: not a regular file"):
+        mlperf_import.read_summary(run / "summary.json")
+
+
+def test_a_folder_without_a_summary_is_a_named_error(tmp_path: Path) -> None:
+    with pytest.raises(SummaryError, match=r"no summary\.json under it"):
+        mlperf_runs.summaries_under(tmp_path)
+    done = CliRunner().invoke(cli, ["import", str(tmp_path), "-o", str(tmp_path / "out")])
+    assert done.exit_code == 2 and "no summary.json under it" in done.output and "Traceback" not in done.output
+
+
+def test_v2_0_s_run_folder_is_named_by_its_metadata(tmp_path: Path) -> None:
+    """mlpstorage v2.0's path (no submission levels) and metadata (args.closed, a boolean) say v2.0; its v2.0 rules
+    accepted subsets that v3.0's do not."""
+    run = tmp_path / "results/checkpointing/llama3-8b/20250601_120000"
+    shutil.copytree(WRITE, run)
+    assert mlperf_runs.edition(run / "summary.json") is None  # the path alone says nothing
+    (run / "checkpointing_20250601_120000_metadata.json").write_text(json.dumps({"args": {"closed": True}}))
+    assert mlperf_runs.edition(run / "summary.json") == "v2.0"
