@@ -48,7 +48,6 @@ COLUMNS = (
     Column("checkpoint_seconds_stdev", "s", "DLIO: standard deviation of the checkpoints' durations"),
     Column("nodes", "count", "nodes the ranks ran on (DLIO's num_hosts)"),
     Column("host_memory_bytes", "bytes", "memory of one client host, for the rules' 3x-memory cache check"),
-    Column("max_rank_seconds", "s", "the longest rank's time per checkpoint, mean over them (DLIO's per-rank stats)"),
     Column(
         "rules_edition", "", "the MLPerf Storage rules edition the run's folder names (v3.0, v2.0; empty: none)", TEXT
     ),

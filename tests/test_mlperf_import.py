@@ -332,7 +332,6 @@ def test_import_writes_a_results_file_the_report_shows_beside_a_gdsbench_run(tmp
         "checkpoint_seconds_stdev",
         "nodes",
         "host_memory_bytes",
-        "max_rank_seconds",
         "rules_edition",
     }
     frame = results.load([SAMPLE, csv])
