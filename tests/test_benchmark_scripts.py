@@ -110,3 +110,13 @@ def test_load_phases_splits_a_dcp_load_in_every_condition_and_cleans_up(disk_tmp
 def test_fresh_pages_times_first_touch_with_each_page_size() -> None:
     out = run("benchmarks/fresh_pages.py", "--sizes", "4M", "8M")
     assert len(re.findall(r"^\d+ MiB: GB/s huge \[[\d., ]+\] small \[[\d., ]+\]$", out, re.M)) == 2
+
+
+def test_memory_tier_times_each_way_against_the_copy_and_leaves_no_folder() -> None:
+    out = run("benchmarks/memory_tier.py", "--size", "16M", "--rounds", "2")
+    folder = re.search(r"memory tier (\S+)$", out, re.M)
+    assert folder is not None and not Path(folder.group(1)).exists()
+    ways = dict(
+        re.findall(r"^(copy|save|async stall|async durable|load)\s+[\d.]+ s\s+[\d.]+ GB/s\s+([\d.]+)x", out, re.M)
+    )
+    assert set(ways) == {"copy", "save", "async stall", "async durable", "load"} and ways["copy"] == "1.00"
