@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from ckptio import TieredCheckpointer
-from ckptio.errors import InvalidLocation, StorageFull, UnsafeLocation
+from ckptio.errors import InvalidLocation, NotDurable, StorageFull, UnsafeLocation
 from ckptio.places import memory, place
 from ckptio.records import Restored
 
@@ -102,3 +102,23 @@ def test_a_per_user_folder_another_user_made_first_is_refused(shm: Path) -> None
     with TieredCheckpointer(["memory://job"]) as ckpt, pytest.raises(UnsafeLocation, match="uid 65534"):
         ckpt.save(STATE, 1)
     assert list(squatted.iterdir()) == []
+
+
+def test_an_exit_with_the_newest_step_only_in_memory_is_refused_unless_allowed(
+    shm: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The farthest tier cannot take the step (a file stands where its folder should be): the drain fails, and the
+    `with` block's end raises NotDurable naming the step and why, after freeing everything; with
+    require_durable=False the same exit is allowed; a block already raising keeps its own error."""
+    far = tmp_path / "far"
+    far.write_text("not a folder")
+    said = r"step 4, the newest save, is not durable in the farthest tier: tier 1 \(.*far\): .*Not a directory"
+    with pytest.raises(NotDurable, match=said) as lost, TieredCheckpointer(["memory://exit", far]) as ckpt:
+        ckpt.save(STATE, 4)
+    assert lost.value.step == 4 and list(lost.value.missing) == [1] and ckpt._saving is None  # freed first
+    with TieredCheckpointer(["memory://exit", far], require_durable=False) as allowed:
+        allowed.save(STATE, 5)
+    with pytest.raises(KeyError, match="the block's own"), TieredCheckpointer(["memory://exit", far]) as ckpt:
+        ckpt.save(STATE, 6)
+        raise KeyError("the block's own")
+    assert "step 6, the newest save, is not durable" in caplog.text

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 from ckptio import IOOptions, TieredCheckpointer, Writer, load, save
-from ckptio.errors import CheckpointError, NoCheckpoint, ObjectStoreError
+from ckptio.errors import CheckpointError, NoCheckpoint, NotDurable, ObjectStoreError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -157,11 +157,14 @@ def test_a_dcp_save_and_a_tier_drain_to_a_stalled_store_end_within_their_limits(
         dcp.save({"w": torch.zeros(1024)}, storage_writer=Writer("s3://bucket/dcp", options=OPTIONS))
     assert "cancelled" in str(caught.value)
     assert time.monotonic() - started < 2 * (OPTIONS.operation_seconds + SLACK_S)
-    with TieredCheckpointer([tmp_path / "t0", "s3://bucket/tiers"], options=OPTIONS) as ckpt:
+    lost = pytest.raises(
+        NotDurable, match=r"step 1, the newest save, is not durable in the farthest tier: tier 1 .*cancelled"
+    )
+    with lost, TieredCheckpointer([tmp_path / "t0", "s3://bucket/tiers"], options=OPTIONS) as ckpt:
         record = ckpt.save(STATE, 1)
         assert record.wait(timeout=OPTIONS.operation_seconds + SLACK_S, tier=1)
         assert "cancelled" in record.errors[1], record
-        assert record.durable_seconds.keys() == {0}
+        assert record.durable_seconds.keys() == {0}  # and the exit says the step lives only locally
 
 
 def test_the_limits_are_options_with_documented_defaults_and_bad_values_are_refused() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 from ckptio import CheckpointError, TieredCheckpointer, load
-from ckptio.errors import AsyncSaveFailed, NoCheckpoint, OptionError, UnsupportedLocation
+from ckptio.errors import AsyncSaveFailed, NoCheckpoint, NotDurable, OptionError, UnsupportedLocation
 from ckptio.format import read_index
 from ckptio.records import Restored, Skipped
 
@@ -130,7 +130,8 @@ def test_a_tier0_copy_damaged_before_its_drain_is_never_durable_and_keep_removes
     import threading
 
     t0, t1 = tmp_path / "local", tmp_path / "far"
-    with TieredCheckpointer([t0, t1], keep=1) as ckpt:
+    closing = pytest.raises(NotDurable, match=r"step 2, the newest save, is not durable in the farthest tier: tier 1")
+    with closing, TieredCheckpointer([t0, t1], keep=1) as ckpt:  # and its end says so: step 2 is only local
         ckpt.save(state(1), 1)
         ckpt.wait_drained()
         busy = threading.Event()

@@ -202,6 +202,19 @@ class NoCheckpoint(CheckpointError):
         super().__init__(f"no checkpoint that verifies in {', '.join(tiers)}: " + (tried or "no tier holds one"))
 
 
+class NotDurable(CheckpointError):
+    """A TieredCheckpointer closed while its newest save was not durable in its farthest tier (its copies in nearer
+    tiers, such as memory, go with the node): `step`, and `missing`, each such tier with why it lacks the step."""
+
+    def __init__(self, step: int, missing: dict[int, str], tiers: list[str]) -> None:
+        self.step, self.missing = step, missing
+        said = "; ".join(f"tier {i} ({tiers[i]}): {why}" for i, why in sorted(missing.items()))
+        super().__init__(
+            f"step {step}, the newest save, is not durable in the farthest tier: {said}; it lives only in nearer "
+            "tiers (TieredCheckpointer(require_durable=False) allows such an exit)"
+        )
+
+
 class UnsafeLocation(CheckpointError, PermissionError):
     """A folder a save or a tier would write in that another user controls (owns it or an ancestor, can write it,
     planted a link on the way or a file at the name): refused before a byte is written."""

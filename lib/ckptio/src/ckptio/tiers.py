@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import integrity
 from . import tier_stores as stores
-from .errors import AsyncSaveFailed, CheckpointError, NoCheckpoint, OptionError, StateDictMismatch
+from .errors import AsyncSaveFailed, CheckpointError, NoCheckpoint, NotDurable, OptionError, StateDictMismatch
 from .loading import device_of
 from .memory import StagingCache
 from .options import IOOptions, resolve
@@ -52,6 +52,9 @@ class TieredCheckpointer:
             file a drain still needs.
         options: how to move the bytes (host defaults if None).
         checksum: "xxh3" (default), "crc32c" or None, for every save.
+        require_durable: `close()` (and the `with` block's end) raises NotDurable, after freeing everything, where
+            the newest save is not durable in the farthest tier once the drains were waited for and retried (a
+            memory-only exit loses that step with the node). False allows such an exit (default True).
 
     The verbs are a Checkpointer's: `save` (returns its TierSave), `load` and `load_into` (return the state, as
     ckptio.load and load_into do); `last` is the newest call's record (a TierSave, or the Restored a load made:
@@ -72,8 +75,10 @@ class TieredCheckpointer:
         keep: int | Sequence[int] | None = None,
         options: IOOptions | None = None,
         checksum: str | None = "xxh3",
+        require_durable: bool = True,
     ) -> None:
         integrity.normalize(checksum)
+        self.require_durable = require_durable
         self.options = resolve(options)
         self.tiers: list[Tier] = stores.places(tiers, self.options)
         self.keep = stores.keep_counts(keep, len(self.tiers))
@@ -92,6 +97,7 @@ class TieredCheckpointer:
         self._needed: dict[int, int] = {}  # step -> drains that will read its tier-0 file
         self._undrained: dict[int, TierSave] = {}  # tier -> the newest save not durable there, to retry
         self.last: TierSave | Restored | None = None  # the newest save's TierSave or load's Restored
+        self._saved: TierSave | None = None  # the newest save's, which close() holds to the farthest tier
 
     # -- saves ------------------------------------------------------------------------------------
 
@@ -116,7 +122,7 @@ class TieredCheckpointer:
             staged = self._host_copy().stage(state_dict)
             self._writing = (self._writer.submit(self._write_behind, record, staged), record)
         record.stall_seconds = time.monotonic() - start
-        self.last = record
+        self.last = self._saved = record
         return record
 
     def wait_drained(self, timeout: float | None = None) -> list[TierSave]:
@@ -343,10 +349,12 @@ class TieredCheckpointer:
         return self._saving
 
     def close(self) -> None:
-        """Wait for the background work (retrying undrained steps once), then free the buffers (idempotent)."""
+        """Wait for the background work (retrying undrained steps once), then free the buffers (idempotent); with
+        `require_durable`, NotDurable where the newest save did not reach the farthest tier."""
         if self._saving is None:
             return
         self.wait_drained()
+        newest = self._saved
         self._writer.shutdown()
         self._drainer.shutdown()
         self._saving.close()
@@ -356,12 +364,27 @@ class TieredCheckpointer:
             self._host.close()
         for tier in self.tiers:
             tier.forget()
+        self._check_durable(newest)
+
+    def _check_durable(self, newest: TierSave | None) -> None:
+        """NotDurable where `require_durable` and the newest save is not in the farthest tier."""
+        farthest = len(self.tiers) - 1
+        if not self.require_durable or newest is None or farthest in newest.durable_seconds:
+            return
+        missing = {farthest: newest.errors.get(farthest, "not drained")}
+        raise NotDurable(newest.step, missing, [str(t) for t in self.tiers])
 
     def __enter__(self) -> TieredCheckpointer:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        """Close; a block that is already raising keeps its own error (a NotDurable is then logged, not raised)."""
+        try:
+            self.close()
+        except NotDurable as lost:
+            if error is None:
+                raise
+            log.error("%s", lost)
 
     def __repr__(self) -> str:
         state = "closed" if self._saving is None else "open"
