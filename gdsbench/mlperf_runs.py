@@ -34,7 +34,7 @@ MAX_DEPTH = 12
 MAX_STATS_BYTES = 1 << 20
 RANK_STATS = re.compile(r"(\d{1,6})_per_epoch_stats\.json")
 CHECKPOINT_KEY = re.compile(r"(save|load)_ckpt(\d{1,6})")
-PATTERNS = {"save": "save", "load": "load"}
+PATTERNS = ("save", "load")  # DLIO's save_ckpt<N> and load_ckpt<N>
 #: A v3.0 submission's run folder: <mode>/<org>/results/<system>/checkpointing/<model>/<datetime>.
 SUBMISSION = re.compile(r"(?:^|/)(closed|open)/[^/]+/results/[^/]+/checkpointing/[^/]+/\d{8}_\d{6}$")
 #: mlpstorage v2.0's: <results>/checkpointing/<model>/<datetime>, nothing of a submission above it.

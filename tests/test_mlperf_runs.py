@@ -9,10 +9,13 @@ import json
 import os
 import shutil
 import statistics
+import tempfile
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gdsbench import mlperf_import, mlperf_runs, results
 from gdsbench.cli import cli
@@ -122,3 +125,29 @@ def test_v2_0_s_run_folder_is_named_by_its_metadata(tmp_path: Path) -> None:
     assert mlperf_runs.edition(run / "summary.json") is None  # the path alone says nothing
     (run / "checkpointing_20250601_120000_metadata.json").write_text(json.dumps({"args": {"closed": True}}))
     assert mlperf_runs.edition(run / "summary.json") == "v2.0"
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.sampled_from(["1", "2", "save_ckpt1", "load_ckpt2", "duration", "x"]), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(doc=JSON)
+def test_any_rank_file_reads_or_is_refused_by_name(doc: object) -> None:
+    """Whatever a rank file holds, it gives durations (each above 0, in checkpoint order) or a SummaryError naming the
+    file; never another exception."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "0_per_epoch_stats.json"
+        path.write_text(json.dumps(doc))
+        try:
+            found = mlperf_runs._durations(path)
+        except SummaryError as exc:
+            assert str(path) in str(exc)
+            return
+    assert set(found) <= {"save", "load"} and all(d > 0 for durations in found.values() for d in durations)

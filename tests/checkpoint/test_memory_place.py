@@ -19,6 +19,8 @@ from ckptio import TieredCheckpointer
 from ckptio.errors import InvalidLocation, NotDurable, StorageFull, UnsafeLocation
 from ckptio.places import memory, place
 from ckptio.records import Restored
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.checkpoint.conftest import assert_same
 
@@ -122,3 +124,16 @@ def test_an_exit_with_the_newest_step_only_in_memory_is_refused_unless_allowed(
         ckpt.save(STATE, 6)
         raise KeyError("the block's own")
     assert "step 6, the newest save, is not durable" in caplog.text
+
+
+@given(name=st.text(max_size=40))
+def test_any_memory_name_stays_in_the_user_s_folder_or_is_refused(name: str) -> None:
+    """No name reaches outside /dev/shm/ckptio-<uid> (no '..', no absolute turn, no odd bytes): a path there, or
+    InvalidLocation."""
+    if name.startswith("/"):
+        return  # memory:///path is a RAM folder the user names, checked by its file system
+    try:
+        where = memory.parse(f"memory://{name}")
+    except InvalidLocation:
+        return
+    assert os.path.normpath(where) == where and where.startswith(memory.user_root() + "/")
