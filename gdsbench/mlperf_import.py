@@ -49,7 +49,10 @@ COLUMNS = (
     Column("nodes", "count", "nodes the ranks ran on (DLIO's num_hosts)"),
     Column("host_memory_bytes", "bytes", "memory of one client host, for the rules' 3x-memory cache check"),
     Column(
-        "rules_edition", "", "the MLPerf Storage rules edition the run's folder names (v3.0, v2.0; empty: none)", TEXT
+        "rules_edition",
+        "",
+        "the MLPerf Storage rules edition the run's folder names (v3.0, v2.0; unknown: it names none)",
+        TEXT,
     ),
 )
 #: Checkpoints per phase of a CLOSED run (Rules.md Table 3); summary.json does not record the count.
@@ -367,7 +370,7 @@ def _row(summary: Summary, phase: Phase, given: int, combined: bool) -> dict[str
         "nodes": summary.hosts,
         "host_memory_bytes": summary.host_memory_bytes,
         "max_rank_seconds": ranked.max_rank_seconds if ranked else None,
-        "rules_edition": summary.edition,
+        "rules_edition": summary.edition or "unknown",  # never empty: empty is a gdsbench run's (the current edition)
         "cache": cache,
         "started_at": summary.start,
         "note": note(summary, phase, checkpoints, cache),
@@ -401,9 +404,13 @@ def note(summary: Summary, phase: Phase, checkpoints: int, cache: str) -> str:
 def _judged(summary: Summary, shape: mlperf.Geometry) -> str:
     """The division under the edition the run's folder names (or, unnamed, the current one, said so)."""
     edition = mlperf.EDITIONS.get(summary.edition or "")
-    if edition is None:
-        return f"{shape.judged()} (the folder names no edition: judged by {mlperf.CURRENT.name})"
-    return f"{shape.judged(edition)} ({edition.rules})"
+    if edition is not None:
+        return f"{shape.judged(edition)} ({edition.rules})"
+    if summary.edition:
+        return (
+            f"{shape.judged()} ({summary.edition}: an edition gdsbench does not know; judged by {mlperf.CURRENT.name})"
+        )
+    return f"{shape.judged()} (the folder names no edition: judged by {mlperf.CURRENT.name})"
 
 
 def _ranks_note(summary: Summary, phase: Phase, checkpoints: int) -> str:

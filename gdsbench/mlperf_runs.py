@@ -52,7 +52,10 @@ def summaries_under(path: Path) -> list[Path]:
         if len(Path(folder).parts) - base >= MAX_DEPTH:
             subfolders.clear()
         if SUMMARY in files:
-            found.append(Path(folder) / SUMMARY)
+            candidate = Path(folder) / SUMMARY
+            if candidate.is_symlink():
+                raise SummaryError(f"{candidate}: a link, not followed inside a folder (name the file it points to)")
+            found.append(candidate)
             if len(found) > MAX_SUMMARIES:
                 raise SummaryError(f"{path}: more than {MAX_SUMMARIES} summary.json files under it; import a part")
     if not found:
@@ -146,20 +149,22 @@ def edition(summary: Path) -> str | None:
 
 def _code_image_version(folder: Path) -> str | None:
     """mlpstorage's version as a v3.0 run's code image records it: `.mlps-code-image` names `<algorithm>:<hash>`,
-    whose `code-<hash8>/.code-hash.json` (in the organisation's folder, above `results/`) holds it."""
+    whose `code-<hash8>/.code-hash.json` sits in the organisation's folder (the one holding `results/`); nothing
+    else above the run is read."""
     pointer = folder / CODE_IMAGE
-    if not pointer.is_file() or pointer.is_symlink():
+    parts = folder.parts
+    if not pointer.is_file() or pointer.is_symlink() or "results" not in parts:
         return None
     digest = _small_text(pointer).strip().rpartition(":")[2]
     if not re.fullmatch(r"[0-9a-f]{8,64}", digest):
         return None
-    for above in folder.parents:
-        record = above / f"code-{digest[:8]}" / ".code-hash.json"
-        if record.is_file() and not record.is_symlink():
-            found = _json(record, 1 << 16)
-            version = found.get("mlpstorage_version") if isinstance(found, dict) else None
-            return str(version) if isinstance(version, str) else None
-    return None
+    organisation = Path(*parts[: len(parts) - 1 - parts[::-1].index("results")])
+    record = organisation / f"code-{digest[:8]}" / ".code-hash.json"
+    if not record.is_file() or record.is_symlink():
+        return None
+    found = _json(record, 1 << 16)
+    version = found.get("mlpstorage_version") if isinstance(found, dict) else None
+    return str(version) if isinstance(version, str) else None
 
 
 def _v2_metadata(folder: Path) -> bool:

@@ -60,7 +60,7 @@ def test_a_summary_alone_names_no_edition_and_keeps_the_given_count(tmp_path: Pa
     summary = mlperf_import.read_summary(alone)
     assert summary.edition is None and summary.ranked == {}
     [row] = mlperf_import.rows([summary], 7)
-    assert row["checkpoints"] == 7 and row["max_rank_seconds"] is None and row["rules_edition"] is None
+    assert row["checkpoints"] == 7 and row["max_rank_seconds"] is None and row["rules_edition"] == "unknown"
     assert "the folder names no edition: judged by v3.0" in row["note"] and "no per-rank stats" in row["note"]
 
 
@@ -151,3 +151,41 @@ def test_any_rank_file_reads_or_is_refused_by_name(doc: object) -> None:
             assert str(path) in str(exc)
             return
     assert set(found) <= {"save", "load"} and all(d > 0 for durations in found.values() for d in durations)
+
+
+def test_a_summary_link_inside_a_folder_is_not_followed(tmp_path: Path) -> None:
+    run = copied_run(tmp_path)
+    (run / "summary.json").unlink()
+    (run / "summary.json").symlink_to("/etc/passwd")
+    with pytest.raises(SummaryError, match=r"summary\.json: a link, not followed inside a folder"):
+        mlperf_runs.summaries_under(tmp_path)
+
+
+def test_the_code_image_s_version_names_the_edition(tmp_path: Path) -> None:
+    """A v3.0 run's `.mlps-code-image` leads to its organisation's `code-<hash8>/.code-hash.json` (the layout of
+    mlcommons/storage_results_v3.0): its mlpstorage_version is the edition, whatever the path's shape."""
+    org = tmp_path / "NVIDIA"
+    run = org / "results/sys/checkpointing/llama3-8b/20260708_064613"
+    shutil.copytree(WRITE, run)
+    digest = "98929eb5a35d1bd743b626279a4171ab"
+    (run / ".mlps-code-image").write_text(f"md5-tree-v2:{digest}")
+    (org / "code-98929eb5").mkdir()
+    (org / "code-98929eb5/.code-hash.json").write_text(json.dumps({"hash": digest, "mlpstorage_version": "3.0.40"}))
+    assert mlperf_runs.edition(run / "summary.json") == "v3.0"
+    (org / "code-98929eb5/.code-hash.json").write_text(json.dumps({"mlpstorage_version": "4.1.2"}))
+    assert mlperf_runs.edition(run / "summary.json") == "v4.1"
+
+
+def test_the_geometry_table_names_each_import_s_edition(tmp_path: Path) -> None:
+    """A bare summary's rows read `edition unknown`; a system's write from a v3.0 folder and its read from a bare
+    copy are one row of the table, which says the two disagree."""
+    alone = tmp_path / "bare"
+    alone.mkdir()
+    shutil.copy(READ / "summary.json", alone / "summary.json")
+    csv = mlperf_import.import_files([alone, WRITE], tmp_path / "out")
+    table = report_summary.build(results.load([csv])).table("mlperf_geometry")
+    assert table is not None
+    assert [dict(zip(table.header, r))["rules"] for r in table.rows] == ["mixed: unknown, v3.0"]
+    bare = mlperf_import.import_files([alone], tmp_path / "bare-out")
+    only = report_summary.build(results.load([bare])).table("mlperf_geometry")
+    assert only is not None and [dict(zip(only.header, r))["rules"] for r in only.rows] == ["edition unknown"]

@@ -20,6 +20,8 @@ TITLE = (
     "gdsbench's runs of the geometry are not MLPerf results)"
 )
 PHASES = {"save": "write", "load": "read"}
+#: An import's rules_edition where its folder names none (gdsbench's own rows have no such column).
+UNKNOWN = "unknown"
 FIGURES = ("min_rank_bw_bytes", "max_rank_seconds", "bw_bytes")
 
 
@@ -39,9 +41,9 @@ def geometry_runs(frame: pd.DataFrame, metas: Mapping[str, Mapping[str, Any]] | 
     out = []
     for values, group in rows.groupby(keys, sort=False, dropna=False):
         row = dict(zip(["run_id", "host", "workload", "engine", "world_size", "scale", "checkpoints"], values))
-        edition = edition_of(group)
+        named, edition = edition_of(group)
         shape = mlperf.geometry(row["workload"], int(row["world_size"]), row["scale"])
-        row["rules"] = edition.name if edition is not None else "edition unknown"
+        row["rules"] = named
         row["division"] = shape.judged(edition or mlperf.CURRENT)
         for pattern, phase in PHASES.items():
             part = group[group["pattern"] == pattern]
@@ -52,13 +54,18 @@ def geometry_runs(frame: pd.DataFrame, metas: Mapping[str, Mapping[str, Any]] | 
     return pd.DataFrame(out)
 
 
-def edition_of(group: pd.DataFrame) -> mlperf.Edition | None:
-    """The rules a group's rows are judged by: an imported summary's edition (`rules_edition`), gdsbench's own runs
-    the current one; None for an import whose edition its folder did not say."""
+def edition_of(group: pd.DataFrame) -> tuple[str, mlperf.Edition | None]:
+    """The rules a group's rows are judged by, and how the table names them: an import's edition (`rules_edition`;
+    one gdsbench does not know is named and judged by the current one), gdsbench's own runs the current one; an
+    import whose folder names none is 'edition unknown'."""
     named = group["rules_edition"].dropna().astype(str) if "rules_edition" in group else pd.Series(dtype=str)
     if named.empty:
-        return mlperf.CURRENT
-    return mlperf.EDITIONS.get(named.iloc[0])
+        return mlperf.CURRENT.name, mlperf.CURRENT
+    if named.nunique() > 1:  # a write and a read imported from folders that say different things
+        return f"mixed: {', '.join(sorted(set(named)))}", None
+    if named.iloc[0] == UNKNOWN:
+        return "edition unknown", None
+    return named.iloc[0], mlperf.EDITIONS.get(named.iloc[0])
 
 
 def geometry_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tuple[list[str], list[list[str]]]:
