@@ -360,3 +360,46 @@ def test_ckptio_s_warnings_are_kept_for_the_row_not_printed(capfd: pytest.Captur
     assert (
         "unexpected" in str(tier_faults.warnings_note("none", said)) and tier_faults.warnings_note("none", []) is None
     )
+
+
+def test_a_memory_tier_trains_restores_exactly_and_leaves_nothing_in_ram(tmp_path: Path) -> None:
+    """tiers [memory]: the near tier a private folder in /dev/shm (ckptio's memory:// place), durable there, the
+    restore from it exact; its rows say it is RAM (no page cache to set) and the folder is gone after the run."""
+    from gdsbench.runners.checkpoint import tiered
+
+    before = set(tiered.SHARED_MEMORY.glob("gdsbench-tiers.*"))
+    ctx = RunContext(directory=tmp_path, file_size=4 * MiB)
+    case = case_of("tiered", tiers=["memory"], transfer="CPU_CACHED", **{"async": True})
+    measured = run(case, ctx)
+    row = measured.figures
+    assert row["durable_local_seconds"] > 0 and row["restore_local_seconds"] > 0 and "durable_object_seconds" not in row
+    assert "near-tier restore from memory (the tier is RAM: no page cache to set), verified" in str(measured.note)
+    assert "memory:///dev/shm/gdsbench-tiers.*/" in get("tiered").command(case, ctx)
+    assert set(tiered.SHARED_MEMORY.glob("gdsbench-tiers.*")) == before
+    assert "O_DIRECT has no meaning" in str(get("tiered").unavailable(case_of("tiered", tiers=["memory"]), ctx))
+
+
+def test_the_report_names_the_near_tier_its_rows_name() -> None:
+    """A ladder whose rows say tiers memory+s3 is named so (its local level the memory copy's: both go with the
+    node); one whose rows carry no tiers is the local ladder, as before."""
+    from gdsbench.report import summary
+
+    rows = ladder_rows()
+    rows.loc[rows["engine"] == "tiered", "tiers"] = "memory+s3"
+    table = summary.build(rows, ["engine", "pattern"]).table("ladder")
+    assert table is not None
+    named = {dict(zip(table.header, r))["engine"]: dict(zip(table.header, r))["tiers"] for r in table.rows}
+    assert named["s3torch_dcp"] == "s3" and any(v == "memory+s3" for k, v in named.items() if k.startswith("tiered"))
+    assert "durable near s" in table.header
+
+
+@pytest.mark.slow
+def test_a_memory_ladder_drains_to_s3_and_restores_from_each_tier(radosgw: Any, tmp_path: Path) -> None:  # noqa: F811
+    """tiers [memory, s3]: durable in RAM, then in S3; the object restore (the memory copies removed) exact."""
+    ctx = RunContext(directory=tmp_path, file_size=4 * MiB)
+    case = case_of("tiered", tiers=["memory", "s3"], transfer="CPU_CACHED", bucket="gdsbench-tiers-memory")
+    row = run(case, ctx).figures
+    assert row["durable_object_seconds"] >= row["durable_local_seconds"] > 0
+    assert row["restore_local_seconds"] > 0 and row["restore_object_seconds"] > 0 and row["work_at_risk_steps"] >= 2
+    ctx.resources.cleanup()
+    assert leftovers("gdsbench-tiers-memory", tmp_path) == ([], {})

@@ -39,7 +39,10 @@ LADDER = (
 )
 FIGURES = ("stall_seconds", "checkpoint_cost_seconds", *LADDER)
 MEANINGS = {
-    "tiers": "where the row's checkpoints became durable: local, s3 or both",
+    "tiers": "where the row's checkpoints became durable: the near tier (local, or memory: RAM), s3, or both; the "
+    "model's local level is the near tier's (a copy that goes with the node)",
+    "durable near s": "median seconds from a save's start until durable in the near tier (local folder or memory)",
+    "restore near s": "a verified restore from the near tier, median",
     "at risk": "median steps run since the newest checkpoint durable in S3, at each checkpoint",
     "goodput": "useful compute over wall time: Daly's interval with two failure levels (docs/benchmarks.md)",
 }
@@ -123,13 +126,14 @@ def ladders(frame: pd.DataFrame, levels: Sequence[tuple[float, float]] = ()) -> 
         medians = {
             f: float(pd.to_numeric(group[f], errors="coerce").median()) if f in group else math.nan for f in FIGURES
         }
+        near = near_tier(group)
         for mtbf_local, mtbf_node in levels or levels_of({}):
             rows.append(
                 {
                     **dict(zip(["run_id", "host", "engine"], values)),
                     "n": len(group),
                     **medians,
-                    **_model(medians, mtbf_local, mtbf_node),
+                    **_model(medians, mtbf_local, mtbf_node, near),
                 }
             )
     return pd.DataFrame(rows).sort_values(
@@ -139,13 +143,21 @@ def ladders(frame: pd.DataFrame, levels: Sequence[tuple[float, float]] = ()) -> 
     )
 
 
-def _model(medians: dict[str, float], mtbf_local: float, mtbf_node: float) -> dict[str, object]:
-    """The row's tiers and the two-level model's figures at one failure pair."""
+def near_tier(group: pd.DataFrame) -> str:
+    """The name of a ladder's near tier, as its rows' `tiers` say it (memory, or a local folder: the default)."""
+    named = group["tiers"].dropna().astype(str) if "tiers" in group else pd.Series(dtype=str)
+    first = named.iloc[0].split("+")[0] if not named.empty else ""
+    return first if first in ("memory", "local") else "local"
+
+
+def _model(medians: dict[str, float], mtbf_local: float, mtbf_node: float, near: str = "local") -> dict[str, object]:
+    """The row's tiers and the two-level model's figures at one failure pair (`near`: the near tier's name; a
+    memory copy is node-local as a local folder's is: both go with the node)."""
     stall = medians["stall_seconds"]
     local = _level(medians["restore_local_seconds"], medians["durable_local_seconds"], stall)
     remote = _level(medians["restore_object_seconds"], medians["durable_object_seconds"], stall)
     interval, value = two_level(medians["checkpoint_cost_seconds"], local, remote, mtbf_local, mtbf_node)
-    tiers = "+".join(name for name, level in (("local", local), ("s3", remote)) if level) or "-"
+    tiers = "+".join(name for name, level in ((near, local), ("s3", remote)) if level) or "-"
     return {
         "tiers": tiers,
         "mtbf_local": mtbf_local,
@@ -166,9 +178,9 @@ def ladder_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tupl
         "mtbf node",
         "n",
         "stall s",
-        "durable local s",
+        "durable near s",
         "durable s3 s",
-        "restore local s",
+        "restore near s",
         "restore s3 s",
         "at risk",
         "interval",

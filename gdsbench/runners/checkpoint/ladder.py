@@ -35,9 +35,13 @@ from gdsbench.runners.resources import Usage
 from gdsbench.runners.s3_client import Bucket
 
 COLUMNS = (
-    Column("durable_local_seconds", "s", "median seconds from a save's start until durable in the local tier"),
+    Column(
+        "durable_local_seconds",
+        "s",
+        "median seconds from a save's start until durable in the near tier (local or memory: the row's tiers)",
+    ),
     Column("durable_object_seconds", "s", "median seconds from a save's start until durable in the object tier"),
-    Column("restore_local_seconds", "s", "a restore from the local tier into memory, verified"),
+    Column("restore_local_seconds", "s", "a restore from the near tier (local or memory) into memory, verified"),
     Column("restore_object_seconds", "s", "a restore from the object tier (the local copy removed or corrupted)"),
     Column(
         "work_at_risk_steps",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from gdsbench.cases import Case, Pattern
+from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, one_of, positive_int
 from gdsbench.runners.base import Measurement, RunContext
@@ -31,27 +31,33 @@ from gdsbench.runners.checkpoint.distributed import DISTRIBUTED_OPTIONS
 from gdsbench.runners.checkpoint.fastpersist import BACKENDS, odirect_reason
 from gdsbench.runners.resources import Usage
 
-TIER_NAMES = ("local", "s3")
-LADDERS = (("local",), ("local", "s3"), ("s3",))
+TIER_NAMES = ("memory", "local", "s3")
+#: The near tiers a save writes from training memory: a folder in RAM (/dev/shm) or in `directory`.
+NEAR_TIERS = ("memory", "local")
+LADDERS = (("local",), ("local", "s3"), ("memory",), ("memory", "s3"), ("s3",))
+#: Where a memory tier's private folder is made (a RAM file system every Linux host has).
+SHARED_MEMORY = Path("/dev/shm")
 
 
 def tier_list(value: Any) -> str:
-    """`tiers:` a list of tiers nearest first, [local], [local, s3] or [s3] (or the text local+s3); as text."""
+    """`tiers:` a list of tiers nearest first: [local], [local, s3], [memory], [memory, s3] or [s3] (or the text
+    local+s3); as text."""
     names = value.split("+") if isinstance(value, str) else value
     if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
         raise ValueError("not a list of tier names")
     if tuple(name.strip() for name in names) not in LADDERS:
-        raise ValueError("not a ladder of local, then s3")
+        raise ValueError("not a ladder of local or memory, then s3")
     return "+".join(name.strip() for name in names)
 
 
 TIERS = Key(
     "tiers",
     tier_list,
-    "a list of tiers, nearest first: [local], [local, s3] or [s3] (in a matrix, a list of such lists)",
+    "a list of tiers, nearest first: [local], [local, s3], [memory], [memory, s3] or [s3] (in a matrix, a list of "
+    "such lists)",
     "local+s3",
-    "where each checkpoint goes: local (a folder in `directory`), then s3 (a prefix of `bucket`, drained in the "
-    "background); [s3] alone saves straight to S3",
+    "where each checkpoint goes: local (a folder in `directory`) or memory (a private folder in /dev/shm, ckptio's "
+    "memory:// place), then s3 (a prefix of `bucket`, drained in the background); [s3] alone saves straight to S3",
     patterns=train.TRAIN,
 )
 FAULT = Key(
@@ -76,6 +82,9 @@ KILLS = Key(
 ASYNC = next(key for key in DISTRIBUTED_OPTIONS if key.name == "async")
 
 
+MEMORY = "memory://"
+
+
 @dataclass(frozen=True)
 class Tiers:
     """A run's tier locations, nearest first (a local folder, an s3:// prefix), and the bucket the prefix is in."""
@@ -85,8 +94,16 @@ class Tiers:
 
     @property
     def local(self) -> Path | None:
-        """The local tier's folder, when the ladder has one."""
-        return Path(self.locations[0]) if not self.locations[0].startswith("s3://") else None
+        """The near tier's folder (a local folder, or a memory tier's in RAM), when the ladder has one."""
+        first = self.locations[0]
+        if first.startswith("s3://"):
+            return None
+        return Path(first.removeprefix(MEMORY))
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the near tier is in RAM."""
+        return self.locations[0].startswith(MEMORY)
 
     @property
     def objects(self) -> int | None:
@@ -144,6 +161,8 @@ class Tiered(CheckpointRunner):
             return f"fault {case['fault']} is a fault of the ladder: run it with tiers [local, s3]"
         if case["async"] and tiers == ["s3"]:
             return "tiers [s3] saves straight to S3 with ckptio.save, which blocks: async needs a local tier first"
+        if "memory" in tiers and case.transfer is not Transfer.CPU_CACHED:
+            return "a memory tier is RAM (tmpfs): O_DIRECT has no meaning there; run it with transfer CPU_CACHED"
         reason = objects.reason(case) if "s3" in tiers else None
         if reason or tiers == ["s3"]:
             return reason
@@ -164,6 +183,7 @@ class Tiered(CheckpointRunner):
         """The shared checkpoint command, its location the tiers' (each run makes new ones under them)."""
         argv = super().command(case, ctx)
         where = [f"{ctx.directory}/gdsbench-tiers.*/"] if "local" in case["tiers"] else []
+        where += [f"{MEMORY}{SHARED_MEMORY}/gdsbench-tiers.*/"] if "memory" in case["tiers"] else []
         where += [f"s3://{case['bucket']}/{case['prefix']}/{self.name}.*/"] if "s3" in case["tiers"] else []
         return [*argv[:2], " ".join(where), *argv[3:], f"tiers={case['tiers']}", f"fault={case['fault']}"]
 
@@ -191,9 +211,12 @@ class Tiered(CheckpointRunner):
         with contextlib.ExitStack() as stack:
             found: list[str] = []
             bucket = None
+            keep = ctx.resources.keep_files
             if "local" in case["tiers"]:
-                keep = ctx.resources.keep_files
                 found.append(str(stack.enter_context(ladder.private_folder(ctx.directory, "gdsbench-tiers", keep))))
+            if "memory" in case["tiers"]:  # memory:///dev/shm/<private folder>: ckptio's place for a RAM folder
+                folder = stack.enter_context(ladder.private_folder(SHARED_MEMORY, "gdsbench-tiers", keep))
+                found.append(f"{MEMORY}{folder}")
             if "s3" in case["tiers"]:
                 bucket, prefix = stack.enter_context(ladder.private_prefix(case, ctx, self.name))
                 found.append(f"s3://{case['bucket']}/{prefix}")
@@ -216,7 +239,11 @@ class Tiered(CheckpointRunner):
         assert local is not None
         newest = local / step_name(loop.saves[-1].step)
         figures["bytes_on_disk"] = newest.stat().st_size if newest.exists() else None
-        cache_note = set_cache(sorted(p for p in local.iterdir() if p.is_file()), case["cache"])
+        cache_note = (
+            "memory (the tier is RAM: no page cache to set)"
+            if tiers.in_memory
+            else set_cache(sorted(p for p in local.iterdir() if p.is_file()), case["cache"])
+        )
         restore = self._restore(case, tiers, workload, 0, loop.saves[-1].step)
         restore_seconds = restore.seconds + ladder.step_seconds(step)
         figures["restore_local_seconds"] = restore.seconds
@@ -230,7 +257,7 @@ class Tiered(CheckpointRunner):
             found = self._restore(case, tiers, workload, tiers.objects, loop.saves[-1].step)
             figures.update(tier_faults.restored(case["fault"], found, tiers.objects))
             notes.append(fault_note)
-        notes.append(f"local restore from {cache_note}, verified")
+        notes.append(f"near-tier restore from {cache_note}, verified")
         return self._measurement(loop.times, restore_seconds, figures, workload, notes, loop.usage)
 
     def _train(self, case: Case, workload: Any, tiers: Tiers, step: train.Step) -> tier_faults.Loop:
