@@ -367,7 +367,7 @@ def test_a_memory_tier_trains_restores_exactly_and_leaves_nothing_in_ram(tmp_pat
     restore from it exact; its rows say it is RAM (no page cache to set) and the folder is gone after the run."""
     from gdsbench.runners.checkpoint import tiered
 
-    before = set(tiered.SHARED_MEMORY.glob("gdsbench-tiers.*"))
+    before = set(tiered.SHM.glob("gdsbench-tiers.*"))
     ctx = RunContext(directory=tmp_path, file_size=4 * MiB)
     case = case_of("tiered", tiers=["memory"], transfer="CPU_CACHED", **{"async": True})
     measured = run(case, ctx)
@@ -375,7 +375,7 @@ def test_a_memory_tier_trains_restores_exactly_and_leaves_nothing_in_ram(tmp_pat
     assert row["durable_local_seconds"] > 0 and row["restore_local_seconds"] > 0 and "durable_object_seconds" not in row
     assert "near-tier restore from memory (the tier is RAM: no page cache to set), verified" in str(measured.note)
     assert "memory:///dev/shm/gdsbench-tiers.*/" in get("tiered").command(case, ctx)
-    assert set(tiered.SHARED_MEMORY.glob("gdsbench-tiers.*")) == before
+    assert set(tiered.SHM.glob("gdsbench-tiers.*")) == before
     assert "O_DIRECT has no meaning" in str(get("tiered").unavailable(case_of("tiered", tiers=["memory"]), ctx))
 
 

@@ -93,9 +93,9 @@ def allocated(path: Path) -> int:
         return 0
 
 
-def most_threads(cases: Iterable[Case], reads_only: bool = False) -> int:
-    """The largest thread count among `cases` (only the reading ones with `reads_only`), 0 when none."""
-    return max((c["threads"] for c in cases if not (reads_only and c.pattern.is_write)), default=0)
+def most_threads(cases: Iterable[Case]) -> int:
+    """The largest thread count among `cases`, 0 when none."""
+    return max((c["threads"] for c in cases), default=0)
 
 
 def widest_read(cases: Iterable[Case]) -> Case | None:

@@ -27,16 +27,13 @@ from gdsbench.runners.base import Measurement, RunContext
 from gdsbench.runners.checkpoint import kill_upload, ladder, objects, tier_faults, train
 from gdsbench.runners.checkpoint.base import CKPTIO, EXPECTED_ERRORS, TORCH, CheckpointRunner, Package, timed
 from gdsbench.runners.checkpoint.conditions import set_cache, verify
-from gdsbench.runners.checkpoint.distributed import DISTRIBUTED_OPTIONS
+from gdsbench.runners.checkpoint.distributed import DISTRIBUTED_OPTIONS, SHM
 from gdsbench.runners.checkpoint.fastpersist import BACKENDS, odirect_reason
 from gdsbench.runners.resources import Usage
 
-TIER_NAMES = ("memory", "local", "s3")
-#: The near tiers a save writes from training memory: a folder in RAM (/dev/shm) or in `directory`.
-NEAR_TIERS = ("memory", "local")
+#: The ladders `tiers:` takes, nearest first: a near tier a save writes from training memory (a folder in `directory`,
+#: or one in RAM made under SHM), then S3; or S3 alone.
 LADDERS = (("local",), ("local", "s3"), ("memory",), ("memory", "s3"), ("s3",))
-#: Where a memory tier's private folder is made (a RAM file system every Linux host has).
-SHARED_MEMORY = Path("/dev/shm")
 
 
 def tier_list(value: Any) -> str:
@@ -183,7 +180,7 @@ class Tiered(CheckpointRunner):
         """The shared checkpoint command, its location the tiers' (each run makes new ones under them)."""
         argv = super().command(case, ctx)
         where = [f"{ctx.directory}/gdsbench-tiers.*/"] if "local" in case["tiers"] else []
-        where += [f"{MEMORY}{SHARED_MEMORY}/gdsbench-tiers.*/"] if "memory" in case["tiers"] else []
+        where += [f"{MEMORY}{SHM}/gdsbench-tiers.*/"] if "memory" in case["tiers"] else []
         where += [f"s3://{case['bucket']}/{case['prefix']}/{self.name}.*/"] if "s3" in case["tiers"] else []
         return [*argv[:2], " ".join(where), *argv[3:], f"tiers={case['tiers']}", f"fault={case['fault']}"]
 
@@ -215,7 +212,7 @@ class Tiered(CheckpointRunner):
             if "local" in case["tiers"]:
                 found.append(str(stack.enter_context(ladder.private_folder(ctx.directory, "gdsbench-tiers", keep))))
             if "memory" in case["tiers"]:  # memory:///dev/shm/<private folder>: ckptio's place for a RAM folder
-                folder = stack.enter_context(ladder.private_folder(SHARED_MEMORY, "gdsbench-tiers", keep))
+                folder = stack.enter_context(ladder.private_folder(SHM, "gdsbench-tiers", keep))
                 found.append(f"{MEMORY}{folder}")
             if "s3" in case["tiers"]:
                 bucket, prefix = stack.enter_context(ladder.private_prefix(case, ctx, self.name))

@@ -93,7 +93,6 @@ class Memory(Files):
 
     def __init__(self, location: str) -> None:
         super().__init__(parse(location))
-        self.location = location
 
     def tier(self, options: IOOptions) -> Any:
         return MemoryTier(self.path)
