@@ -16,7 +16,7 @@ OWN = ("places", "s3")
 
 
 def test_a_location_resolves_into_the_place_of_its_scheme() -> None:
-    assert set(PLACES) == {"", "memory", "s3"} and all(issubclass(kind, Place) for kind in PLACES.values())
+    assert set(PLACES) == {"", "memory", "peer", "s3"} and all(issubclass(kind, Place) for kind in PLACES.values())
     local = place("ckpt/run1.pt")
     assert local.scheme == "" and local.name.endswith("/ckpt/run1.pt") and local.name.startswith("/")
     objects = place("s3://bucket/run1/c.ckpt")

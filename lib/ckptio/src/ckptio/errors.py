@@ -66,8 +66,8 @@ class UnsupportedLocation(CheckpointError, ValueError):
         said = (
             needs
             if needs
-            else f"{scheme}:// locations are not supported here: ckptio reads and writes local paths and "
-            "(with ckptio[s3]) s3:// locations, and will not take a URL for a folder"
+            else f"{scheme}:// locations are not supported here: ckptio reads and writes local paths, memory:// "
+            "folders, peer:// tiers and (with ckptio[s3]) s3:// locations, and will not take a URL for a folder"
         )
         super().__init__(f"{location}: {said}")
 
@@ -213,6 +213,16 @@ class NotDurable(CheckpointError):
             f"step {step}, the newest save, is not durable in the farthest tier: {said}; it lives only in nearer "
             "tiers (TieredCheckpointer(require_durable=False) allows such an exit)"
         )
+
+
+class PeerError(CheckpointError):
+    """A peer tier's exchange over torch.distributed failed: a rank gone or timed out, or a copy the peer did not
+    keep (it did not verify, or did not fit in its memory); `rank` the peer, `step` the checkpoint."""
+
+    def __init__(self, rank: int, step: int | None, detail: str) -> None:
+        self.rank, self.step, self.detail = rank, step, detail
+        of = f"step {step}" if step is not None else "an exchange"
+        super().__init__(f"peer rank {rank}, {of}: {detail}")
 
 
 class UnsafeLocation(CheckpointError, PermissionError):

@@ -20,39 +20,39 @@ from .options import IOOptions
 from .places import place
 from .places.files import LocalTier
 from .places.objects import ObjectTier
+from .places.peer import PeerTier
 
 if TYPE_CHECKING:
     import torch
 
 DEFAULT_KEEP = 2
 
-Tier = LocalTier | ObjectTier
+Tier = LocalTier | ObjectTier | PeerTier
 
 
-def _listed(tiers: Sequence[str | os.PathLike[str]]) -> list[str | os.PathLike[str]]:
-    """The tiers as a list (a lone location is refused: it would be read as a list of characters)."""
-    if isinstance(tiers, (str, bytes, os.PathLike)):
-        raise OptionError(f"tiers must be a list of locations, nearest first, not {tiers!r}")
-    return list(tiers)
-
-
-def places(tiers: Sequence[str | os.PathLike[str]], options: IOOptions) -> list[Tier]:
-    """The tier objects, each the tier of the place its location names (places/): tier 0 one that a save writes
-    from training memory and the drains read back (local files), the later ones any place, all distinct."""
-    tiers = _listed(tiers)
-    if not tiers:
-        raise OptionError("tiers must name at least one location (tier 0: a local directory)")
+def places(tiers: Sequence[str | os.PathLike[str]], options: IOOptions, keep: list[int]) -> list[Tier]:
+    """The tier objects, each the tier of the place its location names (places/) keeping its `keep` count: tier 0
+    one that a save writes from training memory and the drains read back (a local or memory:// folder), the later
+    ones any place, all distinct. A collective tier (peer://) is made by every rank together."""
     made = [place(t) for t in tiers]
     if not made[0].traits.from_memory:
         raise OptionError(
             f"tier 0 must be a place a save writes from training memory and its drains read back (a local "
-            f"directory), not {os.fspath(tiers[0])!r}"
+            f"directory or a memory:// folder), not {os.fspath(tiers[0])!r}"
         )
-    places: list[Tier] = [where.tier(options) for where in made]
-    names = [str(p) for p in places]
+    names = [where.name for where in made]
     if len(set(names)) != len(names):
         raise OptionError(f"tiers must be distinct locations: {names}")
-    return places
+    return [where.tier(options, count) for where, count in zip(made, keep)]
+
+
+def listed(tiers: Sequence[str | os.PathLike[str]]) -> list[str | os.PathLike[str]]:
+    """The tiers as a non-empty list (a lone location is refused: it would be read as a list of characters)."""
+    if isinstance(tiers, (str, bytes, os.PathLike)):
+        raise OptionError(f"tiers must be a list of locations, nearest first, not {tiers!r}")
+    if not tiers:
+        raise OptionError("tiers must name at least one location (tier 0: a local directory)")
+    return list(tiers)
 
 
 def keep_counts(keep: int | Sequence[int] | None, n: int) -> list[int]:

@@ -24,14 +24,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import integrity
 from . import tier_stores as stores
-from .errors import AsyncSaveFailed, CheckpointError, NoCheckpoint, NotDurable, OptionError, StateDictMismatch
+from .errors import (
+    AsyncSaveFailed,
+    CheckpointError,
+    NoCheckpoint,
+    NotDurable,
+    OptionError,
+    PeerError,
+    StateDictMismatch,
+)
 from .loading import device_of
 from .memory import StagingCache
 from .options import IOOptions, resolve
 from .saving import save_to
 from .tier_names import name_of, pinned
 from .tier_records import Restored, Skipped, TierSave, reason
-from .tier_stores import LocalTier, Tier
+from .tier_stores import LocalTier, PeerTier, Tier
 from .verify import verify_file
 
 if TYPE_CHECKING:
@@ -80,8 +88,10 @@ class TieredCheckpointer:
         integrity.normalize(checksum)
         self.require_durable = require_durable
         self.options = resolve(options)
-        self.tiers: list[Tier] = stores.places(tiers, self.options)
-        self.keep = stores.keep_counts(keep, len(self.tiers))
+        tiers = stores.listed(tiers)
+        self.keep = stores.keep_counts(keep, len(tiers))
+        self.tiers: list[Tier] = stores.places(tiers, self.options, self.keep)
+        self._collective = [i for i, tier in enumerate(self.tiers) if tier.collective]
         tier0 = self.tiers[0]
         assert isinstance(tier0, LocalTier)  # places() refuses anything else
         self._tier0: LocalTier = tier0
@@ -113,8 +123,8 @@ class TieredCheckpointer:
         if blocking:
             try:
                 self._write(state_dict, step)
-            except BaseException:
-                self._retry()  # no newer drain comes: the older undrained step is retried
+            except BaseException as error:
+                self._not_written(record, error)
                 raise
             record._durable(0)
             self._queue(record, range(1, len(self.tiers)))
@@ -154,13 +164,21 @@ class TieredCheckpointer:
         try:
             self._write(staged, record.step)
         except BaseException as error:
-            record._failed(0, reason(error))
-            for i in range(1, len(self.tiers)):
-                record._failed(i, "not drained: the write to tier 0 failed")
-            self._retry()
+            self._not_written(record, error)
             raise
         record._durable(0)
         self._queue(record, range(1, len(self.tiers)))
+
+    def _not_written(self, record: TierSave, error: BaseException) -> None:
+        """A save whose tier-0 write failed: recorded; the collective tiers' exchange still takes place (this rank
+        sends nothing, so its peers wait for nothing); the older undrained steps retried."""
+        record._failed(0, reason(error))
+        for i in range(1, len(self.tiers)):
+            record._failed(i, "not drained: the write to tier 0 failed")
+        with self._lock:
+            if self._collective:
+                self._drain_later(record, self._collective)
+            self._retry()
 
     def _finish_writing(self) -> None:
         """Wait for the background tier-0 write; AsyncSaveFailed if it failed."""
@@ -217,6 +235,8 @@ class TieredCheckpointer:
             said = "cannot be read" if isinstance(error, OSError) else "does not verify"
             log.warning("step %d: tier 0's copy %s, not drained: %s", record.step, said, reason(error))
             for i in tiers:
+                if i in self._collective:
+                    self._take_part(i, record.step)
                 record._failed(i, f"tier 0's copy {said}: {reason(error)}")
         finally:
             with self._lock:
@@ -226,9 +246,20 @@ class TieredCheckpointer:
             if verified:
                 self._keep(0, record.step)
 
+    def _take_part(self, i: int, step: int) -> None:
+        """A collective tier's exchange of `step` with nothing of this rank's to send: its peers wait for nothing,
+        and what they send it is kept."""
+        tier = self.tiers[i]
+        assert isinstance(tier, PeerTier)
+        try:
+            tier.put(None, step)
+        except CheckpointError as error:  # recorded by the caller: this rank had no copy to send
+            log.debug("step %d: tier %d's exchange without a copy of ours: %s", step, i, error)
+
     def _drain_to(self, record: TierSave, i: int, source: str) -> None:
         """One copy into tier i: durable (older steps there then trimmed to `keep`), or its failure recorded and
-        the step kept for a retry when it is the newest one that tier lacks."""
+        the step kept for a retry when it is the newest one that tier lacks (never in a collective tier: every rank
+        would have to retry)."""
         tier = self.tiers[i]
         try:
             tier.put(source, record.step)
@@ -237,7 +268,7 @@ class TieredCheckpointer:
             log.warning("step %d not copied to tier %d (%s): %s", record.step, i, tier, reason(error))
             with self._lock:
                 newest = self._undrained.get(i)
-                if newest is None or newest.step <= record.step:
+                if (newest is None or newest.step <= record.step) and i not in self._collective:
                     self._undrained[i] = record
             record._failed(i, reason(error))
             return
@@ -299,6 +330,8 @@ class TieredCheckpointer:
         self._open()
         if self._writing is not None:  # the newest save becomes visible (its failure is raised by the next save)
             wait_for([self._writing[0]])
+        if self._collective:
+            return self._restore_together(load, start)
         skipped: list[Skipped] = []
         for step, tiers in self._holders(skipped):
             for i in tiers:
@@ -314,13 +347,68 @@ class TieredCheckpointer:
                 return self.last
         raise NoCheckpoint([str(t) for t in self.tiers], skipped)
 
-    def _holders(self, skipped: list[Skipped]) -> list[tuple[int, list[int]]]:
+    def _restore_together(self, load: Callable[[Tier, int], Any], start: float) -> Restored:
+        """With a collective tier, every rank restores the same step: the newest that every rank lists in some
+        tier; each tries its tiers nearest first (all take part in a collective tier's fetch, sending what they
+        hold to the ranks that ask), and where any rank got no verified copy, all try the next older step."""
+        with self._lock:
+            wait_for(list(self._jobs))  # no drain's exchange on the tier's group meanwhile
+        ring = self._ring()
+        skipped: list[Skipped] = []
+        held, tried = dict(self._holders(skipped, together=True)), set[int]()
+        while (step := ring.agree([s for s in held if s not in tried])) is not None:
+            got, state, fatal = self._restore_step(load, step, held[step], skipped)
+            worst = ring.worst(0 if got is not None else 2 if fatal is not None else 1)
+            if fatal is not None:
+                raise fatal
+            if worst == 2:
+                raise PeerError(ring.rank, step, "another rank's restore was refused (its state dict or arguments)")
+            if worst == 0:
+                assert got is not None
+                self.last = Restored(step, got, state, time.monotonic() - start, skipped)
+                return self.last
+            tried.add(step)
+        raise NoCheckpoint([str(t) for t in self.tiers], skipped)
+
+    def _restore_step(
+        self, load: Callable[[Tier, int], Any], step: int, holding: list[int], skipped: list[Skipped]
+    ) -> tuple[int | None, Any, CheckpointError | None]:
+        """One rank's try of `step`, tier by tier (a collective tier's fetch taken part in whatever happens): the
+        tier it came from (None: none verified), the state, and the caller's error that ended it, if any."""
+        got: int | None = None
+        state: Any = None
+        fatal: CheckpointError | None = None
+        for i, tier in enumerate(self.tiers):
+            wanted = got is None and fatal is None and i in holding
+            refused = tier.fetch(step, wanted) if isinstance(tier, PeerTier) else []
+            if refused:
+                skipped.append(Skipped(i, step, "no copy that verifies came from the peers: " + "; ".join(refused)))
+                continue
+            if not wanted:
+                continue
+            try:
+                state, got = load(tier, step), i
+            except (StateDictMismatch, OptionError) as error:
+                fatal = error  # the caller's state dict or arguments, not the copy
+            except (CheckpointError, OSError) as error:
+                skipped.append(Skipped(i, step, reason(error)))
+                log.warning("tier %d (%s) step %d skipped: %s", i, tier, step, reason(error))
+        return got, state, fatal
+
+    def _ring(self) -> Any:
+        """The ring of the first collective tier, through which the ranks agree."""
+        tier = self.tiers[self._collective[0]]
+        assert isinstance(tier, PeerTier)
+        return tier.ring
+
+    def _holders(self, skipped: list[Skipped], together: bool = False) -> list[tuple[int, list[int]]]:
         """(step, the tiers holding it, nearest first) for every step, newest first; tiers that cannot be listed
-        are recorded in `skipped`."""
+        are recorded in `skipped`. `together`: a collective tier lists what the peers hold of this rank's (every
+        rank calls this)."""
         held: dict[int, list[int]] = {}
         for i, tier in enumerate(self.tiers):
             try:
-                steps = tier.steps()
+                steps = tier.listing() if together and isinstance(tier, PeerTier) else tier.steps()
             except (CheckpointError, OSError) as error:
                 tier.forget()
                 skipped.append(Skipped(i, None, f"cannot be listed: {reason(error)}"))

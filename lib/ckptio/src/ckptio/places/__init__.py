@@ -1,6 +1,6 @@
 """Where a checkpoint may be, resolved once: each scheme is a module declaring its Place (files.py: a path with no
 scheme; objects.py: `s3://bucket/prefix`), and `place(location)` turns a location into the place every entry point
-asks; memory.py: `memory://name`, a folder in RAM). A URL of another scheme is UnsupportedLocation, never a
+asks; memory.py: `memory://name`, a folder in RAM; peer.py: `peer://name`, a tier held in other nodes' RAM). A URL of another scheme is UnsupportedLocation, never a
 folder named `gs:`. Adding a place is one module
 and its line in PLACES."""
 
@@ -10,10 +10,10 @@ import os
 import re
 
 from ..errors import UnsupportedLocation
-from . import files, memory, objects
+from . import files, memory, objects, peer
 from .base import Place, Source, Target, Traits
 
-PLACES: dict[str, type[Place]] = {module.SCHEME: module.PLACE for module in (files, memory, objects)}
+PLACES: dict[str, type[Place]] = {module.SCHEME: module.PLACE for module in (files, memory, objects, peer)}
 SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 

@@ -91,5 +91,6 @@ class Place(ABC):
         an object prefix is read when loaded)."""
 
     @abstractmethod
-    def tier(self, options: IOOptions) -> Any:
-        """This place as a tier of a TieredCheckpointer (tier_stores.Tier's protocol: list, put, remove, read)."""
+    def tier(self, options: IOOptions, keep: int) -> Any:
+        """This place as a tier of a TieredCheckpointer keeping `keep` steps (tier_stores.Tier's protocol: list,
+        put, remove, read)."""

@@ -62,7 +62,7 @@ class Files(Place):
 
         return os.path.isfile(os.path.join(self.path, METADATA))
 
-    def tier(self, options: IOOptions) -> Any:
+    def tier(self, options: IOOptions, keep: int) -> Any:
         return LocalTier(self.path)
 
 
@@ -73,6 +73,8 @@ class LocalTier:
     """A local directory of checkpoints, ours alone (made, mode 0700, on the first save into it): one another user
     owns or can write, or reached through a link another user could have planted, is refused (UnsafeLocation),
     so no file in it can have been planted or swapped by anyone but this user (or root)."""
+
+    collective = False  # each rank writes and reads its own
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.fspath(path))

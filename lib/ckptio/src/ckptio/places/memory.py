@@ -94,7 +94,7 @@ class Memory(Files):
     def __init__(self, location: str) -> None:
         super().__init__(parse(location))
 
-    def tier(self, options: IOOptions) -> Any:
+    def tier(self, options: IOOptions, keep: int) -> Any:
         return MemoryTier(self.path)
 
 

@@ -67,7 +67,7 @@ class Objects(Place):
     def holds_dcp(self) -> bool:
         return True
 
-    def tier(self, options: IOOptions) -> Any:
+    def tier(self, options: IOOptions, keep: int) -> Any:
         return ObjectTier(self.location, options)
 
 
@@ -75,6 +75,8 @@ class ObjectTier:
     """An `s3://bucket/prefix` of checkpoint objects, through one Bucket (the options' part size and connections) made
     on first use (and made anew after a failed request, so an endpoint that comes back, or is changed in the
     environment, is used again)."""
+
+    collective = False  # each rank writes and reads its own
 
     def __init__(self, location: ObjectLocation, options: IOOptions) -> None:
         self.location, self.options = location, options
