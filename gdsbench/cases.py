@@ -10,7 +10,8 @@ from typing import Any
 
 
 class Pattern(str, enum.Enum):
-    """Access pattern: fio/gdsio IO patterns, checkpoint save/load, and train (a training loop that checkpoints)."""
+    """Access pattern: fio/gdsio IO patterns, checkpoint save/load, train (a training loop that checkpoints) and
+    exchange (ranks moving bytes to each other: the fabric's ceiling)."""
 
     READ = "read"
     WRITE = "write"
@@ -19,6 +20,7 @@ class Pattern(str, enum.Enum):
     SAVE = "save"
     LOAD = "load"
     TRAIN = "train"
+    EXCHANGE = "exchange"  # bytes moved between ranks by torch.distributed (the collective engine: no storage)
 
     @property
     def is_write(self) -> bool:

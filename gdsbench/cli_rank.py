@@ -22,7 +22,7 @@ import sys
 from gdsbench import config, rank_env, runners
 from gdsbench.errors import ConfigError
 from gdsbench.runners.checkpoint.distributed import DistributedRunner
-from gdsbench.runners.checkpoint.rank_half import RankHalf
+from gdsbench.runners.checkpoint.rank_half import RankHalf, WholeJob
 from gdsbench.runners.checkpoint.rank_job import RankJob
 from gdsbench.runners.checkpoint.ranks import rank
 
@@ -32,7 +32,7 @@ def ranked_engines() -> list[str]:
     return [name for name, runner in runners.RUNNERS.items() if isinstance(runner, DistributedRunner)]
 
 
-def rank_half(engine: str) -> RankHalf:
+def rank_half(engine: str) -> RankHalf | WholeJob:
     """The rank half the engine declares."""
     runner = runners.get(engine)
     assert isinstance(runner, DistributedRunner)

@@ -16,6 +16,8 @@ SETTING = "setting"
 #: Where an engine's I/O goes: files in the target directory, objects of an object store, a Ceph cluster's
 #: objects or images (fio's rados and rbd ioengines).
 FILES, OBJECTS, CLUSTER = "files", "objects", "cluster"
+#: Bytes moved between ranks, no storage (the collective engine: the peer tier's ceiling).
+FABRIC = "fabric"
 #: The engine whose best case bounds checkpoints in files: its durable writes (saves) and direct reads (loads).
 FILES_CEILING = "fio"
 #: The engine whose best case bounds checkpoints in an object store: its PUTs (saves) and GETs (loads).

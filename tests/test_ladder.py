@@ -66,8 +66,8 @@ def test_tiers_are_a_ladder_of_local_then_s3_kept_as_text(given: Any, text: str)
 @pytest.mark.parametrize(
     ("matrix", "key", "said"),
     [
-        ({"tiers": [["s3", "local"]]}, "matrix.tiers[0]", "[local], [local, s3], [memory], [memory, s3] or [s3]"),
-        ({"tiers": [["local", "local"]]}, "matrix.tiers[0]", "[local], [local, s3], [memory], [memory, s3] or [s3]"),
+        ({"tiers": [["s3", "local"]]}, "matrix.tiers[0]", "[local], [local, s3], [memory], [memory, s3], [s3]"),
+        ({"tiers": [["local", "local"]]}, "matrix.tiers[0]", "[local], [local, s3], [memory], [memory, s3], [s3]"),
         ({"tiers": [[]]}, "matrix.tiers[0]", "nearest first"),
         ({"tiers": [["local", 3]]}, "matrix.tiers[0]", "nearest first"),
         (

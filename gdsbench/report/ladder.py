@@ -32,8 +32,10 @@ DEFAULT_MTBF_LOCAL = 86400.0  # a day between failures the node-local copy survi
 DEFAULT_MTBF_NODE = 7 * 86400.0  # a week between failures that take the node's local copy with them
 LADDER = (
     "durable_local_seconds",
+    "durable_peer_seconds",
     "durable_object_seconds",
     "restore_local_seconds",
+    "restore_peer_seconds",
     "restore_object_seconds",
     "work_at_risk_steps",
 )
@@ -42,6 +44,8 @@ MEANINGS = {
     "tiers": "where the row's checkpoints became durable: the near tier (local, or memory: RAM), s3, or both; the "
     "model's local level is the near tier's (a copy that goes with the node)",
     "durable near s": "median seconds from a save's start until durable in the near tier (local folder or memory)",
+    "durable peer s": "median seconds from a save's start until the peer (the next node's RAM) holds it",
+    "restore peer s": "a lost node's restore from its peers, verified (the model's node level where a row has a peer)",
     "restore near s": "a verified restore from the near tier, median",
     "at risk": "median steps run since the newest checkpoint durable in S3, at each checkpoint",
     "goodput": "useful compute over wall time: Daly's interval with two failure levels (docs/benchmarks.md)",
@@ -114,7 +118,7 @@ def ladders(frame: pd.DataFrame, levels: Sequence[tuple[float, float]] = ()) -> 
     repetitions and the model's interval and goodput."""
     ok = frame[frame["status"] == "ok"] if "status" in frame else frame
     train = ok[ok["pattern"] == "train"] if "pattern" in ok else ok.iloc[0:0]
-    present = [c for c in ("durable_local_seconds", "durable_object_seconds") if c in train]
+    present = [c for c in ("durable_local_seconds", "durable_peer_seconds", "durable_object_seconds") if c in train]
     if train.empty or not present or "checkpoint_cost_seconds" not in train:
         return pd.DataFrame()
     train = train[train[present].notna().any(axis=1)]
@@ -152,12 +156,15 @@ def near_tier(group: pd.DataFrame) -> str:
 
 def _model(medians: dict[str, float], mtbf_local: float, mtbf_node: float, near: str = "local") -> dict[str, object]:
     """The row's tiers and the two-level model's figures at one failure pair (`near`: the near tier's name; a
-    memory copy is node-local as a local folder's is: both go with the node)."""
+    memory copy is node-local as a local folder's is: both go with the node). A node lost is restored from the
+    nearest tier that outlives it: the peer (the next node's RAM) where the row has one, else the object tier."""
     stall = medians["stall_seconds"]
     local = _level(medians["restore_local_seconds"], medians["durable_local_seconds"], stall)
-    remote = _level(medians["restore_object_seconds"], medians["durable_object_seconds"], stall)
+    peer = _level(medians["restore_peer_seconds"], medians["durable_peer_seconds"], stall)
+    objects = _level(medians["restore_object_seconds"], medians["durable_object_seconds"], stall)
+    remote = peer or objects
     interval, value = two_level(medians["checkpoint_cost_seconds"], local, remote, mtbf_local, mtbf_node)
-    tiers = "+".join(name for name, level in ((near, local), ("s3", remote)) if level) or "-"
+    tiers = "+".join(name for name, level in ((near, local), ("peer", peer), ("s3", objects)) if level) or "-"
     return {
         "tiers": tiers,
         "mtbf_local": mtbf_local,
@@ -179,8 +186,10 @@ def ladder_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tupl
         "n",
         "stall s",
         "durable near s",
+        "durable peer s",
         "durable s3 s",
         "restore near s",
+        "restore peer s",
         "restore s3 s",
         "at risk",
         "interval",
@@ -195,7 +204,7 @@ def ladder_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tupl
             goodput.duration_text(r["mtbf_node"]),
             str(r["n"]),
             tables.number(r["stall_seconds"], 3),
-            *(tables.number(r[c], 2) for c in LADDER[:4]),
+            *(tables.number(r[c], 2) for c in LADDER[:6]),
             tables.number(r["work_at_risk_steps"], 0),
             goodput.duration_text(r["optimal_interval_seconds"]),
             "-" if tables.missing(r["goodput"]) else f"{r['goodput']:.4%}",

@@ -33,7 +33,7 @@ from gdsbench.runners.base import Measurement, RunContext, run_tools
 from gdsbench.runners.checkpoint import cycle, io_options, train
 from gdsbench.runners.checkpoint.base import CheckpointRunner, disk_bytes, workload_spec
 from gdsbench.runners.checkpoint.conditions import level_memory
-from gdsbench.runners.checkpoint.rank_half import RankHalf
+from gdsbench.runners.checkpoint.rank_half import RankHalf, WholeJob
 from gdsbench.units import num2str, size_label
 
 SHM = Path("/dev/shm")
@@ -240,7 +240,7 @@ class DistributedRunner(CheckpointRunner):
     suffix = ".dcp"
     marker = ".metadata"
     rank_file_pattern = ""  # a data file's name, its rank the first group, where the names say it
-    ranks: RankHalf  # what each rank runs (rank_half.py): the engine's own half, which the rank program runs
+    ranks: RankHalf | WholeJob  # what each rank runs (rank_half.py): the engine's own half, which the rank program runs
     modules = ()  # torch is imported by the ranks, not by the sweep process
     columns = (
         *CheckpointRunner.columns,

@@ -1,8 +1,9 @@
 """The rank half of a distributed engine: how one rank saves and loads its share, which every engine declares beside
 its sweep half (DistributedRunner.ranks) and the rank program (rank.py) runs for the case's engine, never by name.
 
-Two kinds exist: a DCP storage layer (StorageLayer: the engine names its writer and reader; DCP saves and loads
-through them) and a file of each rank's own (torch_save_ranks.FilePerRank). torch is imported where a rank runs
+Three kinds exist: a DCP storage layer (StorageLayer: the engine names its writer and reader; DCP saves and loads
+through them), a file of each rank's own (torch_save_ranks.FilePerRank), and a half that runs the whole job itself
+(WholeJob: the collective engine's measure of the fabric). torch is imported where a rank runs
 them, never by the sweep process that reads the declarations.
 """
 
@@ -13,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from gdsbench.runners.checkpoint import cycle
 from gdsbench.runners.checkpoint.rank_job import RankJob
@@ -46,6 +47,17 @@ class RankHalf(Protocol):
 
     def loading(self, job: RankJob, source: int, expected: dict[str, Any]) -> Loading:
         """How this rank loads what rank `source` saved (shaped as `expected`)."""
+
+
+@runtime_checkable
+class WholeJob(Protocol):
+    """A rank half that runs the rank's whole job itself (the fabric's measure, a training loop of its own);
+    `uses_workload`: whether each node's ranks need the case's workload preset made for them first."""
+
+    uses_workload: ClassVar[bool]
+
+    def run(self, job: RankJob) -> dict[str, Any]:
+        """This rank's figures of the job."""
 
 
 class StorageLayer(abc.ABC):

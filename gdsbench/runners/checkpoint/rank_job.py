@@ -41,6 +41,10 @@ class RankJob:
     step_time: float = 0.0
     workload_file: str | None = None  # a torch.save state dict every rank maps
     warmup: int = 1  # unmeasured saves before the measured phase
+    op: str = "ring"  # the collective engine's op (ranks/fabric.py)
+    io_size: int | None = None  # the collective engine's message bytes
+    passes: int = 5  # the collective engine's timed passes
+    tiers: str = ""  # tiered_ranks: the ladder, nearest first (memory+peer, memory+peer+local)
 
     @classmethod
     def from_case(cls, case: Case, path: str, out: str, workload_file: str | None, warmup: int) -> RankJob:

@@ -32,29 +32,32 @@ from gdsbench.runners.checkpoint.fastpersist import BACKENDS, odirect_reason
 from gdsbench.runners.resources import Usage
 
 #: The ladders `tiers:` takes, nearest first: a near tier a save writes from training memory (a folder in `directory`,
-#: or one in RAM made under SHM), then S3; or S3 alone.
-LADDERS = (("local",), ("local", "s3"), ("memory",), ("memory", "s3"), ("s3",))
+#: or one in RAM made under SHM), then S3; or S3 alone. Those with a peer tier (PEER_LADDERS) run on ranks: engine
+#: tiered_ranks.
+PEER_LADDERS = (("memory", "peer"), ("memory", "peer", "local"))
+LADDERS = (("local",), ("local", "s3"), ("memory",), ("memory", "s3"), ("s3",), *PEER_LADDERS)
 
 
 def tier_list(value: Any) -> str:
-    """`tiers:` a list of tiers nearest first: [local], [local, s3], [memory], [memory, s3] or [s3] (or the text
-    local+s3); as text."""
+    """`tiers:` a list of tiers nearest first: [local], [local, s3], [memory], [memory, s3], [s3], or on ranks
+    [memory, peer] and [memory, peer, local] (or the text local+s3); as text."""
     names = value.split("+") if isinstance(value, str) else value
     if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
         raise ValueError("not a list of tier names")
     if tuple(name.strip() for name in names) not in LADDERS:
-        raise ValueError("not a ladder of local or memory, then s3")
+        raise ValueError("not a ladder of local or memory, then s3 (or memory, peer, then local)")
     return "+".join(name.strip() for name in names)
 
 
 TIERS = Key(
     "tiers",
     tier_list,
-    "a list of tiers, nearest first: [local], [local, s3], [memory], [memory, s3] or [s3] (in a matrix, a list of "
-    "such lists)",
+    "a list of tiers, nearest first: [local], [local, s3], [memory], [memory, s3], [s3]; tiered_ranks: [memory, "
+    "peer] or [memory, peer, local] (in a matrix, a list of such lists)",
     "local+s3",
     "where each checkpoint goes: local (a folder in `directory`) or memory (a private folder in /dev/shm, ckptio's "
-    "memory:// place), then s3 (a prefix of `bucket`, drained in the background); [s3] alone saves straight to S3",
+    "memory:// place), then s3 (a prefix of `bucket`, drained in the background); [s3] alone saves straight to S3; "
+    "peer (tiered_ranks): each rank's copy also in the RAM of the same local rank on the next node",
     patterns=train.TRAIN,
 )
 FAULT = Key(
@@ -154,6 +157,8 @@ class Tiered(CheckpointRunner):
         if not hasattr(ckptio, "TieredCheckpointer"):
             return "this ckptio has no TieredCheckpointer (issue 33): pip install -e lib/ckptio"
         tiers = case["tiers"].split("+")
+        if "peer" in tiers:
+            return "a peer tier is held by other ranks: run it with engine tiered_ranks (world_size 2 or more)"
         if case["fault"] != "none" and tiers != ["local", "s3"]:
             return f"fault {case['fault']} is a fault of the ladder: run it with tiers [local, s3]"
         if case["async"] and tiers == ["s3"]:

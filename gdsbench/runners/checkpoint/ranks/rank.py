@@ -34,7 +34,7 @@ from torch.distributed.checkpoint import DefaultSavePlanner
 
 from gdsbench.runners.checkpoint import cycle, io_options
 from gdsbench.runners.checkpoint.conditions import set_cache
-from gdsbench.runners.checkpoint.rank_half import RankHalf, StorageLayer, start_save
+from gdsbench.runners.checkpoint.rank_half import RankHalf, StorageLayer, WholeJob, start_save
 from gdsbench.runners.checkpoint.rank_job import RankJob
 from gdsbench.runners.checkpoint.ranks import join
 from gdsbench.runners.checkpoint.ranks.state import destination, local_tensors, preset_state, rank_state, same
@@ -98,9 +98,11 @@ def train_loop(job: RankJob, half: RankHalf, state: dict[str, Any]) -> dict[str,
     return {**loop, "restore_seconds": restore, "step_reps": compute.reps, **options_used(storage), **usage.columns()}
 
 
-def run(job: RankJob, half: RankHalf) -> dict[str, Any]:
+def run(job: RankJob, half: RankHalf | WholeJob) -> dict[str, Any]:
     """Train, or save (after `warmup` unmeasured saves) or load this rank's state `checkpoints` times in a row,
-    with the engine's rank half; return its figures."""
+    with the engine's rank half (or the half's own job); return its figures."""
+    if isinstance(half, WholeJob):
+        return half.run(job)
     rank = dist.get_rank()
     if job.pattern == "train":
         return train_loop(job, half, preset_state(job)[0])
@@ -221,7 +223,7 @@ def where(rank: int) -> dict[str, Any]:
     return {"rank": rank, "host": socket.gethostname(), "node": node, "launcher": os.environ.get("GDSBENCH_LAUNCHER")}
 
 
-def execute(job: RankJob, half: RankHalf, join_timeout: float = 1800.0) -> int:
+def execute(job: RankJob, half: RankHalf | WholeJob, join_timeout: float = 1800.0) -> int:
     """Join the process group (env://: gloo on CPU, NCCL beside it on CUDA; every rank joined within
     `join_timeout`, each collective done within it), run the job, gather every rank's figures (or errors) on
     rank 0, which writes them for the launcher."""
@@ -240,7 +242,8 @@ def execute(job: RankJob, half: RankHalf, join_timeout: float = 1800.0) -> int:
     if dist.get_world_size() != job.world_size:
         raise SystemExit(f"--case says world_size={job.world_size}, the launcher started {dist.get_world_size()}")
     rank, generated = dist.get_rank(), None
-    if job.workload_file is None and not job.kind.own_tensors:  # ranks that draw their own tensors map none
+    uses_workload = not isinstance(half, WholeJob) or half.uses_workload
+    if uses_workload and job.workload_file is None and not job.kind.own_tensors:  # ranks drawing their own map none
         generated = node_workload(job)
         job = replace(job, workload_file=str(generated))
     try:

@@ -1,0 +1,139 @@
+"""One rank of a tiered_ranks case: ckptio.TieredCheckpointer with a peer tier (`tiers: [memory, peer]`, or with a
+durable folder after them) in a training loop on every rank, then a node lost and a restarted job's restore.
+
+The tiers of rank r on node n: memory://SHM/<run>/node<n>/own<r> (its RAM), peer://SHM/<run>/node<n> (its copies
+held by the same local rank of the next node), then <checkpoint>/rank<r> (the sweep's directory) where the ladder
+has `local`. Before the loop each rank measures, on the same bytes, the references its figures are held to: a copy
+into host memory (the RAM tier's ceiling) and a ring exchange of torch.distributed (ranks/fabric.py: the peer
+tier's). After it, the last node is lost (its RAM folder removed: its own copies and what it held for others) and
+every rank restores with a new TieredCheckpointer: the lost node's ranks from their peers, the others from their
+own RAM, every rank the newest step, exactly; a rank that reads another tier or step fails the row."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from gdsbench.runners.checkpoint import train
+from gdsbench.runners.checkpoint.rank_job import RankJob
+from gdsbench.runners.checkpoint.ranks import fabric
+from gdsbench.runners.checkpoint.ranks.rank import host_copy_seconds
+from gdsbench.runners.checkpoint.ranks.state import local_tensors, preset_state, same
+from gdsbench.runners.resources import Usage
+
+SHM = Path("/dev/shm")
+MESSAGE = 64 << 20  # the ring reference's messages: the peer tier's own chunk size
+
+
+def node_root(job: RankJob, node: int) -> Path:
+    """This run's RAM folder of a node: under /dev/shm, named as the run's checkpoint folder is."""
+    return SHM / Path(job.path).name / f"node{node}"
+
+
+def locations(job: RankJob, rank: int, node: int) -> list[str]:
+    """This rank's tiers, nearest first, as the case's `tiers` names them."""
+    root = node_root(job, node)
+    where = {"memory": f"memory://{root}/own{rank}", "peer": f"peer://{root}", "local": f"{job.path}/rank{rank}"}
+    return [where[name] for name in job.tiers.split("+")]
+
+
+def references(state: dict[str, Any], nbytes: int) -> dict[str, float]:
+    """The same-run ceilings of this rank's bytes: a host-memory copy, and a ring exchange (warm, median of 3)."""
+    on = fabric.group(600.0)
+    ring = fabric.moves("ring", nbytes, MESSAGE, on)
+    fabric.timed(ring, on)
+    exchange = statistics.median(fabric.timed(ring, on) for _ in range(3))
+    return {"host_copy_seconds": host_copy_seconds(state), "ring_seconds": exchange}
+
+
+class PeerLadder:
+    """The rank half of tiered_ranks (rank_half.WholeJob)."""
+
+    uses_workload = True
+
+    def run(self, job: RankJob) -> dict[str, Any]:
+        """References, the loop, the node lost, the restore; this rank's figures."""
+        from ckptio import IOOptions, TieredCheckpointer
+
+        rank, node = dist.get_rank(), int(os.environ.get("GROUP_RANK", "0"))
+        state = {name: t.contiguous() for name, t in local_tensors(preset_state(job)[0]).items()}
+        nbytes = sum(t.nbytes for t in state.values())
+        figures: dict[str, Any] = {"own_bytes": nbytes, **references(state, nbytes)}
+        options = IOOptions(backend="buffered")
+        compute, gradient = train.Step(job.step_time), torch.zeros(1)
+        saves: list[Any] = []
+
+        def step() -> None:
+            compute()
+            dist.all_reduce(gradient)
+
+        def checkpoint() -> Any:
+            from gdsbench.runners.checkpoint.tiered import TierPending
+
+            saves.append(ckpt.save(state, (len(saves) + 1) * job.interval, blocking=not job.asynchronous))
+            return TierPending(saves[-1])
+
+        with TieredCheckpointer(locations(job, rank, node), options=options, require_durable=False) as ckpt:
+            dist.barrier()
+            with Usage() as usage:
+                times = train.run_loop(step, job.steps, job.interval, checkpoint)
+            ckpt.wait_drained()
+        figures.update(usage.columns(), **loop_figures(times, saves), step_reps=compute.reps)
+        return {**figures, **restore_after_loss(job, rank, node, state, saves[-1].step, options)}
+
+
+def loop_figures(times: train.LoopTimes, saves: list[Any]) -> dict[str, Any]:
+    """The loop's times, and per tier the median seconds until durable (the peer's replication: after the RAM
+    copy); a tier's first failure, where one failed."""
+    durable = {i: [s.durable_seconds[i] for s in saves if i in s.durable_seconds] for i in range(3)}
+    replicated = [s.durable_seconds[1] - s.durable_seconds[0] for s in saves if {0, 1} <= set(s.durable_seconds)]
+    errors = [f"step {s.step} tier {i}: {why}" for s in saves for i, why in sorted(s.errors.items())]
+    return {
+        "steps": times.steps,
+        "draining": times.draining,
+        "stalls": times.stalls,
+        "durable": times.durable,
+        "durable_tier_seconds": [statistics.median(v) if v else None for v in durable.values()],
+        "replicate_seconds": statistics.median(replicated) if replicated else None,
+        "tier_errors": errors[:3],
+        "saves": len(saves),
+    }
+
+
+def restore_after_loss(
+    job: RankJob, rank: int, node: int, state: dict[str, Any], newest: int, options: Any
+) -> dict[str, Any]:
+    """The last node's RAM lost, then every rank's restore (timed, the slowest rank's is the row's): the step and
+    tier it read, checked exactly; RuntimeError where it is not the newest step from the tier expected."""
+    from ckptio import TieredCheckpointer
+    from ckptio.records import Restored
+
+    lost = dist.get_world_size() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")) - 1
+    dist.barrier()
+    if node == lost and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        shutil.rmtree(node_root(job, node), ignore_errors=True)
+    dist.barrier()
+    with TieredCheckpointer(locations(job, rank, node), options=options, require_durable=False) as ckpt:
+        started = time.perf_counter()
+        loaded = ckpt.load()
+        seconds = time.perf_counter() - started
+        found = ckpt.last
+    assert isinstance(found, Restored)
+    expected = 1 if node == lost else 0
+    if (found.step, found.tier) != (newest, expected):
+        skipped = "; ".join(f"tier {s.tier} step {s.step}: {s.reason}" for s in found.skipped) or "none"
+        raise RuntimeError(
+            f"rank {rank}: restored step {found.step} from tier {found.tier}, expected step {newest} from tier "
+            f"{expected}; skipped: {skipped}"
+        )
+    wrong = same(loaded, state)
+    if wrong:
+        raise RuntimeError(f"rank {rank}: restored tensor {wrong!r} differs from the one saved")
+    return {"restore_seconds": seconds, "restored_tier": found.tier, "lost_node": lost}

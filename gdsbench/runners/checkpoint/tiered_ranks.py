@@ -1,0 +1,152 @@
+"""tiered_ranks: the memory-first ladder on ranks (issue 39), ckptio.TieredCheckpointer with a peer tier in a training
+loop on every rank of the sweep's launcher (`launcher: {name: torchrun, nodes: 2}`: two "nodes" on this host).
+
+`tiers: [memory, peer]` saves each rank's state into its node's RAM (a private folder under /dev/shm) and replicates
+it to the same local rank on the next node over torch.distributed (gloo); `[memory, peer, local]` drains it to a
+folder in the sweep's `directory` too. Beside the loop's figures each row holds what the same ranks measured on the
+same bytes just before it: a copy into host memory (the RAM tier's ceiling, `host_copy_seconds`) and a ring
+exchange (`ring_seconds`, the collective engine's op `ring`), and the ratios to them. Then the last node is lost
+(its RAM folder removed) and a restarted job restores: that node's ranks from their peers, the others from their
+own RAM, each exactly the newest step, or the row fails (ranks/peer_ladder.py). Every folder is this run's own,
+removed after it (keep_files: kept).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from gdsbench.cases import Case, Pattern, Transfer
+from gdsbench.columns import TEXT, Column
+from gdsbench.runners.base import Measurement, RunContext
+from gdsbench.runners.checkpoint import ladder, train
+from gdsbench.runners.checkpoint.base import CKPTIO, TORCH, Package, workload_bytes
+from gdsbench.runners.checkpoint.distributed import DistributedRunner, measured_cost, with_nodes
+from gdsbench.runners.checkpoint.tiered import PEER_LADDERS, TIERS
+
+SHM = Path("/dev/shm")
+RAM_COPIES = 6  # the state, 2 own copies in RAM, 2 held for the peer, the workload file (every rank's share)
+COLUMNS = (
+    Column("durable_peer_seconds", "s", "median seconds from a save's start until its copy is held by the peer"),
+    Column("durable_disk_seconds", "s", "median seconds from a save's start until durable in the local folder"),
+    Column("replicate_seconds", "s", "median seconds from the RAM copy until the peer holds it (the replication)"),
+    Column("restore_peer_seconds", "s", "the lost node's slowest rank's restore, from its peer, verified"),
+    Column("host_copy_seconds", "s", "a copy of the rank's bytes into host memory, the same run (slowest rank)"),
+    Column("ring_seconds", "s", "a ring exchange of the rank's bytes over torch.distributed, the same run"),
+    Column("stall_vs_copy", "ratio", "the loop's stall per checkpoint / host_copy_seconds"),
+    Column("replicate_vs_ring", "ratio", "replicate_seconds / ring_seconds"),
+    Column("restore_vs_ring", "ratio", "restore_peer_seconds / ring_seconds"),
+    Column("tier_errors", "", "the first failures of a tier's copies, where any failed", TEXT),
+)
+
+
+class TieredRanks(DistributedRunner):
+    name = "tiered_ranks"
+    description = "ckptio.TieredCheckpointer [memory, peer(, local)] in a training loop on ranks; a node lost, restored"
+    patterns = frozenset({Pattern.TRAIN})
+    transfers = frozenset({Transfer.CPU_CACHED})
+    packages: tuple[Package, ...] = (TORCH, CKPTIO)
+    engine_options = (TIERS,)
+    columns = (*DistributedRunner.columns, ladder.COLUMNS[0], ladder.COLUMNS[2], *COLUMNS)
+
+    def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
+        """A ladder with a peer, on two nodes or more (the launcher's), a ckptio with the peer place."""
+        from ckptio.places import PLACES
+
+        if tuple(case["tiers"].split("+")) not in PEER_LADDERS:
+            return "tiered_ranks runs ladders with a peer tier ([memory, peer], [memory, peer, local]); others: tiered"
+        if "peer" not in PLACES:
+            return "this ckptio has no peer place (issue 39): pip install -e lib/ckptio"
+        if ctx.launch.nodes < 2:
+            return "a peer tier needs two nodes or more: launcher: {name: torchrun, nodes: 2} (two on this host)"
+        return None
+
+    def path(self, case: Case, ctx: RunContext) -> Path:
+        """Where a run's folders go: a new one of this name's in `directory`, and its twin in /dev/shm (the RAM)."""
+        return Path(ctx.directory) / "gdsbench-peers.<run>"
+
+    def memory_bytes(self, case: Case, ctx: RunContext) -> int:
+        """The state, the RAM tier's `keep` (2) copies and the copies held for a peer (2), the workload mapped."""
+        return int(workload_bytes(case, ctx) * RAM_COPIES)
+
+    def call(self, case: Case) -> str:
+        """The ladder's calls, as --dry-run and the rows show them."""
+        blocking = ", blocking=False" if case.get("async") else ""
+        return (
+            f"training loop on every rank: ckptio.TieredCheckpointer([{case['tiers'].replace('+', ', ')}])"
+            f".save(step{blocking}) every {case['interval']} steps; the last node's RAM lost; load() on every rank"
+        )
+
+    def run(self, case: Case, ctx: RunContext) -> Measurement:
+        """The ranks' loop and restore in this run's own folders (RAM and `directory`, one name)."""
+        ctx.resources.close_at_end(self.release)
+        shared, workload = self._workload(case, ctx)
+        keep = ctx.resources.keep_files
+        with ladder.private_folder(SHM, "gdsbench-peers", keep) as ram:
+            durable = Path(ctx.directory) / ram.name
+            durable.mkdir(mode=0o700)
+            try:
+                ranks = self._launch(case, ctx, durable, shared, warmup=0)
+            finally:
+                if not keep:
+                    ladder.remove_private(durable)
+        return with_nodes(self._row(case, ranks, workload.nbytes), ranks, ctx.launch, case)
+
+    def _row(self, case: Case, ranks: list[dict[str, Any]], nbytes: int) -> Measurement:
+        """The train row: the slowest rank's steps and stalls, the ladder's medians, the references and ratios."""
+        times = train.LoopTimes(
+            *[[max(v) for v in zip(*(r[k] for r in ranks))] for k in ("steps", "draining", "stalls", "durable")]
+        )
+        tiers = case["tiers"].split("+")
+        per_tier = [worst(r["durable_tier_seconds"][i] for r in ranks) for i in range(len(tiers))]
+        lost = [r for r in ranks if r.get("node") == ranks[0]["lost_node"]]
+        kept = [r for r in ranks if r not in lost]
+        figures: dict[str, Any] = {
+            "durable_local_seconds": per_tier[0],
+            "durable_peer_seconds": per_tier[1],
+            "durable_disk_seconds": per_tier[2] if len(tiers) > 2 else None,
+            "replicate_seconds": worst(r["replicate_seconds"] for r in ranks),
+            "restore_local_seconds": max(r["restore_seconds"] for r in kept),
+            "restore_peer_seconds": max(r["restore_seconds"] for r in lost),
+            "host_copy_seconds": max(r["host_copy_seconds"] for r in ranks),
+            "ring_seconds": max(r["ring_seconds"] for r in ranks),
+            "tier_errors": "; ".join(e for r in ranks for e in r["tier_errors"][:1]) or None,
+        }
+        stall = statistics.median(times.stalls)
+        figures["stall_vs_copy"] = stall / figures["host_copy_seconds"]
+        figures["replicate_vs_ring"] = ratio(figures["replicate_seconds"], figures["ring_seconds"])
+        figures["restore_vs_ring"] = figures["restore_peer_seconds"] / figures["ring_seconds"]
+        restore = max(r["restore_seconds"] for r in ranks)
+        notes = [
+            f"{len(times.stalls)} checkpoints in {len(times.steps)} steps of {ranks[0]['step_reps']} matmuls and an "
+            f"all-reduce on {len(ranks)} ranks",
+            f"node {ranks[0]['lost_node']} lost (its RAM removed): its ranks restored from their peers, the others "
+            "from their own RAM, verified",
+            f"{ranks[0]['own_bytes']} bytes per rank",
+        ]
+        farthest = per_tier[-1]
+        measured = ladder.row(times, restore, farthest, figures, nbytes, notes, None)
+        return replace(measured, **measured_cost(ranks, **measured.figures))
+
+    @property
+    def ranks(self) -> Any:  # type: ignore[override]
+        """The rank half (ranks/peer_ladder.py: torch imported by the ranks only)."""
+        from gdsbench.runners.checkpoint.ranks.peer_ladder import PeerLadder
+
+        return PeerLadder()
+
+
+def worst(values: Any) -> float | None:
+    """The largest of the figures every rank gave (None where a rank has none)."""
+    found = list(values)
+    return None if not found or any(v is None for v in found) else max(found)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, None where either is missing."""
+    return None if a is None or not b else a / b
+
+
+ENGINE = TieredRanks()

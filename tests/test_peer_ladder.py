@@ -1,0 +1,130 @@
+"""The memory-first ladder on ranks (issue 39, part 3), for real: two "nodes" of this host (torchrun, --nnodes=2,
+gloo), the collective engine's fabric ceiling, and tiered_ranks' training loop through ckptio's [memory, peer] and
+[memory, peer, local] with a node lost after it; its rows carry the same-run references, and the report's ladder
+restores a lost node from the peer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gdsbench import results
+from gdsbench.cli import cli
+from gdsbench.report import ladder as model
+from gdsbench.runners import get
+from gdsbench.runners.checkpoint.ranks import fabric
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    """One sweep: the collective ring and broadcast (32 MiB per rank), then both peer ladders (8 MiB of llama3-8b,
+    10 steps of 20 ms, a checkpoint every 5), on two local nodes of one rank each."""
+    folder = tmp_path_factory.mktemp("peers")
+    document = {
+        "name": "peers",
+        "directory": str(folder / "target"),
+        "allow_root_filesystem": True,
+        "repetitions": 1,
+        "launcher": {"name": "torchrun", "nodes": 2},
+        "matrix": [
+            {
+                "engine": ["collective"],
+                "pattern": ["exchange"],
+                "transfer": ["CPU_CACHED"],
+                "world_size": [2],
+                "checkpoint_size": ["32M"],
+                "io_size": ["4M"],
+                "op": ["ring", "broadcast"],
+                "passes": [3],
+            },
+            {
+                "engine": ["tiered_ranks"],
+                "pattern": ["train"],
+                "transfer": ["CPU_CACHED"],
+                "world_size": [2],
+                "checkpoint_size": ["8M"],
+                "memory": ["as-is"],
+                "steps": [10],
+                "step_time": ["20ms"],
+                "interval": [5],
+                "tiers": [["memory", "peer"], ["memory", "peer", "local"]],
+                "async": [True],
+            },
+        ],
+    }
+    config = folder / "peers.yaml"
+    config.write_text(yaml.safe_dump(document))
+    result = CliRunner().invoke(cli, ["sweep", str(config), "-o", str(folder / "out")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    [csv] = (folder / "out").glob("peers-*.csv")
+    return results.load([csv])
+
+
+def test_the_collective_engine_measures_the_fabric_it_says(rows: pd.DataFrame) -> None:
+    found = rows[rows["engine"] == "collective"].set_index("op")
+    assert list(found["status"]) == ["ok", "ok"] and set(found["nodes"]) == {2}
+    ring, broadcast = found.loc["ring"], found.loc["broadcast"]
+    assert ring["bytes"] == 2 * (32 << 20)  # both ranks receive their neighbour's 32 MiB
+    assert broadcast["bytes"] == 32 << 20  # the root receives nothing
+    assert ring["bw_bytes"] == pytest.approx(ring["bytes"] / ring["seconds"])
+    assert ring["rank_bw_bytes"] == pytest.approx((32 << 20) / ring["seconds"])
+    assert ring["cpu_seconds"] > 0 and ring["passes_spread"] >= 1
+    assert "median of 3 passes" in ring["note"]
+
+
+def test_a_peer_ladder_restores_a_lost_node_from_its_peer_beside_its_references(rows: pd.DataFrame) -> None:
+    found = rows[rows["engine"] == "tiered_ranks"].set_index("tiers")
+    assert list(found["status"]) == ["ok", "ok"], found["error"].tolist()
+    for _, row in found.iterrows():
+        assert row["durable_local_seconds"] < row["durable_peer_seconds"]  # the RAM copy first, then the peer's
+        assert row["replicate_seconds"] > 0 and row["ring_seconds"] > 0 and row["host_copy_seconds"] > 0
+        assert row["replicate_vs_ring"] == pytest.approx(row["replicate_seconds"] / row["ring_seconds"])
+        assert row["restore_peer_seconds"] > 0 and row["restore_local_seconds"] > 0
+        assert "node 1 lost" in row["note"] and "restored from their peers" in row["note"]
+        assert pd.isna(row["tier_errors"])
+    assert pd.isna(found.loc["memory+peer", "durable_disk_seconds"])
+    disk = found.loc["memory+peer+local"]
+    assert (
+        disk["durable_disk_seconds"] >= disk["durable_peer_seconds"] and disk["seconds"] == disk["durable_disk_seconds"]
+    )
+
+
+def test_the_report_models_a_lost_node_restored_from_the_peer(rows: pd.DataFrame) -> None:
+    table = model.ladders(rows)
+    peers = table[table["engine"].str.startswith("tiered_ranks")]
+    assert len(peers) == 2 and set(peers["tiers"]) == {"memory+peer"} and peers["goodput"].between(0, 1).all()
+    header, cells = model.ladder_rows(table)
+    assert "durable peer s" in header and "restore peer s" in header
+    shown = [dict(zip(header, row)) for row in cells if row[header.index("engine")].startswith("tiered_ranks")]
+    assert shown and all(row["tiers"] == "memory+peer" and row["restore peer s"] != "-" for row in shown)
+
+
+def test_a_ladder_without_a_peer_or_one_node_is_refused_with_why(tmp_path: Path) -> None:
+    from gdsbench import config as configs
+    from gdsbench.launchers import Launch
+    from gdsbench.runners.base import RunContext
+
+    matrix = {"engine": ["tiered_ranks"], "pattern": ["train"], "transfer": ["CPU_CACHED"], "world_size": [2]}
+    one, peer = (
+        configs.from_dict({"matrix": {**matrix, "tiers": [tiers]}}, "t.yaml").cases[0]
+        for tiers in (["memory", "s3"], ["memory", "peer"])
+    )
+    ctx = RunContext(directory=tmp_path, file_size=1 << 20, launch=Launch("torchrun", 1))
+    assert "ladders with a peer tier" in str(get("tiered_ranks").cannot_run(one, ctx))
+    assert "two nodes or more" in str(get("tiered_ranks").cannot_run(peer, ctx))
+    assert "engine tiered_ranks" in str(get("tiered").cannot_run(peer, ctx))
+
+
+def test_the_fabric_counts_what_each_rank_receives() -> None:
+    assert fabric.received_bytes("ring", 10 << 20, 4 << 20, 0, 2) == 12 << 20  # three whole messages
+    assert fabric.received_bytes("broadcast", 8 << 20, 4 << 20, 0, 4) == 0
+    assert fabric.received_bytes("broadcast", 8 << 20, 4 << 20, 3, 4) == 8 << 20
+    assert fabric.received_bytes("all_gather", 8 << 20, 4 << 20, 1, 4) == 2 * (1 << 20) * 3
+    assert json.dumps(fabric.OPS) == '["ring", "broadcast", "all_gather"]'
