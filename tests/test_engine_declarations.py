@@ -20,7 +20,7 @@ from gdsbench.errors import ToolError
 from gdsbench.hosts import parse_hosts
 from gdsbench.runners.base import FleetRunner, Measurement
 from gdsbench.runners.checkpoint.distributed import DistributedRunner
-from gdsbench.runners.checkpoint.rank_half import StorageLayer
+from gdsbench.runners.checkpoint.rank_half import StorageLayer, WholeJob
 from gdsbench.runners.file_sets import FileSet, Fill, Fills, KeepsFiles
 
 ROOT = Path(__file__).parent.parent
@@ -160,12 +160,13 @@ def test_every_engine_module_is_registered_and_declares_its_halves() -> None:
     from gdsbench import cli_rank
 
     ranked = cli_rank.ranked_engines()
-    assert set(ranked) == {"dcp", "dcp_fast", "torch_save_ranks"}
+    assert set(ranked) == {"collective", "dcp", "dcp_fast", "tiered_ranks", "torch_save_ranks"}
     assert all(isinstance(runners.RUNNERS[name], DistributedRunner) for name in ranked)
     assert isinstance(cli_rank.rank_half("dcp"), StorageLayer) and isinstance(
         cli_rank.rank_half("dcp_fast"), StorageLayer
     )
     assert not isinstance(cli_rank.rank_half("torch_save_ranks"), StorageLayer)  # a file of each rank's own
+    assert all(isinstance(cli_rank.rank_half(n), WholeJob) for n in ("collective", "tiered_ranks"))  # their own job
     assert {n for n, r in runners.RUNNERS.items() if isinstance(r, Fills)} == {"fio", "gdsio"}
     assert {"fio", "gdsio", "torch_save", "dcp"} <= {n for n, r in runners.RUNNERS.items() if isinstance(r, KeepsFiles)}
 
@@ -188,7 +189,10 @@ def test_the_rank_program_refuses_an_engine_without_ranks_naming_those_with() ->
         timeout=120,
     )
     assert done.returncode == 2
-    assert "engine 'torch_save' has no ranks (engines with ranks: dcp, dcp_fast, torch_save_ranks)" in done.stderr
+    assert (
+        "engine 'torch_save' has no ranks (engines with ranks: collective, dcp, dcp_fast, tiered_ranks, torch_save_ranks)"
+        in done.stderr
+    )
 
 
 @pytest.mark.parametrize("room", SHARED_ROOMS)

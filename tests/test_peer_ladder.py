@@ -17,7 +17,10 @@ from gdsbench import results
 from gdsbench.cli import cli
 from gdsbench.report import ladder as model
 from gdsbench.runners import get
-from gdsbench.runners.checkpoint.ranks import fabric
+
+pytest.importorskip("torch", reason="the ranks run torch.distributed")
+pytest.importorskip("ckptio", reason="tiered_ranks saves with ckptio")
+from gdsbench.runners.checkpoint.ranks import fabric  # (imports torch)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -57,6 +60,19 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
                 "tiers": [["memory", "peer"], ["memory", "peer", "local"]],
                 "async": [True],
             },
+            {
+                "engine": ["tiered_ranks"],
+                "pattern": ["train"],
+                "transfer": ["CPU_CACHED"],
+                "world_size": [2],
+                "checkpoint_size": ["8M"],
+                "memory": ["as-is"],
+                "steps": [5],
+                "step_time": ["20ms"],
+                "interval": [5],
+                "tiers": [["memory", "peer", "local"]],
+                "peer_fault": ["corrupt_peer"],
+            },
         ],
     }
     config = folder / "peers.yaml"
@@ -80,7 +96,8 @@ def test_the_collective_engine_measures_the_fabric_it_says(rows: pd.DataFrame) -
 
 
 def test_a_peer_ladder_restores_a_lost_node_from_its_peer_beside_its_references(rows: pd.DataFrame) -> None:
-    found = rows[rows["engine"] == "tiered_ranks"].set_index("tiers")
+    plain = rows[(rows["engine"] == "tiered_ranks") & (rows["peer_fault"] == "none")]
+    found = plain.set_index("tiers")
     assert list(found["status"]) == ["ok", "ok"], found["error"].tolist()
     for _, row in found.iterrows():
         assert row["durable_local_seconds"] < row["durable_peer_seconds"]  # the RAM copy first, then the peer's
@@ -88,7 +105,7 @@ def test_a_peer_ladder_restores_a_lost_node_from_its_peer_beside_its_references(
         assert row["replicate_vs_ring"] == pytest.approx(row["replicate_seconds"] / row["ring_seconds"])
         assert row["restore_peer_seconds"] > 0 and row["restore_local_seconds"] > 0
         assert "node 1 lost" in row["note"] and "restored from their peers" in row["note"]
-        assert pd.isna(row["tier_errors"])
+        assert pd.isna(row["tier_errors"]) and row["restored_tier"] == "rank 0: tier 0, rank 1: tier 1"
     assert pd.isna(found.loc["memory+peer", "durable_disk_seconds"])
     disk = found.loc["memory+peer+local"]
     assert (
@@ -96,9 +113,16 @@ def test_a_peer_ladder_restores_a_lost_node_from_its_peer_beside_its_references(
     )
 
 
+def test_a_damaged_peer_copy_is_skipped_by_its_checksum_and_the_disk_read(rows: pd.DataFrame) -> None:
+    [row] = rows[rows["peer_fault"] == "corrupt_peer"].to_dict("records")
+    assert row["status"] == "ok", row["error"]
+    assert row["restored_tier"] == "rank 0: tier 0, rank 1: tier 2"
+    assert "rank 1 tier 1 step 5" in row["skipped_reason"] and "checksum mismatch" in row["skipped_reason"]
+
+
 def test_the_report_models_a_lost_node_restored_from_the_peer(rows: pd.DataFrame) -> None:
     table = model.ladders(rows)
-    peers = table[table["engine"].str.startswith("tiered_ranks")]
+    peers = table[table["engine"].str.startswith("tiered_ranks") & ~table["engine"].str.contains("corrupt_peer")]
     assert len(peers) == 2 and set(peers["tiers"]) == {"memory+peer"} and peers["goodput"].between(0, 1).all()
     header, cells = model.ladder_rows(table)
     assert "durable peer s" in header and "restore peer s" in header

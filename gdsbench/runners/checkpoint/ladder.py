@@ -53,7 +53,12 @@ COLUMNS = (
 FAULT_COLUMNS = (
     Column("fault_expected", "", "what the case's fault must do (tier_faults.EXPECTED); else the row fails", TEXT),
     Column("ckptio_warnings", "count", "warnings ckptio logged during the case (a fault's are expected; see the note)"),
-    Column("restored_tier", "", "the tier the fault case's restore read from (local or s3)", TEXT),
+    Column(
+        "restored_tier",
+        "",
+        "the tier the fault case's restore read from (tiered: local or s3; tiered_ranks: each rank's tier)",
+        TEXT,
+    ),
     Column("skipped_reason", "", "the copies that restore skipped, and why", TEXT),
     Column(
         "state_exact", "", "whether the restored state equals the saved one exactly (yes; else the row fails)", TEXT

@@ -45,6 +45,7 @@ class RankJob:
     io_size: int | None = None  # the collective engine's message bytes
     passes: int = 5  # the collective engine's timed passes
     tiers: str = ""  # tiered_ranks: the ladder, nearest first (memory+peer, memory+peer+local)
+    peer_fault: str = "none"  # tiered_ranks: none, or corrupt_peer
 
     @classmethod
     def from_case(cls, case: Case, path: str, out: str, workload_file: str | None, warmup: int) -> RankJob:

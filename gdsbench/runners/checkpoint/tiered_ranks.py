@@ -20,6 +20,7 @@ from typing import Any
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.columns import TEXT, Column
+from gdsbench.keys import Key, one_of
 from gdsbench.runners.base import Measurement, RunContext
 from gdsbench.runners.checkpoint import ladder, train
 from gdsbench.runners.checkpoint.base import CKPTIO, TORCH, Package, workload_bytes
@@ -27,6 +28,16 @@ from gdsbench.runners.checkpoint.distributed import DistributedRunner, measured_
 from gdsbench.runners.checkpoint.tiered import PEER_LADDERS, TIERS
 
 SHM = Path("/dev/shm")
+PEER_FAULTS = ("none", "corrupt_peer")
+PEER_FAULT = Key(
+    "peer_fault",
+    one_of(*PEER_FAULTS),
+    "none or corrupt_peer",
+    "none",
+    "tiered_ranks: corrupt_peer flips a byte of each copy the lost node's ranks would fetch from their peers: they "
+    "must skip it by its checksum and restore from the local folder (tiers [memory, peer, local])",
+    patterns=train.TRAIN,
+)
 RAM_COPIES = 6  # the state, 2 own copies in RAM, 2 held for the peer, the workload file (every rank's share)
 COLUMNS = (
     Column("durable_peer_seconds", "s", "median seconds from a save's start until its copy is held by the peer"),
@@ -48,17 +59,25 @@ class TieredRanks(DistributedRunner):
     patterns = frozenset({Pattern.TRAIN})
     transfers = frozenset({Transfer.CPU_CACHED})
     packages: tuple[Package, ...] = (TORCH, CKPTIO)
-    engine_options = (TIERS,)
-    columns = (*DistributedRunner.columns, ladder.COLUMNS[0], ladder.COLUMNS[2], *COLUMNS)
+    engine_options = (TIERS, PEER_FAULT)
+    columns = (
+        *DistributedRunner.columns,
+        ladder.COLUMNS[0],
+        ladder.COLUMNS[2],
+        *COLUMNS,
+        *(c for c in ladder.FAULT_COLUMNS if c.name in ("restored_tier", "skipped_reason")),
+    )
 
     def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
         """A ladder with a peer, on two nodes or more (the launcher's), a ckptio with the peer place."""
-        from ckptio.places import PLACES
+        from ckptio import errors
 
         if tuple(case["tiers"].split("+")) not in PEER_LADDERS:
             return "tiered_ranks runs ladders with a peer tier ([memory, peer], [memory, peer, local]); others: tiered"
-        if "peer" not in PLACES:
+        if not hasattr(errors, "PeerError"):
             return "this ckptio has no peer place (issue 39): pip install -e lib/ckptio"
+        if case["peer_fault"] == "corrupt_peer" and "local" not in case["tiers"]:
+            return "corrupt_peer restores the lost node from the local folder: run it with tiers [memory, peer, local]"
         if ctx.launch.nodes < 2:
             return "a peer tier needs two nodes or more: launcher: {name: torchrun, nodes: 2} (two on this host)"
         return None
@@ -113,6 +132,8 @@ class TieredRanks(DistributedRunner):
             "host_copy_seconds": max(r["host_copy_seconds"] for r in ranks),
             "ring_seconds": max(r["ring_seconds"] for r in ranks),
             "tier_errors": "; ".join(e for r in ranks for e in r["tier_errors"][:1]) or None,
+            "restored_tier": ", ".join(f"rank {r['rank']}: tier {r['restored_tier']}" for r in ranks),
+            "skipped_reason": "; ".join(f"rank {r['rank']} {s}" for r in ranks for s in r["skipped"]) or None,
         }
         stall = statistics.median(times.stalls)
         figures["stall_vs_copy"] = stall / figures["host_copy_seconds"]
@@ -122,8 +143,9 @@ class TieredRanks(DistributedRunner):
         notes = [
             f"{len(times.stalls)} checkpoints in {len(times.steps)} steps of {ranks[0]['step_reps']} matmuls and an "
             f"all-reduce on {len(ranks)} ranks",
-            f"node {ranks[0]['lost_node']} lost (its RAM removed): its ranks restored from their peers, the others "
-            "from their own RAM, verified",
+            f"node {ranks[0]['lost_node']} lost (its RAM removed): its ranks restored from "
+            + ("the local folder past their peers' damaged copies" if case["peer_fault"] != "none" else "their peers")
+            + ", the others from their own RAM, verified",
             f"{ranks[0]['own_bytes']} bytes per rank",
         ]
         farthest = per_tier[-1]

@@ -7,7 +7,9 @@ has `local`. Before the loop each rank measures, on the same bytes, the referenc
 into host memory (the RAM tier's ceiling) and a ring exchange of torch.distributed (ranks/fabric.py: the peer
 tier's). After it, the last node is lost (its RAM folder removed: its own copies and what it held for others) and
 every rank restores with a new TieredCheckpointer: the lost node's ranks from their peers, the others from their
-own RAM, every rank the newest step, exactly; a rank that reads another tier or step fails the row."""
+own RAM, every rank the newest step, exactly; a rank that reads another tier or step fails the row. `peer_fault:
+corrupt_peer` flips a byte of each copy the lost node's ranks would fetch: they must skip it (its checksum) and read
+the local folder."""
 
 from __future__ import annotations
 
@@ -115,10 +117,14 @@ def restore_after_loss(
     from ckptio import TieredCheckpointer
     from ckptio.records import Restored
 
-    lost = dist.get_world_size() // int(os.environ.get("LOCAL_WORLD_SIZE", "1")) - 1
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    lost = dist.get_world_size() // per_node - 1
     dist.barrier()
     if node == lost and int(os.environ.get("LOCAL_RANK", "0")) == 0:
         shutil.rmtree(node_root(job, node), ignore_errors=True)
+    source = (rank - per_node) % dist.get_world_size()  # whose copy this rank holds (the peer tier's ring)
+    if job.peer_fault == "corrupt_peer" and source // per_node == lost:
+        flip(node_root(job, node) / f"rank-{rank}" / f"of-rank-{source}" / f"step-{newest:012d}.ckpt")
     dist.barrier()
     with TieredCheckpointer(locations(job, rank, node), options=options, require_durable=False) as ckpt:
         started = time.perf_counter()
@@ -126,7 +132,7 @@ def restore_after_loss(
         seconds = time.perf_counter() - started
         found = ckpt.last
     assert isinstance(found, Restored)
-    expected = 1 if node == lost else 0
+    expected = 0 if node != lost else 2 if job.peer_fault == "corrupt_peer" else 1
     if (found.step, found.tier) != (newest, expected):
         skipped = "; ".join(f"tier {s.tier} step {s.step}: {s.reason}" for s in found.skipped) or "none"
         raise RuntimeError(
@@ -136,4 +142,18 @@ def restore_after_loss(
     wrong = same(loaded, state)
     if wrong:
         raise RuntimeError(f"rank {rank}: restored tensor {wrong!r} differs from the one saved")
-    return {"restore_seconds": seconds, "restored_tier": found.tier, "lost_node": lost}
+    said = [f"tier {s.tier} step {s.step}: {s.reason}" for s in found.skipped if s.step is not None]
+    return {"restore_seconds": seconds, "restored_tier": found.tier, "lost_node": lost, "skipped": said}
+
+
+def flip(path: Path) -> None:
+    """One byte in the middle of a held copy's largest storage flipped (its index says where: never padding), the
+    copy a lost node's rank would fetch (corrupt_peer)."""
+    from ckptio.inspect import read_index
+
+    largest = max(read_index(path).storages, key=lambda s: s.nbytes)
+    with open(path, "r+b") as held:
+        held.seek(largest.offset + largest.nbytes // 2)
+        byte = held.read(1)
+        held.seek(-1, os.SEEK_CUR)
+        held.write(bytes([byte[0] ^ 0xFF]))

@@ -18,7 +18,7 @@ from .errors import CheckpointError, OptionError, PeerError
 from .options import local_ranks
 
 CHUNK_BYTES = 64 << 20  # one message of a copy
-CHUNK_SECONDS = 120.0  # the longest one message may take (0.5 MiB/s): longer, the peer is taken as gone
+CHUNK_SECONDS = 60.0  # the longest one message may take (about 1 MiB/s): longer, the peer is taken as gone
 LISTED = 64  # the newest steps a listing carries per source
 HEADER, DATA, ACK = 1, 2, 3  # message tags
 #: What a holder answers for a copy it was sent.
@@ -61,6 +61,7 @@ class Ring:
             )
         self.replicas, self.timeout_seconds = replicas, timeout_seconds
         self.refused = ""  # why the newest copy this rank received was not kept
+        self._buffers = [bytearray(), bytearray()]
         self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_seconds))
 
     @property
@@ -130,10 +131,9 @@ class Ring:
         import torch
         import torch.distributed as dist
 
-        out, into = bytearray(min(size, CHUNK_BYTES)), bytearray(min(their_size, CHUNK_BYTES))
-        out_t, into_t = torch.frombuffer(out, dtype=torch.uint8) if out else None, None
-        if into:
-            into_t = torch.frombuffer(into, dtype=torch.uint8)
+        out, into = self._buffer(0, min(size, CHUNK_BYTES)), self._buffer(1, min(their_size, CHUNK_BYTES))
+        out_t = torch.frombuffer(out, dtype=torch.uint8) if out else None
+        into_t = torch.frombuffer(into, dtype=torch.uint8) if into else None
         failed: OSError | None = None
         with _opened(path) as source:
             sent = got = 0
@@ -152,6 +152,13 @@ class Ring:
                 sent, got = sent + n, got + m
         if failed is not None:
             raise failed
+
+    def _buffer(self, which: int, nbytes: int) -> bytearray:
+        """One of the two message buffers (to send, to receive), kept between exchanges and grown to `nbytes`:
+        their pages are touched once, not at every copy."""
+        if len(self._buffers[which]) < nbytes:
+            self._buffers[which] = bytearray(nbytes)
+        return self._buffers[which]
 
     # -- restores ---------------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ storages the call copies it into (host_copy.py) by a background thread. The late
 0's file, never from training memory: one background thread drains each save to each tier in tier order (a
 file copy made durable, or one PUT), so a drain that fails (the store is down) costs training nothing: it is
 recorded in that save's TierSave, tier 0's copy stays, and the newest undrained step is retried. A restore
-tries the newest step any tier holds, nearest tier first, and loads only a copy that verifies.
+tries the newest step any tier holds, nearest tier first, and loads only a copy that verifies. With a peer tier
+(places/peer.py) the ranks restore together: the newest step every rank can get whole, from any tier.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ class TieredCheckpointer:
     """Saves to an ordered list of tiers, nearest first, and restores from the nearest copy that verifies.
 
     Args:
-        tiers: tier 0 a local directory; later ones local directories or `s3://bucket/prefix` (endpoint and
+        tiers: tier 0 a local directory or `memory://name` (RAM); later ones local directories, memory folders,
+            `peer://name` (each rank's copy also in the RAM of the same local rank on the next node, over
+            torch.distributed: every rank makes, saves and loads together) or `s3://bucket/prefix` (endpoint and
             credentials from the environment, the extra `ckptio[s3]`).
         keep: how many newest steps each tier keeps (an int for every tier, or one per tier; default 2). Older
             ones (ckptio's names only) are removed only once a newer one is durable in that tier, never a tier-0
