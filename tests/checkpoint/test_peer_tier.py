@@ -128,6 +128,7 @@ def test_a_rank_killed_while_replicating_leaves_no_torn_copy_and_its_node_restor
             pid = int(line.split(" pid ")[1].split()[0])
     assert pid is not None, "rank 1's peer never held two of its saves"
     os.kill(pid, signal.SIGKILL)
+    os.killpg(started[1].pid, signal.SIGKILL)  # its node gone with it: the agent too
     assert started[1].wait(LAUNCH_SECONDS) != 0
     # rank 0 saves on, its exchanges failing: the one in flight when its peer died at most a message's limit (gloo
     # does not end a send whose peer died midway), the later ones at once
