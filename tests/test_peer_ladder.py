@@ -23,6 +23,17 @@ pytest.importorskip("ckptio", reason="tiered_ranks saves with ckptio")
 from gdsbench.runners.checkpoint.ranks import fabric  # (imports torch)
 
 pytestmark = pytest.mark.timeout(600)
+#: What both tiered_ranks blocks share: 8 MiB of llama3-8b on 2 ranks, a checkpoint every 5 steps of 20 ms.
+LADDER = {
+    "engine": ["tiered_ranks"],
+    "pattern": ["train"],
+    "transfer": ["CPU_CACHED"],
+    "world_size": [2],
+    "checkpoint_size": ["8M"],
+    "memory": ["as-is"],
+    "step_time": ["20ms"],
+    "interval": [5],
+}
 
 
 @pytest.fixture(scope="module")
@@ -47,32 +58,8 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
                 "op": ["ring", "broadcast"],
                 "passes": [3],
             },
-            {
-                "engine": ["tiered_ranks"],
-                "pattern": ["train"],
-                "transfer": ["CPU_CACHED"],
-                "world_size": [2],
-                "checkpoint_size": ["8M"],
-                "memory": ["as-is"],
-                "steps": [10],
-                "step_time": ["20ms"],
-                "interval": [5],
-                "tiers": [["memory", "peer"], ["memory", "peer", "local"]],
-                "async": [True],
-            },
-            {
-                "engine": ["tiered_ranks"],
-                "pattern": ["train"],
-                "transfer": ["CPU_CACHED"],
-                "world_size": [2],
-                "checkpoint_size": ["8M"],
-                "memory": ["as-is"],
-                "steps": [5],
-                "step_time": ["20ms"],
-                "interval": [5],
-                "tiers": [["memory", "peer", "local"]],
-                "peer_fault": ["corrupt_peer"],
-            },
+            {**LADDER, "steps": [10], "tiers": [["memory", "peer"], ["memory", "peer", "local"]], "async": [True]},
+            {**LADDER, "steps": [5], "tiers": [["memory", "peer", "local"]], "peer_fault": ["corrupt_peer"]},
         ],
     }
     config = folder / "peers.yaml"

@@ -24,10 +24,9 @@ from gdsbench.keys import Key, one_of
 from gdsbench.runners.base import Measurement, RunContext
 from gdsbench.runners.checkpoint import ladder, train
 from gdsbench.runners.checkpoint.base import CKPTIO, TORCH, Package, workload_bytes
-from gdsbench.runners.checkpoint.distributed import DistributedRunner, measured_cost, with_nodes
+from gdsbench.runners.checkpoint.distributed import SHM, DistributedRunner, measured_cost, with_nodes
 from gdsbench.runners.checkpoint.tiered import PEER_LADDERS, TIERS
 
-SHM = Path("/dev/shm")
 PEER_FAULTS = ("none", "corrupt_peer")
 PEER_FAULT = Key(
     "peer_fault",

@@ -24,13 +24,14 @@ import torch
 import torch.distributed as dist
 
 from gdsbench.runners.checkpoint import train
+from gdsbench.runners.checkpoint.distributed import SHM
 from gdsbench.runners.checkpoint.rank_job import RankJob
 from gdsbench.runners.checkpoint.ranks import fabric
 from gdsbench.runners.checkpoint.ranks.rank import host_copy_seconds
 from gdsbench.runners.checkpoint.ranks.state import local_tensors, preset_state, same
+from gdsbench.runners.checkpoint.tiered import TierPending
 from gdsbench.runners.resources import Usage
 
-SHM = Path("/dev/shm")
 MESSAGE = 64 << 20  # the ring reference's messages: the peer tier's own chunk size
 
 
@@ -77,8 +78,6 @@ class PeerLadder:
             dist.all_reduce(gradient)
 
         def checkpoint() -> Any:
-            from gdsbench.runners.checkpoint.tiered import TierPending
-
             saves.append(ckpt.save(state, (len(saves) + 1) * job.interval, blocking=not job.asynchronous))
             return TierPending(saves[-1])
 

@@ -18,6 +18,7 @@ from .errors import CheckpointError, OptionError, PeerError
 from .options import local_ranks
 
 CHUNK_BYTES = 64 << 20  # one message of a copy
+COLLECTIVE_FAILED = "a collective of the peer tier failed"
 CHUNK_SECONDS = 60.0  # the longest one message may take (about 1 MiB/s): longer, the peer is taken as gone
 LISTED = 64  # the newest steps a listing carries per source
 HEADER, DATA, ACK = 1, 2, 3  # message tags
@@ -63,11 +64,6 @@ class Ring:
         self.refused = ""  # why the newest copy this rank received was not kept
         self._buffers = [bytearray(), bytearray()]
         self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_seconds))
-
-    @property
-    def node(self) -> int:
-        """This rank's node."""
-        return self.rank // self.per_node
 
     def holder(self, j: int) -> int:
         """The rank holding this rank's j-th replica (j from 1)."""
@@ -146,7 +142,7 @@ class Ring:
                 if m:
                     assert into_t is not None
                     work.append(dist.irecv(into_t[:m], src, group=self.group, tag=DATA))
-                _wait(work, dst if n else src, CHUNK_SECONDS)
+                _wait(work, CHUNK_SECONDS)
                 if m and sink is not None:
                     sink.write(memoryview(into)[:m])
                 sent, got = sent + n, got + m
@@ -173,7 +169,8 @@ class Ring:
             steps = sorted(held(self.source(j)), reverse=True)[:LISTED]
             mine[j - 1, : len(steps)] = torch.tensor(steps, dtype=torch.int64)
         table = [torch.empty_like(mine) for _ in range(self.world)]
-        _collective(lambda: dist.all_gather(table, mine, group=self.group), self.rank)
+        with failing(self.rank, COLLECTIVE_FAILED):
+            dist.all_gather(table, mine, group=self.group)
         found = {int(s) for j in range(1, self.replicas + 1) for s in table[self.holder(j)][j - 1] if s >= 0}
         return sorted(found)
 
@@ -185,7 +182,8 @@ class Ring:
 
         wants = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
         mine = torch.tensor([1 if wanted else 0], dtype=torch.int64)
-        _collective(lambda: dist.all_gather(wants, mine, group=self.group), self.rank)
+        with failing(self.rank, COLLECTIVE_FAILED):
+            dist.all_gather(wants, mine, group=self.group)
         holder, source = self.holder(j), self.source(j)
         with failing(holder if wanted else source):
             return self._fetch(holder, source, bool(wants[source][0]), wanted, step, held_path, incoming)
@@ -204,7 +202,7 @@ class Ring:
         header = torch.zeros(2, dtype=torch.int64)
         if wanted:
             ops.append(dist.irecv(header, holder, group=self.group, tag=HEADER))
-        _wait(ops, holder if wanted else source, self.timeout_seconds)
+        _wait(ops, self.timeout_seconds)
         coming = wanted and int(header[0]) == step
         path = held_path if sending else None
         answer = self._move(path, size, source, holder, int(header[1]) if coming else 0, incoming if coming else None)
@@ -221,7 +219,8 @@ class Ring:
         newest = sorted(set(candidates), reverse=True)[:LISTED]
         mine[: len(newest)] = torch.tensor(newest, dtype=torch.int64)
         table = [torch.empty_like(mine) for _ in range(self.world)]
-        _collective(lambda: dist.all_gather(table, mine, group=self.group), self.rank)
+        with failing(self.rank, COLLECTIVE_FAILED):
+            dist.all_gather(table, mine, group=self.group)
         common = set.intersection(*({int(s) for s in row if s >= 0} for row in table))
         return max(common) if common else None
 
@@ -231,7 +230,8 @@ class Ring:
         import torch.distributed as dist
 
         flag = torch.tensor([code], dtype=torch.int64)
-        _collective(lambda: dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group), self.rank)
+        with failing(self.rank, COLLECTIVE_FAILED):
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group)
         return int(flag[0])
 
     def _swap(self, values: list[int], dst: int, src: int, tag: int) -> Any:
@@ -242,7 +242,7 @@ class Ring:
         out = torch.tensor(values, dtype=torch.int64)
         into = torch.zeros(len(values), dtype=torch.int64)
         work = [dist.isend(out, dst, group=self.group, tag=tag), dist.irecv(into, src, group=self.group, tag=tag)]
-        _wait(work, dst, self.timeout_seconds)
+        _wait(work, self.timeout_seconds)
         return into
 
 
@@ -272,28 +272,19 @@ def _read(fd: int | None, into: memoryview, offset: int) -> OSError | None:
     return None
 
 
-def _wait(work: list[Any], peer: int, seconds: float) -> None:
+def _wait(work: list[Any], seconds: float) -> None:
     """Wait for point-to-point work, at most `seconds` each (gloo waits for ever on a send whose peer died midway
-    without a limit); PeerError naming the peer where it failed (gone, timed out: the pair is then closed)."""
+    without a limit; a timeout closes the pair). Called inside `failing`, which names the peer."""
     limit = timedelta(seconds=seconds)
-    with failing(peer):
-        for w in work:
-            w.wait(limit)
+    for w in work:
+        w.wait(limit)
 
 
 @contextlib.contextmanager
-def failing(peer: int) -> Iterator[None]:
+def failing(peer: int, what: str = "the exchange failed") -> Iterator[None]:
     """torch.distributed's errors in the block (a peer gone: gloo's "Connection closed by peer", a timeout; also
-    raised when a message is posted to a peer already gone) as PeerError naming `peer`."""
+    raised when a message is posted to a peer already gone) as PeerError naming `peer` and `what` failed."""
     try:
         yield
     except RuntimeError as error:
-        raise PeerError(peer, None, f"the exchange failed: {error}") from error
-
-
-def _collective(call: Callable[[], Any], rank: int) -> None:
-    """A collective of the tier's group; PeerError where it failed (a rank gone, timed out)."""
-    try:
-        call()
-    except RuntimeError as error:
-        raise PeerError(rank, None, f"a collective of the peer tier failed: {error}") from error
+        raise PeerError(peer, None, f"{what}: {error}") from error

@@ -45,6 +45,7 @@ from .verify import verify_file
 
 if TYPE_CHECKING:
     from .host_copy import HostCopy
+    from .peers import Ring
 
 log = logging.getLogger("ckptio")
 T = TypeVar("T")
@@ -355,7 +356,8 @@ class TieredCheckpointer:
         tier; each tries its tiers nearest first (all take part in a collective tier's fetch, sending what they
         hold to the ranks that ask), and where any rank got no verified copy, all try the next older step."""
         with self._lock:
-            wait_for(list(self._jobs))  # no drain's exchange on the tier's group meanwhile
+            jobs = list(self._jobs)
+        wait_for(jobs)  # no drain's exchange on the tier's group meanwhile (waited outside the lock the drains take)
         ring = self._ring()
         skipped: list[Skipped] = []
         held, tried = dict(self._holders(skipped, together=True)), set[int]()
@@ -398,7 +400,7 @@ class TieredCheckpointer:
                 log.warning("tier %d (%s) step %d skipped: %s", i, tier, step, reason(error))
         return got, state, fatal
 
-    def _ring(self) -> Any:
+    def _ring(self) -> Ring:
         """The ring of the first collective tier, through which the ranks agree."""
         tier = self.tiers[self._collective[0]]
         assert isinstance(tier, PeerTier)

@@ -12,8 +12,8 @@ import contextlib
 import os
 import re
 import tempfile
-from collections.abc import Iterator
-from typing import Any, NoReturn
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..errors import InvalidLocation, UnsupportedLocation
 from ..options import IOOptions
@@ -22,6 +22,9 @@ from .base import Place, Traits
 from .memory import SCHEME as MEMORY_SCHEME
 from .memory import MemoryTier
 from .memory import parse as memory_folder
+
+if TYPE_CHECKING:
+    from ..peers import Incoming
 
 SCHEME = "peer"
 TIMEOUT_SECONDS = 600.0  # an exchange or collective of the tier's group that takes longer fails (PeerError)
@@ -102,7 +105,7 @@ class PeerTier:
             self.ring.replicate(j, source, step, self._incoming)
         self._kept = [*(s for s in self._kept if s != step), step][-self.keep :]
 
-    def _incoming(self, source: int, step: int) -> Any:
+    def _incoming(self, source: int, step: int) -> Incoming:
         """Where a copy of `step` from `source` goes: its held folder, trimmed to `keep` once it is in place."""
         held = self.held(source)
         return _into(held, step, lambda: _trim(held, self.keep))
@@ -149,7 +152,7 @@ class PeerTier:
             self._fetched.remove(step)
 
 
-def _into(tier: MemoryTier, step: int, then: Any) -> Any:
+def _into(tier: MemoryTier, step: int, then: Callable[[], None]) -> Incoming:
     """An Incoming writing a copy of `step` into `tier`'s folder: room checked, verified, renamed, then `then()`."""
     from ..peers import Incoming
     from ..verify import verify_file
