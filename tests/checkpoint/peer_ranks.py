@@ -58,6 +58,8 @@ def save(root: Path, rank: int, node: int, steps: str, numel: str = "50000") -> 
     with TieredCheckpointer(tiers(root, rank, node, True), options=OPTIONS) as ckpt:
         for step in map(int, steps.split(",")):
             records.append(ckpt.save(state(rank, step, int(numel)), step, blocking=False))
+            if len(records) > 1:  # the peer's copies keep pace (a loaded machine's drains would lag behind)
+                records[-2].wait(tier=1)
         ckpt.wait_drained()
     return {"saves": [{"step": r.step, "durable": sorted(r.durable_seconds), "errors": r.errors} for r in records]}
 
@@ -89,6 +91,8 @@ def loop(root: Path, rank: int, node: int, saves: str, numel: str) -> dict[str, 
     ) as ckpt:
         for step in range(1, int(saves) + 1):
             records.append(ckpt.save(state(rank, step, int(numel)), step, blocking=False))
+            if len(records) > 1:  # the peer's copies keep pace (a loaded machine's drains would lag behind)
+                records[-2].wait(tier=1)
             held = [r.step for r in records if 1 in r.durable_seconds]
             print(f"rank {rank} pid {os.getpid()} saved {step} held {max(held, default=0)}", flush=True)
     return {"saves": [{"step": r.step, "durable": sorted(r.durable_seconds), "errors": r.errors} for r in records]}
