@@ -17,9 +17,10 @@ from typing import Any
 from .errors import CheckpointError, OptionError, PeerError
 from .options import local_ranks
 
-CHUNK_BYTES = 64 << 20  # one message of a copy
+CHUNK_BYTES = 16 << 20  # one message of a copy
+WINDOW = 4  # messages of a copy in flight each way (rotating buffers): read, or written, while the others travel
 COLLECTIVE_FAILED = "a collective of the peer tier failed"
-CHUNK_SECONDS = 60.0  # the longest one message may take (about 1 MiB/s): longer, the peer is taken as gone
+CHUNK_SECONDS = 15.0  # the longest one message may take (about 1 MiB/s): longer, the peer is taken as gone
 LISTED = 64  # the newest steps a listing carries per source
 HEADER, DATA, ACK = 1, 2, 3  # message tags
 #: What a holder answers for a copy it was sent.
@@ -62,7 +63,7 @@ class Ring:
             )
         self.replicas, self.timeout_seconds = replicas, timeout_seconds
         self.refused = ""  # why the newest copy this rank received was not kept
-        self._buffers = [bytearray(), bytearray()]
+        self._buffers: list[Any] = [_empty() for _ in range(2 * WINDOW)]
         self.group = dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_seconds))
 
     def holder(self, j: int) -> int:
@@ -107,7 +108,7 @@ class Ring:
             self.refused = str(error)
             return NO_ROOM
         try:
-            with open(temp, "r+b") as sink:
+            with _written(temp) as sink:
                 self._stream(path, size, dst, sink, their_size, src)
             incoming.keep(temp)
         except CheckpointError as error:
@@ -121,39 +122,52 @@ class Ring:
                 os.unlink(temp)
         return KEPT
 
-    def _stream(self, path: str | None, size: int, dst: int, sink: Any, their_size: int, src: int) -> None:
-        """Chunks of `path` to dst and of src's copy into `sink` (None: read and dropped), side by side. A read that
-        fails sends zeros for the rest (the holder's check refuses them) and is raised after the exchange."""
-        import torch
+    def _stream(self, path: str | None, size: int, dst: int, sink: int | None, their_size: int, src: int) -> None:
+        """`path`'s bytes to dst and src's copy into the descriptor `sink` (None: received and dropped), side by
+        side, WINDOW messages in flight each way through rotating buffers: a message is read while the ones before
+        it travel, and written while the ones after it arrive. A read that fails sends zeros for the rest (the
+        holder's check refuses them); a write that fails drops the rest (every message is still received); either
+        is raised after the exchange."""
         import torch.distributed as dist
 
-        out, into = self._buffer(0, min(size, CHUNK_BYTES)), self._buffer(1, min(their_size, CHUNK_BYTES))
-        out_t = torch.frombuffer(out, dtype=torch.uint8) if out else None
-        into_t = torch.frombuffer(into, dtype=torch.uint8) if into else None
-        failed: OSError | None = None
+        sending, coming = _chunks(size), _chunks(their_size)
+        sends: list[Any] = []
+        receives = [self._receive(k, coming, src) for k in range(min(WINDOW, len(coming)))]
+        unread: OSError | None = None
+        unwritten: OSError | None = None
         with _opened(path) as source:
-            sent = got = 0
-            while sent < size or got < their_size:
-                work, n, m = [], min(CHUNK_BYTES, size - sent), min(CHUNK_BYTES, their_size - got)
-                if n:
-                    failed = failed or _read(source, memoryview(out)[:n], sent)
-                    assert out_t is not None
-                    work.append(dist.isend(out_t[:n], dst, group=self.group, tag=DATA))
-                if m:
-                    assert into_t is not None
-                    work.append(dist.irecv(into_t[:m], src, group=self.group, tag=DATA))
-                _wait(work, CHUNK_SECONDS)
-                if m and sink is not None:
-                    sink.write(memoryview(into)[:m])
-                sent, got = sent + n, got + m
-        if failed is not None:
-            raise failed
+            for k in range(max(len(sending), len(coming))):
+                if k < len(sending):
+                    if k >= WINDOW:
+                        _wait(sends[k - WINDOW : k - WINDOW + 1], CHUNK_SECONDS)
+                    at, end = sending[k]
+                    out = self._buffer(k % WINDOW, CHUNK_BYTES)[: end - at]
+                    unread = unread or _read(source, memoryview(out.numpy()), at)
+                    sends.append(dist.isend(out, dst, group=self.group, tag=DATA))
+                if k < len(coming):
+                    _wait(receives[k : k + 1], CHUNK_SECONDS)
+                    unwritten = unwritten or _write(sink, self._buffer(WINDOW + k % WINDOW, 0), coming[k])
+                    if k + WINDOW < len(coming):
+                        receives.append(self._receive(k + WINDOW, coming, src))
+            _wait(sends[-WINDOW:], CHUNK_SECONDS)
+        if unread is not None or unwritten is not None:
+            raise unread or unwritten
 
-    def _buffer(self, which: int, nbytes: int) -> bytearray:
-        """One of the two message buffers (to send, to receive), kept between exchanges and grown to `nbytes`:
-        their pages are touched once, not at every copy."""
-        if len(self._buffers[which]) < nbytes:
-            self._buffers[which] = bytearray(nbytes)
+    def _receive(self, k: int, coming: list[tuple[int, int]], src: int) -> Any:
+        """Post the receive of message k of a copy into its rotating buffer."""
+        import torch.distributed as dist
+
+        at, end = coming[k]
+        into = self._buffer(WINDOW + k % WINDOW, CHUNK_BYTES)[: end - at]
+        return dist.irecv(into, src, group=self.group, tag=DATA)
+
+    def _buffer(self, which: int, nbytes: int) -> Any:
+        """Rotating buffer `which` (uint8 tensors: WINDOW to send, then WINDOW to receive), kept between exchanges
+        and grown to `nbytes`: their pages are touched once, not at every copy."""
+        import torch
+
+        if self._buffers[which].numel() < nbytes:
+            self._buffers[which] = torch.empty(nbytes, dtype=torch.uint8)
         return self._buffers[which]
 
     # -- restores ---------------------------------------------------------------------------------
@@ -257,6 +271,43 @@ def _opened(path: str | None) -> Iterator[int | None]:
         yield fd
     finally:
         os.close(fd)
+
+
+def _chunks(nbytes: int) -> list[tuple[int, int]]:
+    """The (start, end) of each message of a copy of `nbytes`."""
+    return [(at, min(at + CHUNK_BYTES, nbytes)) for at in range(0, nbytes, CHUNK_BYTES)]
+
+
+def _empty() -> Any:
+    """A buffer not grown yet."""
+    import torch
+
+    return torch.empty(0, dtype=torch.uint8)
+
+
+@contextlib.contextmanager
+def _written(temp: str) -> Iterator[int]:
+    """A descriptor writing `temp`, for the block."""
+    fd = os.open(temp, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _write(sink: int | None, buffer: Any, where: tuple[int, int]) -> OSError | None:
+    """Write the received message `where` (start, end) from `buffer` into `sink` at its offset (None: dropped);
+    the error where the write fails or falls short."""
+    if sink is None:
+        return None
+    at, end = where
+    try:
+        done = os.pwritev(sink, [memoryview(buffer.numpy())[: end - at]], at)
+        if done != end - at:
+            raise OSError(f"the copy's write ended at {at + done} bytes")
+    except OSError as error:
+        return error
+    return None
 
 
 def _read(fd: int | None, into: memoryview, offset: int) -> OSError | None:
