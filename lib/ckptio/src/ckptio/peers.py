@@ -150,8 +150,9 @@ class Ring:
                     if k + WINDOW < len(coming):
                         receives.append(self._receive(k + WINDOW, coming, src))
             _wait(sends[-WINDOW:], CHUNK_SECONDS)
-        if unread is not None or unwritten is not None:
-            raise unread or unwritten
+        for failed in (unread, unwritten):
+            if failed is not None:
+                raise failed
 
     def _receive(self, k: int, coming: list[tuple[int, int]], src: int) -> Any:
         """Post the receive of message k of a copy into its rotating buffer."""
