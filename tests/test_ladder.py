@@ -230,7 +230,7 @@ def test_two_level_goodput_by_hand() -> None:
     # tau = 261.703 s (Daly at C 10 s, M 1 h: test_train); e^(55/3600) = 1.0153951, e^(271.703/3600) - 1 = 0.0783942,
     # 3600 x 1.0153951 x 0.0783942 = 286.564; 261.703 / 286.564 = 0.913245
     local, remote = model.Level(20, 0), model.Level(60, 30)
-    assert model.penalty(local, remote, 7200, 7200) == pytest.approx(55)
+    assert model.penalty([(model.PROCESS, local), (model.CORRELATED, remote)], (7200, 7200)) == pytest.approx(55)
     interval, value = model.two_level(10, local, remote, 7200, 7200)
     assert interval == pytest.approx(261.703, abs=1e-3) and value == pytest.approx(0.913245, abs=1e-6)
     # one tier (S3 only): every failure pays 90 s; e^(90/3600) = 1.0253151, x 3600 x 0.0783942 = 289.363 -> 0.904409
@@ -243,6 +243,29 @@ def test_without_node_losses_the_ladder_is_dalys_model_with_the_local_restore() 
     _, value = model.two_level(10, local, remote, 3600, 1e15)
     assert value == pytest.approx(goodput.goodput(goodput.daly_interval(10, 3600), 10, 30, 3600), rel=1e-9)
     assert model.lag(2.5, 0.5) == 2.0 and model.lag(0.4, 0.5) == 0.0  # a blocking save's copy: no lag
+
+
+def test_one_failure_level_per_tier_by_hand() -> None:
+    # [memory, peer, s3]: C 10 s; M_p = M_n = M_c = 3 h, so M = 1 h. Memory: R 5 s, lag 0; peer: R 15 s, lag 5 s;
+    # S3: R 60 s, lag 30 s. A process lost reads memory (5), a node lost the peer (20), several nodes S3 (90):
+    # P = (5 + 20 + 90) / 3 = 38.333 s; tau = 261.703 s (C 10 s, M 1 h); e^(38.333/3600) = 1.0107050,
+    # 3600 x 1.0107050 x 0.0783942 = 285.240; 261.703 / 285.240 = 0.917483
+    memory, peer, s3 = model.Level(5, 0), model.Level(15, 5), model.Level(60, 30)
+    chain = [(model.PROCESS, memory), (model.NODE, peer), (model.CORRELATED, s3)]
+    three = (3 * 3600.0,) * 3
+    assert model.penalty(chain, three) == pytest.approx(115 / 3)
+    interval, value = model.by_level(10, chain, three)
+    assert interval == pytest.approx(261.703, abs=1e-3) and value == pytest.approx(0.917483, abs=1e-6)
+    # [memory, peer] with correlated failures modelled: nothing outlives them, no goodput; not modelled: the
+    # two levels alone (P = (5 + 20) / 2 at M_p = M_n = 2 h)
+    assert math.isnan(model.by_level(10, chain[:2], three)[1])
+    two = model.by_level(10, chain[:2], (7200.0, 7200.0, math.inf))[1]
+    assert two == pytest.approx(goodput.goodput(goodput.daly_interval(10, 3600), 10, 12.5, 3600), rel=1e-9)
+    # [local, s3] is issue 33's two-level model: a node lost and several nodes lost both read S3
+    local, remote = model.Level(20, 0), model.Level(60, 30)
+    pair = [(model.PROCESS, local), (model.CORRELATED, remote)]
+    assert model.by_level(10, pair, (7200.0, 7200.0, math.inf)) == model.two_level(10, local, remote, 7200, 7200)
+    assert model.penalty(pair, (7200.0, 14400.0, 14400.0)) == pytest.approx(55)
 
 
 def ladder_rows() -> pd.DataFrame:
@@ -295,17 +318,61 @@ def test_the_report_puts_the_ladder_beside_its_baseline_at_each_failure_pair() -
     ]
 
 
+def test_the_report_restores_each_failure_level_from_the_nearest_tier_that_outlives_it() -> None:
+    from gdsbench.report import summary
+    from tests.test_report import row
+
+    def peers(tiers: str, **far: float) -> dict[str, Any]:
+        figures = {"durable_local_seconds": 0.1, "durable_peer_seconds": 5.1, "restore_local_seconds": 5.0}
+        return row(
+            engine="tiered_ranks",
+            pattern="train",
+            io_size=None,
+            tiers=tiers,
+            stall_seconds=0.1,
+            checkpoint_cost_seconds=10.0,
+            restore_peer_seconds=15.0,
+            **figures,
+            **far,
+        )
+
+    frame = pd.DataFrame(
+        [
+            peers("memory+peer+s3", durable_object_seconds=30.1, restore_object_seconds=60.0),
+            peers("memory+peer"),
+            peers("memory+peer+local", durable_disk_seconds=2.1, restore_disk_seconds=4.0),
+        ]
+    )
+    settings = {"mtbf_local": (10800.0,), "mtbf_node": (10800.0,), "mtbf_correlated": (10800.0,)}
+    table = summary.build(frame, ["engine", "tiers"], settings).table("ladder")
+    assert table is not None
+    cells = {c["tiers"]: c for c in (dict(zip(table.header, r)) for r in table.rows)}
+    chain = [
+        (model.PROCESS, model.Level(5, 0)),
+        (model.NODE, model.Level(15, 5)),
+        (model.CORRELATED, model.Level(60, 30)),
+    ]
+    assert cells["memory+peer+s3"]["goodput"] == f"{model.by_level(10, chain, (10800.0,) * 3)[1]:.4%}"
+    assert cells["memory+peer+s3"]["mtbf correlated"] == goodput.duration_text(10800.0)
+    assert cells["memory+peer"]["goodput"] == "-"  # several nodes lost: no copy outlives them
+    assert cells["memory+peer+local"]["goodput"] == "-"  # the local folder goes with its node too
+    assert cells["memory+peer+local"]["restore disk s"] == "4.00"
+
+
 def test_report_mtbf_local_and_node_take_durations_and_refuse_others(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
     from gdsbench.cli import cli
 
-    local, node = (setting.parse for setting in model.SETTINGS)
+    local, node, correlated = (setting.parse for setting in model.SETTINGS)
     assert model.levels_of({"mtbf_local": local("1h,24h")}) == (
-        (3600.0, model.DEFAULT_MTBF_NODE),
-        (86400.0, model.DEFAULT_MTBF_NODE),
+        (3600.0, model.DEFAULT_MTBF_NODE, math.inf),
+        (86400.0, model.DEFAULT_MTBF_NODE, math.inf),
     )
-    assert model.levels_of({"mtbf_node": node("7d")}) == ((model.DEFAULT_MTBF_LOCAL, 604800.0),)
+    assert model.levels_of({"mtbf_node": node("7d")}) == ((model.DEFAULT_MTBF_LOCAL, 604800.0, math.inf),)
+    assert model.levels_of({"mtbf_correlated": correlated("90d")}) == (
+        (model.DEFAULT_MTBF_LOCAL, model.DEFAULT_MTBF_NODE, 90 * 86400.0),
+    )
     csv = tmp_path / "rows.csv"
     csv.write_text("x\n")
     result = CliRunner().invoke(cli, ["report", str(csv), "--mtbf-node", "often"])

@@ -6,7 +6,9 @@ restores a lost node from the peer."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -17,6 +19,8 @@ from gdsbench import results
 from gdsbench.cli import cli
 from gdsbench.report import ladder as model
 from gdsbench.runners import get
+from gdsbench.runners.s3_client import Bucket
+from tests.ceph_cluster import ceph_cluster, radosgw  # noqa: F401
 
 pytest.importorskip("torch", reason="the ranks run torch.distributed")
 pytest.importorskip("ckptio", reason="tiered_ranks saves with ckptio")
@@ -94,10 +98,13 @@ def test_a_peer_ladder_restores_a_lost_node_from_its_peer_beside_its_references(
         assert "node 1 lost" in row["note"] and "restored from their peers" in row["note"]
         assert pd.isna(row["tier_errors"]) and row["restored_tier"] == "rank 0: tier 0, rank 1: tier 1"
     assert pd.isna(found.loc["memory+peer", "durable_disk_seconds"])
+    assert pd.isna(found.loc["memory+peer", "restore_disk_seconds"])
     disk = found.loc["memory+peer+local"]
     assert (
         disk["durable_disk_seconds"] >= disk["durable_peer_seconds"] and disk["seconds"] == disk["durable_disk_seconds"]
     )
+    assert disk["restore_disk_seconds"] > 0  # every node's RAM lost: every rank read its folder, exactly
+    assert "then every node's RAM lost, every rank restored from local" in disk["note"]
 
 
 def test_a_damaged_peer_copy_is_skipped_by_its_checksum_and_the_disk_read(rows: pd.DataFrame) -> None:
@@ -110,11 +117,48 @@ def test_a_damaged_peer_copy_is_skipped_by_its_checksum_and_the_disk_read(rows: 
 def test_the_report_models_a_lost_node_restored_from_the_peer(rows: pd.DataFrame) -> None:
     table = model.ladders(rows)
     peers = table[table["engine"].str.startswith("tiered_ranks") & ~table["engine"].str.contains("corrupt_peer")]
-    assert len(peers) == 2 and set(peers["tiers"]) == {"memory+peer"} and peers["goodput"].between(0, 1).all()
+    assert sorted(peers["tiers"]) == ["memory+peer", "memory+peer+local"] and peers["goodput"].between(0, 1).all()
     header, cells = model.ladder_rows(table)
-    assert "durable peer s" in header and "restore peer s" in header
+    assert {"durable peer s", "restore peer s", "durable disk s", "restore disk s"} <= set(header)
     shown = [dict(zip(header, row)) for row in cells if row[header.index("engine")].startswith("tiered_ranks")]
-    assert shown and all(row["tiers"] == "memory+peer" and row["restore peer s"] != "-" for row in shown)
+    assert shown and all(row["tiers"].startswith("memory+peer") and row["restore peer s"] != "-" for row in shown)
+    several = model.ladders(rows, [(86400.0, 604800.0, 90 * 86400.0)])  # several nodes lost: no RAM copy outlives them
+    assert several[several["engine"].str.startswith("tiered_ranks")]["goodput"].isna().all()
+
+
+@pytest.mark.slow
+def test_memory_peer_s3_restores_a_lost_node_from_its_peer_and_every_node_from_s3(
+    radosgw: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """[memory, peer, s3] on two nodes: a lost node from its peer, then every node's RAM lost and every rank's state
+    read back from S3, exactly; the run's prefix gone after it; the report models three failure levels."""
+    bucket = "gdsbench-peers-s3"
+    document = {
+        "name": "peers-s3",
+        "directory": str(tmp_path / "target"),
+        "allow_root_filesystem": True,
+        "repetitions": 1,
+        "bucket": bucket,
+        "launcher": {"name": "torchrun", "nodes": 2},
+        "matrix": [{**LADDER, "steps": [10], "tiers": [["memory", "peer", "s3"]], "async": [True]}],
+    }
+    config = tmp_path / "peers-s3.yaml"
+    config.write_text(yaml.safe_dump(document))
+    result = CliRunner().invoke(cli, ["sweep", str(config), "-o", str(tmp_path / "out")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    [row] = results.load(list((tmp_path / "out").glob("peers-s3-*.csv"))).to_dict("records")
+    assert row["status"] == "ok", row["error"]
+    assert row["restored_tier"] == "rank 0: tier 0, rank 1: tier 1"
+    assert row["durable_object_seconds"] >= row["durable_peer_seconds"] > row["durable_local_seconds"]
+    assert row["restore_object_seconds"] > 0 and "every rank restored from s3" in row["note"]
+    secret = os.environ["AWS_SECRET_ACCESS_KEY"]  # the ranks had it in their environment: no file of the run holds it
+    assert not [f for f in (tmp_path / "out").rglob("*") if f.is_file() and secret in f.read_text(errors="replace")]
+    store = Bucket(os.environ["AWS_ENDPOINT_URL"], bucket, "us-east-1", 16 << 20)
+    assert not store.exists() or store.sizes("gdsbench/") == {}  # the run's prefix (and the bucket it made) removed
+    frame = pd.DataFrame([row])
+    table = model.ladders(frame, [(86400.0, 604800.0, 90 * 86400.0)])
+    assert list(table["tiers"]) == ["memory+peer+s3"] and table["goodput"].between(0, 1).all()
 
 
 def test_a_ladder_without_a_peer_or_one_node_is_refused_with_why(tmp_path: Path) -> None:

@@ -1,16 +1,17 @@
-"""The durability ladder (issue 33): train rows that put checkpoints in a local tier, an object tier or both, side by
-side (seconds until durable in each tier, a restore from each, the work at risk), and their goodput with two
-failure levels, evaluated at report time (`gdsbench report --mtbf-local 24h --mtbf-node 7d`). docs/benchmarks.md,
-"The durability ladder", has the model and its sources:
-- failures the node-local copy survives come at rate 1/M_l (restored from the local tier), failures only the object
-  tier survives at rate 1/M_n (restored from S3); all of them at 1/M = 1/M_l + 1/M_n;
-- a failure of a level costs its restore R plus the lag L of that level's copy (from the moment the loop goes on
-  until durable there: durable seconds - stall, the work a failure in that window loses on top of Daly's);
-- with one tier (the object tier alone) every failure is restored from it; a row with no object tier survives no
-  node loss (no goodput);
-- the mean penalty per failure P = M (R_l + L_l) / M_l + M (R_n + L_n) / M_n, then Daly 2006 (report.goodput) with
-  restart P: the optimal interval for the row's checkpoint cost C and M, and goodput tau / (M e^(P/M) (e^((tau+C)/M)
-  - 1)) there.
+"""The durability ladder (issues 33, 39): train rows that put checkpoints in tiers (RAM, a peer's RAM, a local folder,
+S3), side by side (seconds until durable in each tier, a restore from each, the work at risk), and their goodput
+with one failure level per tier, evaluated at report time (`gdsbench report --mtbf-local 24h --mtbf-node 7d
+--mtbf-correlated 90d`). docs/benchmarks.md, "The durability ladder", has the model and its sources:
+- three failure levels, each with its rate 1/M_i: a process lost (the node's RAM and disk outlive it: `--mtbf-local`),
+  a node lost (a peer's RAM and S3 outlive it: `--mtbf-node`), several nodes lost together (only S3 outlives them:
+  `--mtbf-correlated`, not modelled unless given); all of them at 1/M = sum 1/M_i;
+- a failure of a level is restored from the row's nearest tier that outlives it (TIERS: each tier's figures and the
+  level it survives) and costs that tier's restore R plus the lag L of its copy (from the moment the loop goes on
+  until durable there: durable seconds - stall, the work a failure in that window loses on top of Daly's); a level
+  no tier of the row outlives loses every copy: no goodput;
+- the mean penalty per failure P = sum M (R_i + L_i) / M_i, then Daly 2006 (report.goodput) with restart P: the
+  optimal interval for the row's checkpoint cost C and M, and goodput tau / (M e^(P/M) (e^((tau+C)/M) - 1)) there.
+  With two levels and tiers [local, s3] this is issue 33's two-level model.
 """
 
 from __future__ import annotations
@@ -27,28 +28,38 @@ from gdsbench.errors import UsageError
 from gdsbench.report import ceilings, goodput, tables
 from gdsbench.report.derived import Derived, Inputs, Setting
 
-TITLE = "The durability ladder: time until durable per tier, restores, work at risk, goodput with two failure levels"
+TITLE = (
+    "The durability ladder: time until durable per tier, restores, work at risk, goodput with a failure level per tier"
+)
 DEFAULT_MTBF_LOCAL = 86400.0  # a day between failures the node-local copy survives (a process, a GPU reset)
 DEFAULT_MTBF_NODE = 7 * 86400.0  # a week between failures that take the node's local copy with them
 LADDER = (
     "durable_local_seconds",
     "durable_peer_seconds",
+    "durable_disk_seconds",
     "durable_object_seconds",
     "restore_local_seconds",
     "restore_peer_seconds",
+    "restore_disk_seconds",
     "restore_object_seconds",
     "work_at_risk_steps",
 )
 FIGURES = ("stall_seconds", "checkpoint_cost_seconds", *LADDER)
 MEANINGS = {
-    "tiers": "where the row's checkpoints became durable: the near tier (local, or memory: RAM), s3, or both; the "
-    "model's local level is the near tier's (a copy that goes with the node)",
+    "tiers": "the row's measured tiers nearest first (a durable time and a restore each): the near tier (local, or "
+    "memory: RAM), peer (the next node's RAM), local (a folder after the peer), s3",
+    "mtbf correlated": "the model's mean time between failures of several nodes at once (only S3 outlives them); "
+    "blank: not modelled (--mtbf-correlated)",
     "durable near s": "median seconds from a save's start until durable in the near tier (local folder or memory)",
     "durable peer s": "median seconds from a save's start until the peer (the next node's RAM) holds it",
     "restore peer s": "a lost node's restore from its peers, verified (the model's node level where a row has a peer)",
     "restore near s": "a verified restore from the near tier, median",
+    "durable disk s": "median seconds from a save's start until durable in the local folder after the peer",
+    "restore disk s": "every node's RAM lost: the slowest rank's restore from the local folder, verified",
     "at risk": "median steps run since the newest checkpoint durable in S3, at each checkpoint",
-    "goodput": "useful compute over wall time: Daly's interval with two failure levels (docs/benchmarks.md)",
+    "restore s3 s": "a restore from S3 (the nearer copies lost), verified",
+    "goodput": "useful compute over wall time: Daly's interval, each failure level restored from the nearest tier "
+    "that outlives it (docs/benchmarks.md); - where a modelled level outlives every tier of the row",
 }
 
 
@@ -61,37 +72,76 @@ class Level:
     lag: float
 
 
+PROCESS, NODE, CORRELATED = range(3)  # the failure levels, each outlived by the tiers that survive it
+
+
+@dataclass(frozen=True)
+class TierFigures:
+    """A tier as the ladder reads it: its row columns (durable, restore) and the widest failure level it outlives."""
+
+    durable: str
+    restore: str
+    survives: int
+
+
+NEAR = TierFigures(
+    "durable_local_seconds", "restore_local_seconds", PROCESS
+)  # a ladder's first tier, in RAM or on disk
+#: The tiers after the first, by name (a row's `tiers`), nearest first.
+TIERS = {
+    "peer": TierFigures("durable_peer_seconds", "restore_peer_seconds", NODE),
+    "local": TierFigures("durable_disk_seconds", "restore_disk_seconds", PROCESS),
+    "s3": TierFigures("durable_object_seconds", "restore_object_seconds", CORRELATED),
+}
+
+
 def lag(durable: float, stall: float) -> float:
     """How long after the loop went on a checkpoint became durable in a tier (0 for a save that waited for it)."""
     return max(0.0, durable - stall)
 
 
-def penalty(local: Level | None, remote: Level, mtbf_local: float, mtbf_node: float) -> float:
-    """The mean seconds a failure costs besides the lost interval: restore plus lag of the level it is restored from,
-    weighted by the two failure rates (with no local tier, every failure is restored from the object tier)."""
-    near = local or remote
-    rate_local, rate_node = 1 / mtbf_local, 1 / mtbf_node
-    weighted = rate_local * (near.restore + near.lag) + rate_node * (remote.restore + remote.lag)
-    return weighted / (rate_local + rate_node)
+def penalty(chain: Sequence[tuple[int, Level]], mtbfs: Sequence[float]) -> float:
+    """The mean seconds a failure costs besides the lost interval: restore plus lag of the nearest tier of `chain`
+    ((level it survives, Level), nearest first) that outlives it, weighted by the levels' rates (`mtbfs`, one per
+    level; infinite: not modelled); NaN where a modelled level outlives every tier."""
+    weighted = total = 0.0
+    for level, mtbf in enumerate(mtbfs):
+        if math.isinf(mtbf):
+            continue
+        near = next((tier for survives, tier in chain if survives >= level), None)
+        if near is None:
+            return math.nan
+        weighted += (near.restore + near.lag) / mtbf
+        total += 1 / mtbf
+    return weighted / total
+
+
+def by_level(cost: float, chain: Sequence[tuple[int, Level]], mtbfs: Sequence[float]) -> tuple[float, float]:
+    """(optimal interval, goodput) for a checkpoint cost, a row's tiers (penalty's chain) and the levels' MTBFs;
+    NaN for both where a failure level outlives every tier."""
+    restart = penalty(chain, mtbfs)
+    if math.isnan(restart):
+        return math.nan, math.nan
+    mtbf = 1 / sum(1 / m for m in mtbfs if not math.isinf(m))
+    interval = goodput.daly_interval(cost, mtbf)
+    return interval, goodput.goodput(interval, cost, restart, mtbf)
 
 
 def two_level(
     cost: float, local: Level | None, remote: Level | None, mtbf_local: float, mtbf_node: float
 ) -> tuple[float, float]:
-    """(optimal interval, goodput) for a checkpoint cost and the row's tiers; NaN for both without an object tier (a
-    node loss loses every copy)."""
-    if remote is None:
-        return math.nan, math.nan
-    mtbf = 1 / (1 / mtbf_local + 1 / mtbf_node)
-    interval = goodput.daly_interval(cost, mtbf)
-    return interval, goodput.goodput(interval, cost, penalty(local, remote, mtbf_local, mtbf_node), mtbf)
+    """by_level for a node-local tier and a tier that outlives the node (issue 33's model)."""
+    chain = [(PROCESS, local)] if local else []
+    return by_level(cost, [*chain, *([(CORRELATED, remote)] if remote else [])], (mtbf_local, mtbf_node))
 
 
-def levels_of(settings: Mapping[str, Any]) -> tuple[tuple[float, float], ...]:
-    """Every (local, node) pair of `--mtbf-local 24h --mtbf-node 7d` (comma lists; each defaults alone)."""
+def levels_of(settings: Mapping[str, Any]) -> tuple[tuple[float, float, float], ...]:
+    """Every (local, node, correlated) MTBF of `--mtbf-local 24h --mtbf-node 7d --mtbf-correlated 90d` (comma
+    lists; each defaults alone; correlated failures are not modelled unless given)."""
     locals_ = settings.get("mtbf_local") or (DEFAULT_MTBF_LOCAL,)
     nodes = settings.get("mtbf_node") or (DEFAULT_MTBF_NODE,)
-    return tuple(itertools.product(locals_, nodes))
+    correlated = settings.get("mtbf_correlated") or (math.inf,)
+    return tuple(itertools.product(locals_, nodes, correlated))
 
 
 def _durations(option: str) -> Callable[[str], tuple[float, ...]]:
@@ -113,12 +163,12 @@ def _level(restore: float, durable: float, stall: float) -> Level | None:
     return Level(float(restore), lag(float(durable), float(stall)))
 
 
-def ladders(frame: pd.DataFrame, levels: Sequence[tuple[float, float]] = ()) -> pd.DataFrame:
-    """One row per run, host, engine and failure pair of the train rows with ladder figures: the medians over
-    repetitions and the model's interval and goodput."""
+def ladders(frame: pd.DataFrame, levels: Sequence[tuple[float, float, float]] = ()) -> pd.DataFrame:
+    """One row per run, host, engine and failure levels' MTBFs of the train rows with ladder figures: the medians
+    over repetitions and the model's interval and goodput."""
     ok = frame[frame["status"] == "ok"] if "status" in frame else frame
     train = ok[ok["pattern"] == "train"] if "pattern" in ok else ok.iloc[0:0]
-    present = [c for c in ("durable_local_seconds", "durable_peer_seconds", "durable_object_seconds") if c in train]
+    present = [c for c in (NEAR.durable, *(t.durable for t in TIERS.values())) if c in train]
     if train.empty or not present or "checkpoint_cost_seconds" not in train:
         return pd.DataFrame()
     train = train[train[present].notna().any(axis=1)]
@@ -130,45 +180,58 @@ def ladders(frame: pd.DataFrame, levels: Sequence[tuple[float, float]] = ()) -> 
         medians = {
             f: float(pd.to_numeric(group[f], errors="coerce").median()) if f in group else math.nan for f in FIGURES
         }
-        near = near_tier(group)
-        for mtbf_local, mtbf_node in levels or levels_of({}):
+        names = tier_names(group, medians)
+        for mtbfs in levels or levels_of({}):
             rows.append(
                 {
                     **dict(zip(["run_id", "host", "engine"], values)),
                     "n": len(group),
                     **medians,
-                    **_model(medians, mtbf_local, mtbf_node, near),
+                    **_model(medians, mtbfs, names),
                 }
             )
     return pd.DataFrame(rows).sort_values(
-        ["run_id", "host", "mtbf_local", "mtbf_node", "goodput"],
-        ascending=[True, True, True, True, False],
+        ["run_id", "host", "mtbf_local", "mtbf_node", "mtbf_correlated", "goodput"],
+        ascending=[True, True, True, True, True, False],
         na_position="last",
     )
 
 
-def near_tier(group: pd.DataFrame) -> str:
-    """The name of a ladder's near tier, as its rows' `tiers` say it (memory, or a local folder: the default)."""
+def tier_names(group: pd.DataFrame, medians: Mapping[str, float]) -> list[str]:
+    """A ladder's tiers nearest first, as its rows' `tiers` say them (rows without it: the tiers with figures, a
+    near tier called local)."""
     named = group["tiers"].dropna().astype(str) if "tiers" in group else pd.Series(dtype=str)
-    first = named.iloc[0].split("+")[0] if not named.empty else ""
-    return first if first in ("memory", "local") else "local"
+    if not named.empty:
+        return named.iloc[0].split("+")
+    found = ["local"] if not tables.missing(medians[NEAR.durable]) else []
+    return found + [name for name, tier in TIERS.items() if not tables.missing(medians[tier.durable])]
 
 
-def _model(medians: dict[str, float], mtbf_local: float, mtbf_node: float, near: str = "local") -> dict[str, object]:
-    """The row's tiers and the two-level model's figures at one failure pair (`near`: the near tier's name; a
-    memory copy is node-local as a local folder's is: both go with the node). A node lost is restored from the
-    nearest tier that outlives it: the peer (the next node's RAM) where the row has one, else the object tier."""
+def figures_of(names: Sequence[str]) -> list[tuple[str, TierFigures]]:
+    """Each named tier's figures: the first one's are the near tier's columns (RAM or a local folder; S3 where a
+    ladder is S3 alone), the others' their own."""
+    return [
+        (name, NEAR if k == 0 and name != "s3" else TIERS[name])
+        for k, name in enumerate(names)
+        if (k == 0 and name != "s3") or name in TIERS
+    ]
+
+
+def _model(medians: dict[str, float], mtbfs: tuple[float, float, float], names: Sequence[str]) -> dict[str, object]:
+    """The row's measured tiers and the model's figures at one set of MTBFs: each failure level restored from the
+    nearest tier that outlives it (a process: the near tier; a node: the peer, else S3; several nodes: S3)."""
     stall = medians["stall_seconds"]
-    local = _level(medians["restore_local_seconds"], medians["durable_local_seconds"], stall)
-    peer = _level(medians["restore_peer_seconds"], medians["durable_peer_seconds"], stall)
-    objects = _level(medians["restore_object_seconds"], medians["durable_object_seconds"], stall)
-    remote = peer or objects
-    interval, value = two_level(medians["checkpoint_cost_seconds"], local, remote, mtbf_local, mtbf_node)
-    tiers = "+".join(name for name, level in ((near, local), ("peer", peer), ("s3", objects)) if level) or "-"
+    measured = [
+        (name, tier.survives, _level(medians[tier.restore], medians[tier.durable], stall))
+        for name, tier in figures_of(names)
+    ]
+    chain = [(survives, level) for _, survives, level in measured if level is not None]
+    interval, value = by_level(medians["checkpoint_cost_seconds"], chain, mtbfs)
     return {
-        "tiers": tiers,
-        "mtbf_local": mtbf_local,
-        "mtbf_node": mtbf_node,
+        "tiers": "+".join(name for name, _, level in measured if level) or "-",
+        "mtbf_local": mtbfs[0],
+        "mtbf_node": mtbfs[1],
+        "mtbf_correlated": mtbfs[2],
         "optimal_interval_seconds": interval,
         "goodput": value,
     }
@@ -183,13 +246,16 @@ def ladder_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tupl
         "tiers",
         "mtbf local",
         "mtbf node",
+        "mtbf correlated",
         "n",
         "stall s",
         "durable near s",
         "durable peer s",
+        "durable disk s",
         "durable s3 s",
         "restore near s",
         "restore peer s",
+        "restore disk s",
         "restore s3 s",
         "at risk",
         "interval",
@@ -202,9 +268,10 @@ def ladder_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tupl
             r["tiers"],
             goodput.duration_text(r["mtbf_local"]),
             goodput.duration_text(r["mtbf_node"]),
+            "" if math.isinf(r["mtbf_correlated"]) else goodput.duration_text(r["mtbf_correlated"]),
             str(r["n"]),
             tables.number(r["stall_seconds"], 3),
-            *(tables.number(r[c], 2) for c in LADDER[:6]),
+            *(tables.number(r[c], 2) for c in LADDER[:8]),
             tables.number(r["work_at_risk_steps"], 0),
             goodput.duration_text(r["optimal_interval_seconds"]),
             "-" if tables.missing(r["goodput"]) else f"{r['goodput']:.4%}",
@@ -231,6 +298,12 @@ SETTINGS = (
         "The durability ladder's model: mean time between failures only the object tier survives (a node lost), "
         "e.g. 7d [default: 7d].",
         _durations("--mtbf-node"),
+    ),
+    Setting(
+        "mtbf_correlated",
+        "The durability ladder's model: mean time between failures of several nodes at once (only S3 outlives "
+        "them), e.g. 90d [default: not modelled].",
+        _durations("--mtbf-correlated"),
     ),
 )
 TABLE = Derived("ladder", TITLE, _compute, ladder_rows, "tiers", MEANINGS, settings=SETTINGS)

@@ -162,7 +162,7 @@ def results_tables(summary: pd.DataFrame, groups: list[str], labels: dict[str, s
 def build(frame: pd.DataFrame, groups: list[str] | None = None, settings: Mapping[str, Any] | None = None) -> Report:
     """The report of a results frame: every section, in order, computed once for every format; `settings`: the
     report settings the derived tables declare (settings()), parsed, by name (the goodput model's `mtbf`, the
-    durability ladder's `mtbf_local` and `mtbf_node`).
+    durability ladder's `mtbf_local`, `mtbf_node` and `mtbf_correlated`).
 
     Every guard rail is judged first (flags.annotate): flags show per group, with their remedies,
     stragglers and links below their maximum in the notes.

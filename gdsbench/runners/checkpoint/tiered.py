@@ -34,18 +34,18 @@ from gdsbench.runners.resources import Usage
 #: The ladders `tiers:` takes, nearest first: a near tier a save writes from training memory (a folder in `directory`,
 #: or one in RAM made under SHM), then S3; or S3 alone. Those with a peer tier (PEER_LADDERS) run on ranks: engine
 #: tiered_ranks.
-PEER_LADDERS = (("memory", "peer"), ("memory", "peer", "local"))
+PEER_LADDERS = (("memory", "peer"), ("memory", "peer", "local"), ("memory", "peer", "s3"))
 LADDERS = (("local",), ("local", "s3"), ("memory",), ("memory", "s3"), ("s3",), *PEER_LADDERS)
 
 
 def tier_list(value: Any) -> str:
     """`tiers:` a list of tiers nearest first: [local], [local, s3], [memory], [memory, s3], [s3], or on ranks
-    [memory, peer] and [memory, peer, local] (or the text local+s3); as text."""
+    [memory, peer], [memory, peer, local] and [memory, peer, s3] (or the text local+s3); as text."""
     names = value.split("+") if isinstance(value, str) else value
     if not isinstance(names, (list, tuple)) or not all(isinstance(name, str) for name in names):
         raise ValueError("not a list of tier names")
     if tuple(name.strip() for name in names) not in LADDERS:
-        raise ValueError("not a ladder of local or memory, then s3 (or memory, peer, then local)")
+        raise ValueError("not a ladder of local or memory, then s3 (or memory, peer, then local or s3)")
     return "+".join(name.strip() for name in names)
 
 
@@ -53,7 +53,7 @@ TIERS = Key(
     "tiers",
     tier_list,
     "a list of tiers, nearest first: [local], [local, s3], [memory], [memory, s3], [s3]; tiered_ranks: [memory, "
-    "peer] or [memory, peer, local] (in a matrix, a list of such lists)",
+    "peer], [memory, peer, local] or [memory, peer, s3] (in a matrix, a list of such lists)",
     "local+s3",
     "where each checkpoint goes: local (a folder in `directory`) or memory (a private folder in /dev/shm, ckptio's "
     "memory:// place), then s3 (a prefix of `bucket`, drained in the background); [s3] alone saves straight to S3; "

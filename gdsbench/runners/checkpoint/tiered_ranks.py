@@ -3,17 +3,21 @@ loop on every rank of the sweep's launcher (`launcher: {name: torchrun, nodes: 2
 
 `tiers: [memory, peer]` saves each rank's state into its node's RAM (a private folder under /dev/shm) and replicates
 it to the same local rank on the next node over torch.distributed (gloo); `[memory, peer, local]` drains it to a
-folder in the sweep's `directory` too. Beside the loop's figures each row holds what the same ranks measured on the
+folder in the sweep's `directory` too, `[memory, peer, s3]` to a fresh prefix of `bucket` (S3 as ckptio reaches it:
+AWS_* in the environment, which the ranks inherit). Beside the loop's figures each row holds what the same ranks measured on the
 same bytes just before it: a copy into host memory (the RAM tier's ceiling, `host_copy_seconds`) and a ring
 exchange (`ring_seconds`, the collective engine's op `ring`), and the ratios to them. Then the last node is lost
 (its RAM folder removed) and a restarted job restores: that node's ranks from their peers, the others from their
-own RAM, each exactly the newest step, or the row fails (ranks/peer_ladder.py). Every folder is this run's own,
+own RAM, each exactly the newest step, or the row fails; with a third tier, every node's RAM is lost next (several
+nodes at once) and every rank restores from it (ranks/peer_ladder.py). Every folder and prefix is this run's own,
 removed after it (keep_files: kept).
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +26,7 @@ from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.columns import TEXT, Column
 from gdsbench.keys import Key, one_of
 from gdsbench.runners.base import Measurement, RunContext
-from gdsbench.runners.checkpoint import ladder, train
+from gdsbench.runners.checkpoint import ladder, objects, train
 from gdsbench.runners.checkpoint.base import CKPTIO, TORCH, Package, workload_bytes
 from gdsbench.runners.checkpoint.distributed import SHM, DistributedRunner, measured_cost, with_nodes
 from gdsbench.runners.checkpoint.tiered import PEER_LADDERS, TIERS
@@ -34,15 +38,21 @@ PEER_FAULT = Key(
     "none or corrupt_peer",
     "none",
     "tiered_ranks: corrupt_peer flips a byte of each copy the lost node's ranks would fetch from their peers: they "
-    "must skip it by its checksum and restore from the local folder (tiers [memory, peer, local])",
+    "must skip it by its checksum and restore from the third tier (tiers [memory, peer, local] or [memory, peer, s3])",
     patterns=train.TRAIN,
 )
+#: A ladder's third tier's columns (durable, restore), by its name.
+FAR = {
+    "local": ("durable_disk_seconds", "restore_disk_seconds"),
+    "s3": ("durable_object_seconds", "restore_object_seconds"),
+}
 RAM_COPIES = 6  # the state, 2 own copies in RAM, 2 held for the peer, the workload file (every rank's share)
 COLUMNS = (
     Column("durable_peer_seconds", "s", "median seconds from a save's start until its copy is held by the peer"),
     Column("durable_disk_seconds", "s", "median seconds from a save's start until durable in the local folder"),
     Column("replicate_seconds", "s", "median seconds from the RAM copy until the peer holds it (the replication)"),
     Column("restore_peer_seconds", "s", "the lost node's slowest rank's restore, from its peer, verified"),
+    Column("restore_disk_seconds", "s", "every node's RAM lost: the slowest rank's restore from the local folder"),
     Column("host_copy_seconds", "s", "a copy of the rank's bytes into host memory, the same run (slowest rank)"),
     Column("ring_seconds", "s", "a ring exchange of the rank's bytes over torch.distributed, the same run"),
     Column("stall_vs_copy", "ratio", "the loop's stall per checkpoint / host_copy_seconds"),
@@ -58,28 +68,33 @@ class TieredRanks(DistributedRunner):
     patterns = frozenset({Pattern.TRAIN})
     transfers = frozenset({Transfer.CPU_CACHED})
     packages: tuple[Package, ...] = (TORCH, CKPTIO)
-    engine_options = (TIERS, PEER_FAULT)
+    engine_options = (TIERS, PEER_FAULT, *objects.OPTIONS)
     columns = (
         *DistributedRunner.columns,
-        ladder.COLUMNS[0],
-        ladder.COLUMNS[2],
+        *ladder.COLUMNS[:4],
         *COLUMNS,
         *(c for c in ladder.FAULT_COLUMNS if c.name in ("restored_tier", "skipped_reason")),
     )
 
+    def requirements(self, case: Case) -> tuple[Package, ...]:
+        """torch and ckptio, and the AWS CRT (ckptio's s3 extra) where a tier is S3."""
+        return (*super().requirements(case), *((objects.AWSCRT,) if "s3" in case["tiers"] else ()))
+
     def cannot_run(self, case: Case, ctx: RunContext) -> str | None:
-        """A ladder with a peer, on two nodes or more (the launcher's), a ckptio with the peer place."""
+        """A ladder with a peer, on two nodes or more (the launcher's), a ckptio with the peer place, S3 in reach
+        where a tier is S3."""
         from ckptio import errors
 
-        if tuple(case["tiers"].split("+")) not in PEER_LADDERS:
-            return "tiered_ranks runs ladders with a peer tier ([memory, peer], [memory, peer, local]); others: tiered"
+        tiers = case["tiers"].split("+")
+        if tuple(tiers) not in PEER_LADDERS:
+            return "tiered_ranks runs ladders with a peer tier ([memory, peer], then local or s3); others: tiered"
         if not hasattr(errors, "PeerError"):
             return "this ckptio has no peer place (issue 39): pip install -e lib/ckptio"
-        if case["peer_fault"] == "corrupt_peer" and "local" not in case["tiers"]:
-            return "corrupt_peer restores the lost node from the local folder: run it with tiers [memory, peer, local]"
+        if case["peer_fault"] == "corrupt_peer" and len(tiers) < 3:
+            return "corrupt_peer restores the lost node from a third tier: tiers [memory, peer, local] or [.., s3]"
         if ctx.launch.nodes < 2:
             return "a peer tier needs two nodes or more: launcher: {name: torchrun, nodes: 2} (two on this host)"
-        return None
+        return objects.reason(case) if "s3" in tiers else None
 
     def path(self, case: Case, ctx: RunContext) -> Path:
         """Where a run's folders go: a new one of this name's in `directory`, and its twin in /dev/shm (the RAM)."""
@@ -98,19 +113,29 @@ class TieredRanks(DistributedRunner):
         )
 
     def run(self, case: Case, ctx: RunContext) -> Measurement:
-        """The ranks' loop and restore in this run's own folders (RAM and `directory`, one name)."""
+        """The ranks' loop and restores in this run's own folders (RAM and `directory`, one name) or prefix."""
         ctx.resources.close_at_end(self.release)
         shared, workload = self._workload(case, ctx)
         keep = ctx.resources.keep_files
-        with ladder.private_folder(SHM, "gdsbench-peers", keep) as ram:
-            durable = Path(ctx.directory) / ram.name
-            durable.mkdir(mode=0o700)
-            try:
-                ranks = self._launch(case, ctx, durable, shared, warmup=0)
-            finally:
-                if not keep:
-                    ladder.remove_private(durable)
+        with ladder.private_folder(SHM, "gdsbench-peers", keep) as ram, self._durable(case, ctx, ram.name) as durable:
+            ranks = self._launch(case, ctx, durable, shared, warmup=0)
         return with_nodes(self._row(case, ranks, workload.nbytes), ranks, ctx.launch, case)
+
+    @contextlib.contextmanager
+    def _durable(self, case: Case, ctx: RunContext, name: str) -> Iterator[str]:
+        """Where the ranks' durable tier goes (each rank a folder or prefix of its own in it): a fresh prefix of
+        `bucket` for s3, else a new folder of `name` in `directory` (made for [memory, peer] too, left empty)."""
+        if "s3" in case["tiers"]:
+            with ladder.private_prefix(case, ctx, self.name) as (_, prefix):
+                yield f"s3://{case['bucket']}/{prefix}"
+            return
+        durable = Path(ctx.directory) / name
+        durable.mkdir(mode=0o700)
+        try:
+            yield str(durable)
+        finally:
+            if not ctx.resources.keep_files:
+                ladder.remove_private(durable)
 
     def _row(self, case: Case, ranks: list[dict[str, Any]], nbytes: int) -> Measurement:
         """The train row: the slowest rank's steps and stalls, the ladder's medians, the references and ratios."""
@@ -124,10 +149,10 @@ class TieredRanks(DistributedRunner):
         figures: dict[str, Any] = {
             "durable_local_seconds": per_tier[0],
             "durable_peer_seconds": per_tier[1],
-            "durable_disk_seconds": per_tier[2] if len(tiers) > 2 else None,
             "replicate_seconds": worst(r["replicate_seconds"] for r in ranks),
             "restore_local_seconds": max(r["restore_seconds"] for r in kept),
             "restore_peer_seconds": max(r["restore_seconds"] for r in lost),
+            **far_figures(tiers, per_tier, ranks),
             "host_copy_seconds": max(r["host_copy_seconds"] for r in ranks),
             "ring_seconds": max(r["ring_seconds"] for r in ranks),
             "tier_errors": "; ".join(e for r in ranks for e in r["tier_errors"][:1]) or None,
@@ -143,8 +168,9 @@ class TieredRanks(DistributedRunner):
             f"{len(times.stalls)} checkpoints in {len(times.steps)} steps of {ranks[0]['step_reps']} matmuls and an "
             f"all-reduce on {len(ranks)} ranks",
             f"node {ranks[0]['lost_node']} lost (its RAM removed): its ranks restored from "
-            + ("the local folder past their peers' damaged copies" if case["peer_fault"] != "none" else "their peers")
-            + ", the others from their own RAM, verified",
+            + (f"{tiers[-1]} past their peers' damaged copies" if case["peer_fault"] != "none" else "their peers")
+            + ", the others from their own RAM, verified"
+            + (f"; then every node's RAM lost, every rank restored from {tiers[-1]}" if len(tiers) > 2 else ""),
             f"{ranks[0]['own_bytes']} bytes per rank",
         ]
         farthest = per_tier[-1]
@@ -157,6 +183,14 @@ class TieredRanks(DistributedRunner):
         from gdsbench.runners.checkpoint.ranks.peer_ladder import PeerLadder
 
         return PeerLadder()
+
+
+def far_figures(tiers: list[str], per_tier: list[float | None], ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A third tier's median seconds until durable, and the slowest rank's restore from it (none: no figures)."""
+    if len(tiers) < 3:
+        return {}
+    durable, restore = FAR[tiers[2]]
+    return {durable: per_tier[2], restore: worst(r["restore_far_seconds"] for r in ranks)}
 
 
 def worst(values: Any) -> float | None:

@@ -2,14 +2,14 @@
 durable folder after them) in a training loop on every rank, then a node lost and a restarted job's restore.
 
 The tiers of rank r on node n: memory://SHM/<run>/node<n>/own<r> (its RAM), peer://SHM/<run>/node<n> (its copies
-held by the same local rank of the next node), then <checkpoint>/rank<r> (the sweep's directory) where the ladder
-has `local`. Before the loop each rank measures, on the same bytes, the references its figures are held to: a copy
+held by the same local rank of the next node), then <checkpoint>/rank<r> where the ladder has `local` or `s3`. Before the loop each rank measures, on the same bytes, the references its figures are held to: a copy
 into host memory (the RAM tier's ceiling) and a ring exchange of torch.distributed (ranks/fabric.py: the peer
 tier's). After it, the last node is lost (its RAM folder removed: its own copies and what it held for others) and
 every rank restores with a new TieredCheckpointer: the lost node's ranks from their peers, the others from their
 own RAM, every rank the newest step, exactly; a rank that reads another tier or step fails the row. `peer_fault:
 corrupt_peer` flips a byte of each copy the lost node's ranks would fetch: they must skip it (its checksum) and read
-the local folder."""
+the third tier. With a third tier (a folder of the sweep's directory, or a prefix of its bucket: <checkpoint>/rank<r>
+either way), every node's RAM is lost next and every rank restores from it."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ def node_root(job: RankJob, node: int) -> Path:
 def locations(job: RankJob, rank: int, node: int) -> list[str]:
     """This rank's tiers, nearest first, as the case's `tiers` names them."""
     root = node_root(job, node)
-    where = {"memory": f"memory://{root}/own{rank}", "peer": f"peer://{root}", "local": f"{job.path}/rank{rank}"}
+    durable = f"{job.path}/rank{rank}"  # a folder of the sweep's directory, or a prefix of the case's bucket
+    where = {"memory": f"memory://{root}/own{rank}", "peer": f"peer://{root}", "local": durable, "s3": durable}
     return [where[name] for name in job.tiers.split("+")]
 
 
@@ -87,7 +88,10 @@ class PeerLadder:
                 times = train.run_loop(step, job.steps, job.interval, checkpoint)
             ckpt.wait_drained()
         figures.update(usage.columns(), **loop_figures(times, saves), step_reps=compute.reps)
-        return {**figures, **restore_after_loss(job, rank, node, state, saves[-1].step, options)}
+        figures.update(restore_after_loss(job, rank, node, state, saves[-1].step, options))
+        if len(job.tiers.split("+")) > 2:
+            figures["restore_far_seconds"] = restore_after_all_lost(job, rank, node, state, saves[-1].step, options)
+        return figures
 
 
 def loop_figures(times: train.LoopTimes, saves: list[Any]) -> dict[str, Any]:
@@ -113,9 +117,6 @@ def restore_after_loss(
 ) -> dict[str, Any]:
     """The last node's RAM lost, then every rank's restore (timed, the slowest rank's is the row's): the step and
     tier it read, checked exactly; RuntimeError where it is not the newest step from the tier expected."""
-    from ckptio import TieredCheckpointer
-    from ckptio.records import Restored
-
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     lost = dist.get_world_size() // per_node - 1
     dist.barrier()
@@ -125,13 +126,38 @@ def restore_after_loss(
     if job.peer_fault == "corrupt_peer" and source // per_node == lost:
         flip(node_root(job, node) / f"rank-{rank}" / f"of-rank-{source}" / f"step-{newest:012d}.ckpt")
     dist.barrier()
+    expected = 0 if node != lost else 2 if job.peer_fault == "corrupt_peer" else 1
+    seconds, found = timed_restore(job, rank, node, state, newest, expected, options)
+    said = [f"tier {s.tier} step {s.step}: {s.reason}" for s in found.skipped if s.step is not None]
+    return {"restore_seconds": seconds, "restored_tier": found.tier, "lost_node": lost, "skipped": said}
+
+
+def restore_after_all_lost(
+    job: RankJob, rank: int, node: int, state: dict[str, Any], newest: int, options: Any
+) -> float:
+    """Every node's RAM lost at once (several nodes: only the third tier outlives them), then every rank's restore
+    from that tier, checked exactly; its seconds."""
+    dist.barrier()
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        shutil.rmtree(node_root(job, node), ignore_errors=True)
+    dist.barrier()
+    return timed_restore(job, rank, node, state, newest, len(job.tiers.split("+")) - 1, options)[0]
+
+
+def timed_restore(
+    job: RankJob, rank: int, node: int, state: dict[str, Any], newest: int, expected: int, options: Any
+) -> tuple[float, Any]:
+    """A restarted job's restore on this rank (a new TieredCheckpointer): its seconds and record; RuntimeError where
+    it is not the newest step from the `expected` tier, or its tensors differ from the saved ones."""
+    from ckptio import TieredCheckpointer
+    from ckptio.records import Restored
+
     with TieredCheckpointer(locations(job, rank, node), options=options, require_durable=False) as ckpt:
         started = time.perf_counter()
         loaded = ckpt.load()
         seconds = time.perf_counter() - started
         found = ckpt.last
     assert isinstance(found, Restored)
-    expected = 0 if node != lost else 2 if job.peer_fault == "corrupt_peer" else 1
     if (found.step, found.tier) != (newest, expected):
         skipped = "; ".join(f"tier {s.tier} step {s.step}: {s.reason}" for s in found.skipped) or "none"
         raise RuntimeError(
@@ -141,8 +167,7 @@ def restore_after_loss(
     wrong = same(loaded, state)
     if wrong:
         raise RuntimeError(f"rank {rank}: restored tensor {wrong!r} differs from the one saved")
-    said = [f"tier {s.tier} step {s.step}: {s.reason}" for s in found.skipped if s.step is not None]
-    return {"restore_seconds": seconds, "restored_tier": found.tier, "lost_node": lost, "skipped": said}
+    return seconds, found
 
 
 def flip(path: Path) -> None:
