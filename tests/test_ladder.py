@@ -181,7 +181,11 @@ def test_the_ladder_and_each_fault_restore_exactly_from_the_tier_they_should(
     row = measured.figures
     assert row["durable_local_seconds"] > 0 and row["restore_local_seconds"] > 0 and row["work_at_risk_steps"] >= 2
     assert row.get("fault_expected") == tier_faults.EXPECTED.get(fault)  # what the fault must do, on its row
-    if fault in ("corrupt_local", "store_down"):  # ckptio's warnings: the fault's proof, kept and marked expected
+    if fault in (
+        "corrupt_local",
+        "store_down",
+        "exit_unpersisted",
+    ):  # ckptio's warnings: the fault's proof, kept and marked expected
         assert row["ckptio_warnings"] >= 1 and f"expected for fault {fault}" in str(measured.note)
     if fault == "none":
         assert row["ckptio_warnings"] == 0 and "ckptio warned" not in str(measured.note)
@@ -190,6 +194,10 @@ def test_the_ladder_and_each_fault_restore_exactly_from_the_tier_they_should(
         assert "PutObject failed (no answer)" in row["drain_error"] and "REFUSED" in row["drain_error"]
         assert (row["restored_tier"], row["state_exact"]) == ("local", "yes")
         assert os.environ.get("AWS_ENDPOINT_URL_S3") is None  # the closed port's endpoint is gone with the fault
+    elif fault == "exit_unpersisted":  # refused, never silent: the step named, S3's error quoted; then persisted
+        assert "step 6, the newest save, is not durable in the farthest tier" in row["exit_refused"]
+        assert "REFUSED" in row["exit_refused"] and row["ckptio_warnings"] >= 1
+        assert row["restore_object_seconds"] > 0 and (row["restored_tier"], row["state_exact"]) == ("s3", "yes")
     elif fault == "kill_upload":  # killed children never left a torn checkpoint; the final save aborted their uploads
         assert (
             row["torn_seen"] == 0 and row["uploads_left"] == 0 and 0 <= row["kills_in_upload"] <= row["kills_made"] <= 1
@@ -470,3 +478,18 @@ def test_a_memory_ladder_drains_to_s3_and_restores_from_each_tier(radosgw: Any, 
     assert row["restore_local_seconds"] > 0 and row["restore_object_seconds"] > 0 and row["work_at_risk_steps"] >= 2
     ctx.resources.cleanup()
     assert leftovers("gdsbench-tiers-memory", tmp_path) == ([], {})
+
+
+@pytest.mark.slow
+def test_a_memory_only_exit_is_refused_then_persisted(radosgw: Any, tmp_path: Path) -> None:  # noqa: F811
+    """tiers [memory, s3], exit_unpersisted: the exit after a save S3 never got raises NotDurable; the restarted job
+    persists the step from RAM and it restores from S3, exactly."""
+    ctx = RunContext(directory=tmp_path, file_size=4 * MiB)
+    case = case_of(
+        "tiered", tiers=["memory", "s3"], transfer="CPU_CACHED", fault="exit_unpersisted", bucket="gdsbench-tiers-exit"
+    )
+    row = run(case, ctx).figures
+    assert "is not durable in the farthest tier" in row["exit_refused"] and "tier 1 (s3://" in row["exit_refused"]
+    assert (row["restored_tier"], row["state_exact"]) == ("s3", "yes")
+    ctx.resources.cleanup()
+    assert leftovers("gdsbench-tiers-exit", tmp_path) == ([], {})

@@ -72,6 +72,7 @@ FAULT_COLUMNS = (
         "torn_seen", "count", "kill_upload: restores after a kill that found a torn checkpoint (0; else the row fails)"
     ),
     Column("uploads_left", "count", "kill_upload: incomplete multipart uploads of the key left after the final save"),
+    Column("exit_refused", "", "exit_unpersisted: what close() said of the save S3 never got (NotDurable)", TEXT),
 )
 
 

@@ -7,7 +7,11 @@
 - store_down: the loop's drains sent to a closed port on 127.0.0.1 (AWS_ENDPOINT_URL_S3 pointed there while the
   TieredCheckpointer lives in it): training must go on, every drain fail with a named error, the local copy restore
   exactly; once the store is back, wait_drained() retries the newest step and the row says whether it reached S3;
-- kill_upload: a rank killed during its upload, `kills:` times (kill_upload.py).
+- kill_upload: a rank killed during its upload, `kills:` times (kill_upload.py);
+- exit_unpersisted: the job's exit right after a save S3 never got (the store down, as store_down): close() must
+  refuse it (ckptio's NotDurable, naming the step and S3's error), never return as if it were durable; the store
+  back, the restarted job finds that step in the near tier, persists it, and it restores from S3, exactly (issue 39:
+  a memory-only save is never the silent exit save).
 A fault whose expectation fails fails the row (ToolError naming what happened), never a silent pass.
 """
 
@@ -26,7 +30,7 @@ from gdsbench.runners import s3
 from gdsbench.runners.checkpoint import ladder, train
 from gdsbench.runners.resources import Usage
 
-FAULTS = ("none", "corrupt_local", "lose_local", "store_down", "kill_upload")
+FAULTS = ("none", "corrupt_local", "lose_local", "store_down", "kill_upload", "exit_unpersisted")
 #: What each fault must do, as its row says it (`fault_expected`) and the report's fault table shows it.
 EXPECTED = {
     "corrupt_local": "the restore skips the corrupted local copy naming why (checksum mismatch) and reads the same "
@@ -35,6 +39,8 @@ EXPECTED = {
     "store_down": "training goes on; every drain fails naming the refused connection; the local copy restores "
     "exactly; the newest step drains once the store is back",
     "kill_upload": "no restore after a kill finds a torn checkpoint in S3; the next save drains whole",
+    "exit_unpersisted": "close() refuses an exit whose newest save S3 never got (NotDurable naming the step); the "
+    "restarted job persists that step from the near tier and it restores from S3, exactly",
 }
 
 
@@ -207,7 +213,7 @@ class DownStore(Store):
 
 @contextlib.contextmanager
 def store(fault: str) -> Iterator[Store]:
-    """The object store for the loop: for store_down, the endpoint ckptio reads (AWS_ENDPOINT_URL_S3, read before
+    """The object store for the loop: for store_down (and exit_unpersisted's last save), the endpoint ckptio reads (AWS_ENDPOINT_URL_S3, read before
     AWS_ENDPOINT_URL) at a port of 127.0.0.1 bound and never listened on (connections refused) until resume()."""
     if fault != "store_down":
         yield Store()

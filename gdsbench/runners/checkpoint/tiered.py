@@ -67,7 +67,8 @@ FAULT = Key(
     "none",
     "a fault before the object tier's restore: corrupt_local (one byte of the newest local copy flipped), "
     "lose_local (the local folder removed), store_down (the drains sent to a closed port), kill_upload (a child "
-    "saving the next step SIGKILLed during its upload, `kills` times)",
+    "saving the next step SIGKILLed during its upload, `kills` times), exit_unpersisted (the exit right after a save "
+    "S3 never got: refused, then persisted by the restarted job; tiers [local, s3] or [memory, s3])",
     patterns=train.TRAIN,
 )
 KILLS = Key(
@@ -159,7 +160,8 @@ class Tiered(CheckpointRunner):
         tiers = case["tiers"].split("+")
         if "peer" in tiers:
             return "a peer tier is held by other ranks: run it with engine tiered_ranks (world_size 2 or more)"
-        if case["fault"] != "none" and tiers != ["local", "s3"]:
+        exits = case["fault"] == "exit_unpersisted" and tiers == ["memory", "s3"]
+        if case["fault"] != "none" and tiers != ["local", "s3"] and not exits:
             return f"fault {case['fault']} is a fault of the ladder: run it with tiers [local, s3]"
         if case["async"] and tiers == ["s3"]:
             return "tiers [s3] saves straight to S3 with ckptio.save, which blocks: async needs a local tier first"
@@ -254,6 +256,9 @@ class Tiered(CheckpointRunner):
         if case["fault"] == "kill_upload":
             figures.update(self._kills(case, tiers, workload, loop.saves[-1].step))
             notes.append(f"kill_upload: {figures['kills_made']} children killed while saving, then a save drained")
+        elif case["fault"] == "exit_unpersisted":
+            figures.update(self._exit_unpersisted(case, tiers, workload, loop.saves[-1].step))
+            notes.append("exit_unpersisted: the exit after a save S3 never got refused; the restarted job persisted it")
         elif tiers.objects is not None and case["fault"] != "store_down":
             fault_note = tier_faults.apply(case["fault"], local, newest)
             found = self._restore(case, tiers, workload, tiers.objects, loop.saves[-1].step)
@@ -355,6 +360,47 @@ class Tiered(CheckpointRunner):
             store.abort(upload)
         said = {"restore_object_seconds": final.seconds, "restored_tier": "s3", "state_exact": "yes"}
         return {**kill_upload.figures(done, len(left)), **said}
+
+    def _exit_unpersisted(self, case: Case, tiers: Tiers, workload: Any, good: int) -> dict[str, Any]:
+        """exit_unpersisted: the next step saved with the store down, then close(): it must raise NotDurable naming
+        that step and S3; the store back, a restarted job restores the step from the near tier and saves it again,
+        then it must restore from S3 exactly (the near tier's copies removed)."""
+        from ckptio import TieredCheckpointer
+        from ckptio.errors import NotDurable
+        from ckptio.records import Restored
+
+        local, objects = tiers.local, tiers.objects
+        assert local is not None and objects is not None
+        after = good + case["interval"]
+        with tier_faults.store("store_down"):
+            ckpt = TieredCheckpointer(list(tiers.locations), options=_io_options(case))
+            timed(self.name, self.errors(), lambda: ckpt.save(workload.tensors, after))
+            try:
+                ckpt.close()
+            except NotDurable as refused:
+                said = refused
+            else:
+                raise ToolError(f"exit_unpersisted: close() returned though step {after} never reached S3: lost")
+        if said.step != after or objects not in said.missing:
+            raise ToolError(f"exit_unpersisted: close() refused, but not for step {after} in S3: {said}")
+        with TieredCheckpointer(list(tiers.locations), options=_io_options(case)) as ckpt:
+            state = ckpt.load(map_location="cpu")
+            found = ckpt.last
+            if not isinstance(found, Restored) or (found.tier, found.step) != (0, after):
+                raise ToolError(f"exit_unpersisted: the restarted job did not find step {after} in the near tier")
+            saved = ckpt.save(state, after)
+            ckpt.wait_drained()
+        if objects not in saved.durable_seconds:
+            raise ToolError(f"exit_unpersisted: step {after} saved again never reached S3: {saved.errors.get(objects)}")
+        tier_faults.apply("none", local, local)
+        final = self._restore(case, tiers, workload, objects, after)
+        refused_text = str(said)[:300]
+        return {
+            "restore_object_seconds": final.seconds,
+            "restored_tier": "s3",
+            "state_exact": "yes",
+            "exit_refused": refused_text,
+        }
 
     # -- straight to S3 -----------------------------------------------------------------------------------------
 
