@@ -112,6 +112,22 @@ def test_a_damaged_peer_copy_is_skipped_by_its_checksum_and_the_disk_read(rows: 
     assert row["status"] == "ok", row["error"]
     assert row["restored_tier"] == "rank 0: tier 0, rank 1: tier 2"
     assert "rank 1 tier 1 step 5" in row["skipped_reason"] and "checksum mismatch" in row["skipped_reason"]
+    assert row["fault_expected"].startswith("the lost node's ranks skip their peers' damaged copies")
+
+
+def test_the_report_s_fault_table_holds_the_peer_fault(rows: pd.DataFrame) -> None:
+    from gdsbench.report import summary
+
+    table = summary.build(rows, ["engine", "pattern"]).table("faults")
+    assert table is not None
+    [cells] = [dict(zip(table.header, r)) for r in table.rows]
+    assert (cells["engine"], cells["fault"], cells["held"], cells["exact"]) == (
+        "tiered_ranks",
+        "corrupt_peer",
+        "ok",
+        "yes",
+    )
+    assert "checksum mismatch" in cells["found"]
 
 
 def test_the_report_models_a_lost_node_restored_from_the_peer(rows: pd.DataFrame) -> None:

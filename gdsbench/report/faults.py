@@ -1,4 +1,4 @@
-"""Fault cases (a case's `fault:`, configs/tiers.yaml's), one row each: what the fault must do (the row's
+"""Fault cases (a case's `fault:`, configs/tiers.yaml's, or `peer_fault:`, tiered_ranks'), one row each: what the fault must do (the row's
 `fault_expected`), whether the row held to it (ok: it did; failed: the row's error says what happened instead) and
 what it found: the tier the restore read, whether the state was exact, what it skipped or why the drains failed,
 the kills, and how often ckptio warned (expected of a fault: the messages a fault case prints are its proof)."""
@@ -12,6 +12,7 @@ from gdsbench.report.derived import Derived, Inputs
 
 TITLE = "Faults: what each fault case must do and what it did"
 NO_FAULT = ("", "none")
+FAULT_KEYS = ("fault", "peer_fault")  # the keys that name a case's fault (the tiered engine's, tiered_ranks')
 MEANINGS = {
     "held": "ok: the row held to its expectation (a fault that did not is a failed row, with the reason)",
     "restored": "the tier the fault case's restore read from",
@@ -24,9 +25,11 @@ MEANINGS = {
 def fault_rows(inputs: Inputs) -> pd.DataFrame:
     """Every row of a fault case, ok or failed, in the order they ran."""
     frame = inputs.frame
-    if "fault" not in frame:
+    keys = [k for k in FAULT_KEYS if k in frame]
+    if not keys:
         return pd.DataFrame()
-    faulted = frame[~frame["fault"].fillna("").astype(str).isin(NO_FAULT)]
+    named = frame[keys].fillna("").astype(str).replace(dict.fromkeys(NO_FAULT, "")).agg("".join, axis=1)
+    faulted = frame.assign(fault=named)[named != ""]
     faulted = faulted[faulted["status"].isin(("ok", "failed"))]
     return faulted if not faulted.empty else pd.DataFrame()
 
@@ -40,7 +43,7 @@ def found_text(row: pd.Series) -> str:
             if not tables.missing(row.get(c))
         ]
         return ", ".join(parts)
-    for column in ("skipped_reason", "drain_error"):
+    for column in ("skipped_reason", "drain_error", "exit_refused"):
         if not tables.missing(row.get(column)):
             return str(row[column])
     return "-"

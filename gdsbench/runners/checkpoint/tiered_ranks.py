@@ -46,6 +46,11 @@ FAR = {
     "local": ("durable_disk_seconds", "restore_disk_seconds"),
     "s3": ("durable_object_seconds", "restore_object_seconds"),
 }
+#: What a peer fault must do, as its row says it (`fault_expected`): a row that does otherwise fails.
+EXPECTED = {
+    "corrupt_peer": "the lost node's ranks skip their peers' damaged copies by checksum and restore the newest step "
+    "from the third tier, exactly; the others from their own RAM",
+}
 RAM_COPIES = 6  # the state, 2 own copies in RAM, 2 held for the peer, the workload file (every rank's share)
 COLUMNS = (
     Column("durable_peer_seconds", "s", "median seconds from a save's start until its copy is held by the peer"),
@@ -73,7 +78,11 @@ class TieredRanks(DistributedRunner):
         *DistributedRunner.columns,
         *ladder.COLUMNS[:4],
         *COLUMNS,
-        *(c for c in ladder.FAULT_COLUMNS if c.name in ("restored_tier", "skipped_reason")),
+        *(
+            c
+            for c in ladder.FAULT_COLUMNS
+            if c.name in ("fault_expected", "restored_tier", "skipped_reason", "state_exact")
+        ),
     )
 
     def requirements(self, case: Case) -> tuple[Package, ...]:
@@ -158,6 +167,8 @@ class TieredRanks(DistributedRunner):
             "tier_errors": "; ".join(e for r in ranks for e in r["tier_errors"][:1]) or None,
             "restored_tier": ", ".join(f"rank {r['rank']}: tier {r['restored_tier']}" for r in ranks),
             "skipped_reason": "; ".join(f"rank {r['rank']} {s}" for r in ranks for s in r["skipped"]) or None,
+            "fault_expected": EXPECTED.get(case["peer_fault"]),
+            "state_exact": "yes",  # every rank checked its restores exactly (ranks/peer_ladder.py), else no row
         }
         stall = statistics.median(times.stalls)
         figures["stall_vs_copy"] = stall / figures["host_copy_seconds"]
