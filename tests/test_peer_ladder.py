@@ -94,6 +94,7 @@ def test_a_peer_ladder_restores_a_lost_node_from_its_peer_beside_its_references(
         assert row["durable_local_seconds"] < row["durable_peer_seconds"]  # the RAM copy first, then the peer's
         assert row["replicate_seconds"] > 0 and row["ring_seconds"] > 0 and row["host_copy_seconds"] > 0
         assert row["replicate_vs_ring"] == pytest.approx(row["replicate_seconds"] / row["ring_seconds"])
+        assert row["replicate_idle_seconds"] > 0 and row["replicate_idle_vs_ring"] > 0  # the same, nothing else running
         assert row["restore_peer_seconds"] > 0 and row["restore_local_seconds"] > 0
         assert "node 1 lost" in row["note"] and "restored from their peers" in row["note"]
         assert pd.isna(row["tier_errors"]) and row["restored_tier"] == "rank 0: tier 0, rank 1: tier 1"
@@ -168,6 +169,7 @@ def test_memory_peer_s3_restores_a_lost_node_from_its_peer_and_every_node_from_s
     assert row["restored_tier"] == "rank 0: tier 0, rank 1: tier 1"
     assert row["durable_object_seconds"] >= row["durable_peer_seconds"] > row["durable_local_seconds"]
     assert row["restore_object_seconds"] > 0 and "every rank restored from s3" in row["note"]
+    assert row["work_at_risk_steps"] >= 0  # steps since the newest one in S3, at each checkpoint
     secret = os.environ["AWS_SECRET_ACCESS_KEY"]  # the ranks had it in their environment: no file of the run holds it
     assert not [f for f in (tmp_path / "out").rglob("*") if f.is_file() and secret in f.read_text(errors="replace")]
     store = Bucket(os.environ["AWS_ENDPOINT_URL"], bucket, "us-east-1", 16 << 20)

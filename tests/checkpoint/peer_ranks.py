@@ -98,7 +98,24 @@ def loop(root: Path, rank: int, node: int, saves: str, numel: str) -> dict[str, 
     return {"saves": [{"step": r.step, "durable": sorted(r.durable_seconds), "errors": r.errors} for r in records]}
 
 
-PHASES = {"save": save, "restore": restore, "loop": loop}
+def busy(root: Path, rank: int, node: int, numel: str = "4000000") -> dict[str, Any]:
+    """A restore in the same job right after an async save, while that save is still on its way to RAM, the peer and
+    disk: the restore waits for the drains (never while holding what they need at their end) and reads the newest
+    step, exactly."""
+    with TieredCheckpointer(tiers(root, rank, node, True), options=OPTIONS) as ckpt:
+        ckpt.save(state(rank, 1, int(numel)), 1)
+        record = ckpt.save(state(rank, 2, int(numel)), 2, blocking=False)
+        draining = 1 not in record.durable_seconds
+        got = ckpt.load()
+        found = ckpt.last
+        assert isinstance(found, Restored)
+        want = state(rank, found.step, int(numel))
+        exact = all(torch.equal(got[k], want[k]) for k in ("w", "b"))
+    said = {"step": found.step, "tier": found.tier, "exact": exact, "draining": draining}
+    return {**said, "durable": sorted(record.durable_seconds), "errors": record.errors}
+
+
+PHASES = {"save": save, "restore": restore, "loop": loop, "busy": busy}
 
 if __name__ == "__main__":
     main(sys.argv[1], Path(sys.argv[2]), *sys.argv[3:])

@@ -112,6 +112,12 @@ def test_a_lost_node_restores_from_its_peer_and_every_rank_agrees_on_one_step(ra
     assert [(r["step"], r["tier"], r["exact"]) for r in agreed] == [(10, 0, True), (10, 1, True)]
 
 
+def test_a_restore_beside_a_running_drain_waits_for_it_and_reads_the_newest_step(ram: Path) -> None:
+    busy = job("busy", ram)
+    assert [(r["draining"], r["step"], r["tier"], r["exact"]) for r in busy] == [(True, 2, 0, True)] * 2
+    assert [(r["durable"], r["errors"]) for r in busy] == [([0, 1, 2], {})] * 2  # the drains it met all finished
+
+
 @pytest.mark.timeout(600)
 def test_a_rank_killed_while_replicating_leaves_no_torn_copy_and_its_node_restores(ram: Path) -> None:
     """Rank 1 is SIGKILLed amid saves of 8 MiB each, once its peer holds two (its node then lost); what rank 0

@@ -56,12 +56,14 @@ COLUMNS = (
     Column("durable_peer_seconds", "s", "median seconds from a save's start until its copy is held by the peer"),
     Column("durable_disk_seconds", "s", "median seconds from a save's start until durable in the local folder"),
     Column("replicate_seconds", "s", "median seconds from the RAM copy until the peer holds it (the replication)"),
+    Column("replicate_idle_seconds", "s", "the same for one save before the loop, nothing else running (slowest rank)"),
     Column("restore_peer_seconds", "s", "the lost node's slowest rank's restore, from its peer, verified"),
     Column("restore_disk_seconds", "s", "every node's RAM lost: the slowest rank's restore from the local folder"),
     Column("host_copy_seconds", "s", "a copy of the rank's bytes into host memory, the same run (slowest rank)"),
     Column("ring_seconds", "s", "a ring exchange of the rank's bytes over torch.distributed, the same run"),
     Column("stall_vs_copy", "ratio", "the loop's stall per checkpoint / host_copy_seconds"),
     Column("replicate_vs_ring", "ratio", "replicate_seconds / ring_seconds"),
+    Column("replicate_idle_vs_ring", "ratio", "replicate_idle_seconds / ring_seconds"),
     Column("restore_vs_ring", "ratio", "restore_peer_seconds / ring_seconds"),
     Column("tier_errors", "", "the first failures of a tier's copies, where any failed", TEXT),
 )
@@ -76,7 +78,7 @@ class TieredRanks(DistributedRunner):
     engine_options = (TIERS, PEER_FAULT, *objects.OPTIONS)
     columns = (
         *DistributedRunner.columns,
-        *ladder.COLUMNS[:4],
+        *ladder.COLUMNS,
         *COLUMNS,
         *(
             c
@@ -159,6 +161,7 @@ class TieredRanks(DistributedRunner):
             "durable_local_seconds": per_tier[0],
             "durable_peer_seconds": per_tier[1],
             "replicate_seconds": worst(r["replicate_seconds"] for r in ranks),
+            "replicate_idle_seconds": worst(r["replicate_idle_seconds"] for r in ranks),
             "restore_local_seconds": max(r["restore_seconds"] for r in kept),
             "restore_peer_seconds": max(r["restore_seconds"] for r in lost),
             **far_figures(tiers, per_tier, ranks),
@@ -173,6 +176,9 @@ class TieredRanks(DistributedRunner):
         stall = statistics.median(times.stalls)
         figures["stall_vs_copy"] = stall / figures["host_copy_seconds"]
         figures["replicate_vs_ring"] = ratio(figures["replicate_seconds"], figures["ring_seconds"])
+        figures["replicate_idle_vs_ring"] = ratio(figures["replicate_idle_seconds"], figures["ring_seconds"])
+        if tiers[-1] == "s3":  # the ladder's work at risk: since the newest step durable in S3
+            figures["work_at_risk_steps"] = worst(r["work_at_risk_steps"] for r in ranks)
         figures["restore_vs_ring"] = figures["restore_peer_seconds"] / figures["ring_seconds"]
         restore = max(r["restore_seconds"] for r in ranks)
         notes = [

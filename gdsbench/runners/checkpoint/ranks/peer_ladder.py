@@ -78,20 +78,39 @@ class PeerLadder:
             compute()
             dist.all_reduce(gradient)
 
+        far = len(job.tiers.split("+")) - 1
+        risk: list[int] = []
+
         def checkpoint() -> Any:
-            saves.append(ckpt.save(state, (len(saves) + 1) * job.interval, blocking=not job.asynchronous))
+            number = (len(saves) + 1) * job.interval
+            risk.append(number - max((s.step for s in saves if far in s.durable_seconds), default=0))
+            saves.append(ckpt.save(state, number, blocking=not job.asynchronous))
             return TierPending(saves[-1])
 
         with TieredCheckpointer(locations(job, rank, node), options=options, require_durable=False) as ckpt:
+            figures["replicate_idle_seconds"] = idle_replication(ckpt, state)
             dist.barrier()
             with Usage() as usage:
                 times = train.run_loop(step, job.steps, job.interval, checkpoint)
             ckpt.wait_drained()
         figures.update(usage.columns(), **loop_figures(times, saves), step_reps=compute.reps)
+        figures["work_at_risk_steps"] = statistics.median(risk) if risk else None
         figures.update(restore_after_loss(job, rank, node, state, saves[-1].step, options))
         if len(job.tiers.split("+")) > 2:
             figures["restore_far_seconds"] = restore_after_all_lost(job, rank, node, state, saves[-1].step, options)
         return figures
+
+
+def idle_replication(ckpt: Any, state: dict[str, Any]) -> float:
+    """One save of the state as step 0 before the loop, nothing else running: seconds from its RAM copy until the
+    peer holds it (the replication's own cost, beside the loop's, where training competes for the CPU; it also warms
+    the buffers the loop's saves reuse). Step 0 is older than every step of the loop: trimmed, never restored."""
+    dist.barrier()
+    saved = ckpt.save(state, 0)
+    saved.wait(tier=1)
+    if 1 not in saved.durable_seconds:
+        raise RuntimeError(f"the idle save's peer copy failed: {saved.errors.get(1)}")
+    return float(saved.durable_seconds[1] - saved.durable_seconds[0])
 
 
 def loop_figures(times: train.LoopTimes, saves: list[Any]) -> dict[str, Any]:
