@@ -172,6 +172,7 @@ def test_memory_peer_s3_restores_a_lost_node_from_its_peer_and_every_node_from_s
     assert row["work_at_risk_steps"] >= 0  # steps since the newest one in S3, at each checkpoint
     secret = os.environ["AWS_SECRET_ACCESS_KEY"]  # the ranks had it in their environment: no file of the run holds it
     assert not [f for f in (tmp_path / "out").rglob("*") if f.is_file() and secret in f.read_text(errors="replace")]
+    assert not list(Path("/dev/shm").glob("tiered_ranks.*"))  # the RAM folders were in the run's private one
     store = Bucket(os.environ["AWS_ENDPOINT_URL"], bucket, "us-east-1", 16 << 20)
     assert not store.exists() or store.sizes("gdsbench/") == {}  # the run's prefix (and the bucket it made) removed
     frame = pd.DataFrame([row])

@@ -134,11 +134,12 @@ class TieredRanks(DistributedRunner):
 
     @contextlib.contextmanager
     def _durable(self, case: Case, ctx: RunContext, name: str) -> Iterator[str]:
-        """Where the ranks' durable tier goes (each rank a folder or prefix of its own in it): a fresh prefix of
-        `bucket` for s3, else a new folder of `name` in `directory` (made for [memory, peer] too, left empty)."""
-        if "s3" in case["tiers"]:
+        """Where the ranks' durable tier goes (each rank a folder or prefix of its own in it), named `name` as the
+        run's RAM folder is: under a fresh prefix of `bucket` for s3, else a new folder in `directory` (made for
+        [memory, peer] too, left empty)."""
+        if "s3" in case["tiers"]:  # named as the RAM folder is (the ranks find their RAM by this name)
             with ladder.private_prefix(case, ctx, self.name) as (_, prefix):
-                yield f"s3://{case['bucket']}/{prefix}"
+                yield f"s3://{case['bucket']}/{prefix}/{name}"
             return
         durable = Path(ctx.directory) / name
         durable.mkdir(mode=0o700)

@@ -36,7 +36,8 @@ MESSAGE = 64 << 20  # the ring reference's messages: the peer tier's own chunk s
 
 
 def node_root(job: RankJob, node: int) -> Path:
-    """This run's RAM folder of a node: under /dev/shm, named as the run's checkpoint folder is."""
+    """This run's RAM folder of a node: in the run's private folder of /dev/shm, named as the last part of the
+    run's checkpoint location is (tiered_ranks names both alike)."""
     return SHM / Path(job.path).name / f"node{node}"
 
 
