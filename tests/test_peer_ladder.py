@@ -202,3 +202,11 @@ def test_the_fabric_counts_what_each_rank_receives() -> None:
     assert fabric.received_bytes("broadcast", 8 << 20, 4 << 20, 3, 4) == 8 << 20
     assert fabric.received_bytes("all_gather", 8 << 20, 4 << 20, 1, 4) == 2 * (1 << 20) * 3
     assert json.dumps(fabric.OPS) == '["ring", "broadcast", "all_gather"]'
+
+
+def test_the_ring_reference_moves_the_peer_tier_s_own_messages() -> None:
+    from ckptio import peers
+
+    from gdsbench.runners.checkpoint.ranks import peer_ladder
+
+    assert peer_ladder.MESSAGE == peers.CHUNK_BYTES

@@ -32,7 +32,7 @@ from gdsbench.runners.checkpoint.ranks.state import local_tensors, preset_state,
 from gdsbench.runners.checkpoint.tiered import TierPending
 from gdsbench.runners.resources import Usage
 
-MESSAGE = 64 << 20  # the ring reference's messages: the peer tier's own chunk size
+MESSAGE = 16 << 20  # the ring reference's messages: the peer tier's own (ckptio's peers.CHUNK_BYTES)
 
 
 def node_root(job: RankJob, node: int) -> Path:
