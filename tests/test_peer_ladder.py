@@ -6,6 +6,7 @@ restores a lost node from the peer."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,12 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
                 "op": ["ring", "broadcast"],
                 "passes": [3],
             },
-            {**LADDER, "steps": [10], "tiers": [["memory", "peer"], ["memory", "peer", "local"]], "async": [True]},
+            {
+                **LADDER,
+                "steps": [10],
+                "tiers": [["memory"], ["memory", "peer"], ["memory", "peer", "local"]],
+                "async": [True],
+            },
             {**LADDER, "steps": [5], "tiers": [["memory", "peer", "local"]], "peer_fault": ["corrupt_peer"]},
         ],
     }
@@ -87,7 +93,7 @@ def test_the_collective_engine_measures_the_fabric_it_says(rows: pd.DataFrame) -
 
 
 def test_a_peer_ladder_restores_a_lost_node_from_its_peer_beside_its_references(rows: pd.DataFrame) -> None:
-    plain = rows[(rows["engine"] == "tiered_ranks") & (rows["peer_fault"] == "none")]
+    plain = rows[(rows["engine"] == "tiered_ranks") & (rows["peer_fault"] == "none") & (rows["tiers"] != "memory")]
     found = plain.set_index("tiers")
     assert list(found["status"]) == ["ok", "ok"], found["error"].tolist()
     for _, row in found.iterrows():
@@ -106,6 +112,19 @@ def test_a_peer_ladder_restores_a_lost_node_from_its_peer_beside_its_references(
     )
     assert disk["restore_disk_seconds"] > 0  # every node's RAM lost: every rank read its folder, exactly
     assert "then every node's RAM lost, every rank restored from local" in disk["note"]
+
+
+def test_ram_alone_on_the_same_ranks_is_the_peer_ladders_reference(rows: pd.DataFrame) -> None:
+    [alone] = rows[(rows["engine"] == "tiered_ranks") & (rows["tiers"] == "memory")].to_dict("records")
+    assert alone["status"] == "ok", alone["error"]
+    assert alone["restored_tier"] == "rank 0: tier 0, rank 1: tier 0" and "from its own RAM" in alone["note"]
+    assert pd.isna(alone["durable_peer_seconds"]) and pd.isna(alone["restore_peer_seconds"])
+    assert alone["loop_seconds"] > 0 and alone["ring_seconds"] > 0  # the same references as the peer rows
+    table = model.ladders(rows).drop_duplicates("engine").set_index("tiers")
+    peers = table.loc["memory+peer"]
+    assert peers["loop_vs_memory"] == pytest.approx(peers["loop_seconds"] / table.loc["memory", "loop_seconds"])
+    assert table.loc["memory", "loop_vs_memory"] == 1.0
+    assert math.isnan(table.loc["memory", "goodput"])  # RAM alone outlives no node loss
 
 
 def test_a_damaged_peer_copy_is_skipped_by_its_checksum_and_the_disk_read(rows: pd.DataFrame) -> None:
@@ -134,11 +153,15 @@ def test_the_report_s_fault_table_holds_the_peer_fault(rows: pd.DataFrame) -> No
 def test_the_report_models_a_lost_node_restored_from_the_peer(rows: pd.DataFrame) -> None:
     table = model.ladders(rows)
     peers = table[table["engine"].str.startswith("tiered_ranks") & ~table["engine"].str.contains("corrupt_peer")]
-    assert sorted(peers["tiers"]) == ["memory+peer", "memory+peer+local"] and peers["goodput"].between(0, 1).all()
+    with_peer = peers[peers["tiers"] != "memory"]
+    assert sorted(with_peer["tiers"]) == ["memory+peer", "memory+peer+local"]
+    assert with_peer["goodput"].between(0, 1).all()
     header, cells = model.ladder_rows(table)
     assert {"durable peer s", "restore peer s", "durable disk s", "restore disk s"} <= set(header)
     shown = [dict(zip(header, row)) for row in cells if row[header.index("engine")].startswith("tiered_ranks")]
-    assert shown and all(row["tiers"].startswith("memory+peer") and row["restore peer s"] != "-" for row in shown)
+    assert {row["tiers"] for row in shown} == {"memory", "memory+peer", "memory+peer+local"}
+    assert all(row["restore peer s"] != "-" for row in shown if "peer" in row["tiers"])
+    assert all(row["loop vs memory"] != "-" for row in shown)
     several = model.ladders(rows, [(86400.0, 604800.0, 90 * 86400.0)])  # several nodes lost: no RAM copy outlives them
     assert several[several["engine"].str.startswith("tiered_ranks")]["goodput"].isna().all()
 

@@ -44,7 +44,7 @@ LADDER = (
     "restore_object_seconds",
     "work_at_risk_steps",
 )
-FIGURES = ("stall_seconds", "checkpoint_cost_seconds", *LADDER)
+FIGURES = ("stall_seconds", "checkpoint_cost_seconds", "loop_seconds", *LADDER)
 MEANINGS = {
     "tiers": "the row's measured tiers nearest first (a durable time and a restore each): the near tier (local, or "
     "memory: RAM), peer (the next node's RAM), local (a folder after the peer), s3",
@@ -58,6 +58,8 @@ MEANINGS = {
     "restore disk s": "every node's RAM lost: the slowest rank's restore from the local folder, verified",
     "at risk": "median steps run since the newest checkpoint durable in S3, at each checkpoint",
     "restore s3 s": "a restore from S3 (the nearer copies lost), verified",
+    "loop vs memory": "the loop's wall time (steps and stalls) over that of the same engine's [memory] row of the run: "
+    "what the tiers after RAM cost the training job",
     "goodput": "useful compute over wall time: Daly's interval, each failure level restored from the nearest tier "
     "that outlives it (docs/benchmarks.md); - where a modelled level outlives every tier of the row",
 }
@@ -185,16 +187,26 @@ def ladders(frame: pd.DataFrame, levels: Sequence[tuple[float, float, float]] = 
             rows.append(
                 {
                     **dict(zip(["run_id", "host", "engine"], values)),
+                    "engine_name": str(group["engine"].iloc[0]),
                     "n": len(group),
                     **medians,
                     **_model(medians, mtbfs, names),
                 }
             )
-    return pd.DataFrame(rows).sort_values(
+    return with_memory_reference(pd.DataFrame(rows)).sort_values(
         ["run_id", "host", "mtbf_local", "mtbf_node", "mtbf_correlated", "goodput"],
         ascending=[True, True, True, True, True, False],
         na_position="last",
     )
+
+
+def with_memory_reference(found: pd.DataFrame) -> pd.DataFrame:
+    """Each row's loop time over that of the same engine's RAM-alone ladder ([memory]) of its run and host (NaN
+    where the run has none)."""
+    alone = found[found["tiers"] == "memory"].drop_duplicates(["run_id", "host", "engine_name"])
+    reference = alone.set_index(["run_id", "host", "engine_name"])["loop_seconds"]
+    keys = pd.MultiIndex.from_frame(found[["run_id", "host", "engine_name"]])
+    return found.assign(loop_vs_memory=found["loop_seconds"].to_numpy() / reference.reindex(keys).to_numpy())
 
 
 def tier_names(group: pd.DataFrame, medians: Mapping[str, float]) -> list[str]:
@@ -258,6 +270,7 @@ def ladder_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tupl
         "restore disk s",
         "restore s3 s",
         "at risk",
+        "loop vs memory",
         "interval",
         "goodput",
     ]
@@ -273,6 +286,7 @@ def ladder_rows(found: pd.DataFrame, runs: dict[str, str] | None = None) -> tupl
             tables.number(r["stall_seconds"], 3),
             *(tables.number(r[c], 2) for c in LADDER[:8]),
             tables.number(r["work_at_risk_steps"], 0),
+            tables.number(r["loop_vs_memory"], 2),
             goodput.duration_text(r["optimal_interval_seconds"]),
             "-" if tables.missing(r["goodput"]) else f"{r['goodput']:.4%}",
         ]

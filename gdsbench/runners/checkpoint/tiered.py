@@ -35,6 +35,8 @@ from gdsbench.runners.resources import Usage
 #: or one in RAM made under SHM), then S3; or S3 alone. Those with a peer tier (PEER_LADDERS) run on ranks: engine
 #: tiered_ranks.
 PEER_LADDERS = (("memory", "peer"), ("memory", "peer", "local"), ("memory", "peer", "s3"))
+#: What tiered_ranks runs: the peer ladders, and RAM alone on the same ranks (their reference: the loop without a peer).
+RANK_LADDERS = (("memory",), *PEER_LADDERS)
 LADDERS = (("local",), ("local", "s3"), ("memory",), ("memory", "s3"), ("s3",), *PEER_LADDERS)
 
 
@@ -52,8 +54,8 @@ def tier_list(value: Any) -> str:
 TIERS = Key(
     "tiers",
     tier_list,
-    "a list of tiers, nearest first: [local], [local, s3], [memory], [memory, s3], [s3]; tiered_ranks: [memory, "
-    "peer], [memory, peer, local] or [memory, peer, s3] (in a matrix, a list of such lists)",
+    "a list of tiers, nearest first: [local], [local, s3], [memory], [memory, s3], [s3]; tiered_ranks: [memory] "
+    "(the reference), [memory, peer], [memory, peer, local] or [memory, peer, s3] (in a matrix, a list of such lists)",
     "local+s3",
     "where each checkpoint goes: local (a folder in `directory`) or memory (a private folder in /dev/shm, ckptio's "
     "memory:// place), then s3 (a prefix of `bucket`, drained in the background); [s3] alone saves straight to S3; "

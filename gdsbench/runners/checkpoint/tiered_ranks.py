@@ -29,7 +29,7 @@ from gdsbench.runners.base import Measurement, RunContext
 from gdsbench.runners.checkpoint import ladder, objects, train
 from gdsbench.runners.checkpoint.base import CKPTIO, TORCH, Package, workload_bytes
 from gdsbench.runners.checkpoint.distributed import SHM, DistributedRunner, measured_cost, with_nodes
-from gdsbench.runners.checkpoint.tiered import PEER_LADDERS, TIERS
+from gdsbench.runners.checkpoint.tiered import RANK_LADDERS, TIERS
 
 PEER_FAULTS = ("none", "corrupt_peer")
 PEER_FAULT = Key(
@@ -71,7 +71,9 @@ COLUMNS = (
 
 class TieredRanks(DistributedRunner):
     name = "tiered_ranks"
-    description = "ckptio.TieredCheckpointer [memory, peer(, local)] in a training loop on ranks; a node lost, restored"
+    description = (
+        "ckptio.TieredCheckpointer [memory(, peer(, local|s3))] in a training loop on ranks; a node lost, restored"
+    )
     patterns = frozenset({Pattern.TRAIN})
     transfers = frozenset({Transfer.CPU_CACHED})
     packages: tuple[Package, ...] = (TORCH, CKPTIO)
@@ -97,13 +99,13 @@ class TieredRanks(DistributedRunner):
         from ckptio import errors
 
         tiers = case["tiers"].split("+")
-        if tuple(tiers) not in PEER_LADDERS:
-            return "tiered_ranks runs ladders with a peer tier ([memory, peer], then local or s3); others: tiered"
+        if tuple(tiers) not in RANK_LADDERS:
+            return "tiered_ranks runs [memory] and ladders with a peer tier ([memory, peer], then local or s3); others: tiered"
         if not hasattr(errors, "PeerError"):
             return "this ckptio has no peer place (issue 39): pip install -e lib/ckptio"
         if case["peer_fault"] == "corrupt_peer" and len(tiers) < 3:
             return "corrupt_peer restores the lost node from a third tier: tiers [memory, peer, local] or [.., s3]"
-        if ctx.launch.nodes < 2:
+        if ctx.launch.nodes < 2 and "peer" in tiers:
             return "a peer tier needs two nodes or more: launcher: {name: torchrun, nodes: 2} (two on this host)"
         return objects.reason(case) if "s3" in tiers else None
 
@@ -156,15 +158,16 @@ class TieredRanks(DistributedRunner):
         )
         tiers = case["tiers"].split("+")
         per_tier = [worst(r["durable_tier_seconds"][i] for r in ranks) for i in range(len(tiers))]
-        lost = [r for r in ranks if r.get("node") == ranks[0]["lost_node"]]
+        peer = "peer" in tiers
+        lost = [r for r in ranks if peer and r.get("node") == r["lost_node"]]
         kept = [r for r in ranks if r not in lost]
         figures: dict[str, Any] = {
             "durable_local_seconds": per_tier[0],
-            "durable_peer_seconds": per_tier[1],
-            "replicate_seconds": worst(r["replicate_seconds"] for r in ranks),
-            "replicate_idle_seconds": worst(r["replicate_idle_seconds"] for r in ranks),
+            "durable_peer_seconds": per_tier[1] if peer else None,
+            "replicate_seconds": worst(r["replicate_seconds"] for r in ranks) if peer else None,
+            "replicate_idle_seconds": worst(r["replicate_idle_seconds"] for r in ranks) if peer else None,
             "restore_local_seconds": max(r["restore_seconds"] for r in kept),
-            "restore_peer_seconds": max(r["restore_seconds"] for r in lost),
+            "restore_peer_seconds": max(r["restore_seconds"] for r in lost) if lost else None,
             **far_figures(tiers, per_tier, ranks),
             "host_copy_seconds": max(r["host_copy_seconds"] for r in ranks),
             "ring_seconds": max(r["ring_seconds"] for r in ranks),
@@ -180,15 +183,12 @@ class TieredRanks(DistributedRunner):
         figures["replicate_idle_vs_ring"] = ratio(figures["replicate_idle_seconds"], figures["ring_seconds"])
         if tiers[-1] == "s3":  # the ladder's work at risk: since the newest step durable in S3
             figures["work_at_risk_steps"] = worst(r["work_at_risk_steps"] for r in ranks)
-        figures["restore_vs_ring"] = figures["restore_peer_seconds"] / figures["ring_seconds"]
+        figures["restore_vs_ring"] = ratio(figures["restore_peer_seconds"], figures["ring_seconds"])
         restore = max(r["restore_seconds"] for r in ranks)
         notes = [
             f"{len(times.stalls)} checkpoints in {len(times.steps)} steps of {ranks[0]['step_reps']} matmuls and an "
             f"all-reduce on {len(ranks)} ranks",
-            f"node {ranks[0]['lost_node']} lost (its RAM removed): its ranks restored from "
-            + (f"{tiers[-1]} past their peers' damaged copies" if case["peer_fault"] != "none" else "their peers")
-            + ", the others from their own RAM, verified"
-            + (f"; then every node's RAM lost, every rank restored from {tiers[-1]}" if len(tiers) > 2 else ""),
+            restores_note(case, tiers, ranks),
             f"{ranks[0]['own_bytes']} bytes per rank",
         ]
         farthest = per_tier[-1]
@@ -201,6 +201,19 @@ class TieredRanks(DistributedRunner):
         from gdsbench.runners.checkpoint.ranks.peer_ladder import PeerLadder
 
         return PeerLadder()
+
+
+def restores_note(case: Case, tiers: list[str], ranks: list[dict[str, Any]]) -> str:
+    """What the row's restores read, for its note."""
+    if "peer" not in tiers:
+        return "a restarted job restored every rank from its own RAM, verified (RAM alone: no node loss survives)"
+    damaged = case["peer_fault"] != "none"
+    return (
+        f"node {ranks[0]['lost_node']} lost (its RAM removed): its ranks restored from "
+        + (f"{tiers[-1]} past their peers' damaged copies" if damaged else "their peers")
+        + ", the others from their own RAM, verified"
+        + (f"; then every node's RAM lost, every rank restored from {tiers[-1]}" if len(tiers) > 2 else "")
+    )
 
 
 def far_figures(tiers: list[str], per_tier: list[float | None], ranks: list[dict[str, Any]]) -> dict[str, Any]:

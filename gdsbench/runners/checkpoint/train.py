@@ -44,6 +44,7 @@ COLUMNS = (
     Column("stall_seconds", "s", "median wall time per checkpoint the loop could not step"),
     Column("slowdown", "ratio", "median step while a save drains / median step with none - 1"),
     Column("checkpoint_cost_seconds", "s", "the stall plus the slowed steps' extra time, per checkpoint"),
+    Column("loop_seconds", "s", "the loop's wall time: every step and every checkpoint's stall (the slowest rank's)"),
     Column("restore_seconds", "s", "load the last checkpoint into the training state and take the next step"),
 )
 MATMUL = 256  # the side of the square fp32 matrices one step multiplies
@@ -149,6 +150,7 @@ def summarize(times: LoopTimes, restore_seconds: float) -> dict[str, float]:
         "stall_seconds": stall,
         "slowdown": statistics.median(slowed) / base - 1 if slowed else 0.0,
         "checkpoint_cost_seconds": stall + extra,
+        "loop_seconds": sum(times.steps) + sum(times.stalls),
         "restore_seconds": restore_seconds,
         "step_seconds": base,
         "durable_seconds": statistics.median(times.durable),

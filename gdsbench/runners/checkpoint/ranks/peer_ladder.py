@@ -1,5 +1,6 @@
 """One rank of a tiered_ranks case: ckptio.TieredCheckpointer with a peer tier (`tiers: [memory, peer]`, or with a
-durable folder after them) in a training loop on every rank, then a node lost and a restarted job's restore.
+durable folder after them) in a training loop on every rank, then a node lost and a restarted job's restore; or
+RAM alone (`[memory]`, the reference of the others: the same loop without a peer), restored from each rank's RAM.
 
 The tiers of rank r on node n: memory://SHM/<run>/node<n>/own<r> (its RAM), peer://SHM/<run>/node<n> (its copies
 held by the same local rank of the next node), then <checkpoint>/rank<r> where the ladder has `local` or `s3`. Before the loop each rank measures, on the same bytes, the references its figures are held to: a copy
@@ -88,14 +89,18 @@ class PeerLadder:
             saves.append(ckpt.save(state, number, blocking=not job.asynchronous))
             return TierPending(saves[-1])
 
+        peer = "peer" in job.tiers.split("+")
         with TieredCheckpointer(locations(job, rank, node), options=options, require_durable=False) as ckpt:
-            figures["replicate_idle_seconds"] = idle_replication(ckpt, state)
+            figures["replicate_idle_seconds"] = idle_replication(ckpt, state) if peer else None
             dist.barrier()
             with Usage() as usage:
                 times = train.run_loop(step, job.steps, job.interval, checkpoint)
             ckpt.wait_drained()
         figures.update(usage.columns(), **loop_figures(times, saves), step_reps=compute.reps)
         figures["work_at_risk_steps"] = statistics.median(risk) if risk else None
+        if not peer:  # RAM alone, the peer ladders' reference: a restarted job restores from each rank's RAM
+            seconds = timed_restore(job, rank, node, state, saves[-1].step, 0, options)[0]
+            return {**figures, "restore_seconds": seconds, "restored_tier": 0, "skipped": []}
         figures.update(restore_after_loss(job, rank, node, state, saves[-1].step, options))
         if len(job.tiers.split("+")) > 2:
             figures["restore_far_seconds"] = restore_after_all_lost(job, rank, node, state, saves[-1].step, options)
