@@ -69,14 +69,26 @@ def test_a_train_row_keeps_what_was_measured_as_its_declared_figures():
         "stall_seconds": 0.6,
         "slowdown": 0.4,
         "checkpoint_cost_seconds": 0.76,
+        "loop_seconds": 13.2,
         "restore_seconds": 4.0,
         "step_seconds": 0.2,
         "durable_seconds": 2.1,
     }
     m = train.measurement(figures, 1 << 30, [])
-    assert m.figures == {"stall_seconds": 0.6, "slowdown": 0.4, "checkpoint_cost_seconds": 0.76, "restore_seconds": 4.0}
+    assert m.figures == {
+        "stall_seconds": 0.6,
+        "slowdown": 0.4,
+        "checkpoint_cost_seconds": 0.76,
+        "loop_seconds": 13.2,
+        "restore_seconds": 4.0,
+    }
     assert set(m.figures) == {c.name for c in train.COLUMNS} and m.blocking_seconds == 0.6
     assert "goodput" not in m.row() and "optimal_interval_seconds" not in m.row()
+
+
+def test_a_loop_s_time_is_its_steps_and_its_stalls():
+    times = train.LoopTimes(steps=[0.2, 0.3, 0.25], draining=[False, True, False], stalls=[0.5], durable=[1.0])
+    assert train.summarize(times, 2.0)["loop_seconds"] == pytest.approx(1.25)
 
 
 def test_a_synchronous_loop_stalls_for_the_whole_save_and_never_drains():
