@@ -31,6 +31,9 @@ from gdsbench.runners.checkpoint import ladder, train
 from gdsbench.runners.resources import Usage
 
 FAULTS = ("none", "corrupt_local", "lose_local", "store_down", "kill_upload", "exit_unpersisted")
+#: The ladders a fault is a fault of (any other fault: [local, s3] only).
+FAULT_LADDERS = {"exit_unpersisted": (("local", "s3"), ("memory", "s3"))}
+DEFAULT_LADDERS = (("local", "s3"),)
 #: What each fault must do, as its row says it (`fault_expected`) and the report's fault table shows it.
 EXPECTED = {
     "corrupt_local": "the restore skips the corrupted local copy naming why (checksum mismatch) and reads the same "
@@ -213,8 +216,8 @@ class DownStore(Store):
 
 @contextlib.contextmanager
 def store(fault: str) -> Iterator[Store]:
-    """The object store for the loop: for store_down (and exit_unpersisted's last save), the endpoint ckptio reads (AWS_ENDPOINT_URL_S3, read before
-    AWS_ENDPOINT_URL) at a port of 127.0.0.1 bound and never listened on (connections refused) until resume()."""
+    """The object store for the loop: for store_down (and exit_unpersisted's last save), the endpoint ckptio reads
+    (AWS_ENDPOINT_URL_S3, read before AWS_ENDPOINT_URL) at a port of 127.0.0.1 bound and never listened on (connections refused) until resume()."""
     if fault != "store_down":
         yield Store()
         return

@@ -162,9 +162,10 @@ class Tiered(CheckpointRunner):
         tiers = case["tiers"].split("+")
         if "peer" in tiers:
             return "a peer tier is held by other ranks: run it with engine tiered_ranks (world_size 2 or more)"
-        exits = case["fault"] == "exit_unpersisted" and tiers == ["memory", "s3"]
-        if case["fault"] != "none" and tiers != ["local", "s3"] and not exits:
-            return f"fault {case['fault']} is a fault of the ladder: run it with tiers [local, s3]"
+        takes = tier_faults.FAULT_LADDERS.get(case["fault"], tier_faults.DEFAULT_LADDERS)
+        if case["fault"] != "none" and tuple(tiers) not in takes:
+            named = " or ".join(f"[{', '.join(ladder)}]" for ladder in takes)
+            return f"fault {case['fault']} is a fault of the ladder: run it with tiers {named}"
         if case["async"] and tiers == ["s3"]:
             return "tiers [s3] saves straight to S3 with ckptio.save, which blocks: async needs a local tier first"
         if "memory" in tiers and case.transfer is not Transfer.CPU_CACHED:
@@ -353,10 +354,7 @@ class Tiered(CheckpointRunner):
         with TieredCheckpointer(list(tiers.locations), options=_io_options(case)) as ckpt:
             saved = timed(self.name, self.errors(), lambda: ckpt.save(workload.tensors, after))[0]
             ckpt.wait_drained()
-        if objects not in saved.durable_seconds:
-            raise ToolError(f"kill_upload: the save after the kills never reached S3: {saved.errors.get(objects)}")
-        tier_faults.apply("none", local, local)
-        final = self._restore(case, tiers, workload, objects, after)
+        final = self._from_objects(case, tiers, workload, saved, "kill_upload: the save after the kills")
         left = kill_upload.key_uploads(store, key)
         for upload in left:  # this run's own prefix: nothing else to keep them for
             store.abort(upload)
@@ -371,8 +369,8 @@ class Tiered(CheckpointRunner):
         from ckptio.errors import NotDurable
         from ckptio.records import Restored
 
-        local, objects = tiers.local, tiers.objects
-        assert local is not None and objects is not None
+        objects = tiers.objects
+        assert objects is not None
         after = good + case["interval"]
         with tier_faults.store("store_down"):
             ckpt = TieredCheckpointer(list(tiers.locations), options=_io_options(case))
@@ -392,17 +390,24 @@ class Tiered(CheckpointRunner):
                 raise ToolError(f"exit_unpersisted: the restarted job did not find step {after} in the near tier")
             saved = ckpt.save(state, after)
             ckpt.wait_drained()
-        if objects not in saved.durable_seconds:
-            raise ToolError(f"exit_unpersisted: step {after} saved again never reached S3: {saved.errors.get(objects)}")
-        tier_faults.apply("none", local, local)
-        final = self._restore(case, tiers, workload, objects, after)
-        refused_text = str(said)[:300]
+        final = self._from_objects(case, tiers, workload, saved, f"exit_unpersisted: step {after} saved again")
+        said_text = str(said)[:300]
         return {
             "restore_object_seconds": final.seconds,
             "restored_tier": "s3",
             "state_exact": "yes",
-            "exit_refused": refused_text,
+            "exit_refused": said_text,
         }
+
+    def _from_objects(self, case: Case, tiers: Tiers, workload: Any, saved: Any, what: str) -> tier_faults.Restore:
+        """A save that must have reached S3 (ToolError naming `what` where it did not), then a restore of its step
+        from S3 with the near tier's copies removed, exactly."""
+        local, objects = tiers.local, tiers.objects
+        assert local is not None and objects is not None
+        if objects not in saved.durable_seconds:
+            raise ToolError(f"{what} never reached S3: {saved.errors.get(objects)}")
+        tier_faults.apply("none", local, local)
+        return self._restore(case, tiers, workload, objects, saved.step)
 
     # -- straight to S3 -----------------------------------------------------------------------------------------
 

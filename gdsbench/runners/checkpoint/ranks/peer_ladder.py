@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gdsbench.runners.checkpoint import train
+from gdsbench.runners.checkpoint import ladder, train
 from gdsbench.runners.checkpoint.distributed import SHM
 from gdsbench.runners.checkpoint.rank_job import RankJob
 from gdsbench.runners.checkpoint.ranks import fabric
@@ -80,16 +80,16 @@ class PeerLadder:
             compute()
             dist.all_reduce(gradient)
 
-        far = len(job.tiers.split("+")) - 1
+        tiers = job.tiers.split("+")
+        far, peer = len(tiers) - 1, "peer" in tiers
         risk: list[int] = []
 
         def checkpoint() -> Any:
             number = (len(saves) + 1) * job.interval
-            risk.append(number - max((s.step for s in saves if far in s.durable_seconds), default=0))
+            risk.append(ladder.at_risk(number, (s.step for s in saves if far in s.durable_seconds)))
             saves.append(ckpt.save(state, number, blocking=not job.asynchronous))
             return TierPending(saves[-1])
 
-        peer = "peer" in job.tiers.split("+")
         with TieredCheckpointer(locations(job, rank, node), options=options, require_durable=False) as ckpt:
             figures["replicate_idle_seconds"] = idle_replication(ckpt, state) if peer else None
             dist.barrier()
@@ -102,7 +102,7 @@ class PeerLadder:
             seconds = timed_restore(job, rank, node, state, saves[-1].step, 0, options)[0]
             return {**figures, "restore_seconds": seconds, "restored_tier": 0, "skipped": []}
         figures.update(restore_after_loss(job, rank, node, state, saves[-1].step, options))
-        if len(job.tiers.split("+")) > 2:
+        if len(tiers) > 2:
             figures["restore_far_seconds"] = restore_after_all_lost(job, rank, node, state, saves[-1].step, options)
         return figures
 
