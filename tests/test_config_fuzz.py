@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,12 @@ def invoke(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args))
 
 
+def failure(result: Result) -> str:
+    """What a CLI run printed and, where it raised, the traceback (a flaky failure then names its cause)."""
+    raised = "".join(traceback.format_exception(*result.exc_info)) if result.exc_info else ""
+    return f"{result.output}{raised}"
+
+
 def assert_one_line_error(result: Result, path: Path) -> None:
     """Exit 2, a SystemExit (no other exception), and one line naming the file."""
     assert result.exit_code == 2, result.output
@@ -120,7 +127,7 @@ def test_a_mutated_config_loads_or_is_one_config_error(case: tuple[str, dict[str
         error = load(path, with_checks=False)
         dry_run = invoke("sweep", str(path), "--dry-run")
         if error is None:
-            assert dry_run.exit_code == 0, dry_run.output
+            assert dry_run.exit_code == 0, failure(dry_run)
         else:
             assert_named(error, path)
             assert_one_line_error(dry_run, path)
@@ -129,7 +136,7 @@ def test_a_mutated_config_loads_or_is_one_config_error(case: tuple[str, dict[str
         error = load(path, with_checks=True)
         qualified = invoke("qualify", str(path), "--results", str(SAMPLE))
         if error is None:
-            assert qualified.exit_code in (0, 1, 3), qualified.output  # 3: every check inconclusive (flagged rows)
+            assert qualified.exit_code in (0, 1, 3), failure(qualified)  # 3: every check inconclusive (flagged rows)
             assert isinstance(qualified.exception, (SystemExit, type(None))), repr(qualified.exception)
         else:
             assert_named(error, path)

@@ -56,7 +56,10 @@ def has_admin(*tools: str) -> bool:
 
 def rgw_endpoints() -> list[str]:
     """The radosgw endpoints CONF names (none: no conf, or an existing cluster's that names none)."""
-    return _RGW_ENDPOINT.findall(CONF.read_text(errors="replace")) if CONF.exists() else []
+    try:
+        return _RGW_ENDPOINT.findall(CONF.read_text(errors="replace"))
+    except OSError:  # none, or gone meanwhile (a cluster taken down)
+        return []
 
 
 def osd_cache(case: Case) -> tuple[str, str]:

@@ -22,12 +22,14 @@ import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from gdsbench.cases import Case, Transfer
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, text
 from gdsbench.runners import ceph
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from gdsbench.runners.base import Resources, RunContext
@@ -195,7 +197,7 @@ def remove_objects(pool: str, names: tuple[str, ...]) -> None:
 @functools.lru_cache(maxsize=1)
 def max_object_bytes() -> int:
     """The cluster's osd_max_object_size: the most bytes one RADOS object holds."""
-    return int(ceph.run("ceph", "config", "get", "osd", "osd_max_object_size").strip())
+    return answer(int, "ceph", "config", "get", "osd", "osd_max_object_size")
 
 
 def pool_names() -> set[str]:
@@ -205,7 +207,16 @@ def pool_names() -> set[str]:
 
 def image_bytes(pool: str, image: str) -> int:
     """The size of an RBD image."""
-    return int(json.loads(ceph.run("rbd", "info", "--format", "json", f"{pool}/{image}"))["size"])
+    return answer(lambda out: int(json.loads(out)["size"]), "rbd", "info", "--format", "json", f"{pool}/{image}")
+
+
+def answer(parse: Callable[[str], T], tool: str, *args: str) -> T:
+    """A ceph tool's stdout parsed; ToolError where the tool fails or says something else."""
+    out = ceph.run(tool, *args)
+    try:
+        return parse(out.strip())
+    except (ValueError, KeyError, TypeError) as e:
+        raise ToolError(f"{tool} {' '.join(args)}: unexpected output {out[:200]!r} ({e})") from None
 
 
 def object_bytes(pool: str, name: str) -> int:

@@ -4,6 +4,7 @@ support, free space, and the reserved huge pages fio's hugetlb buffers need.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -106,7 +107,8 @@ def odirect_works(directory: Path) -> tuple[bool, str]:
         reason = "the filesystem refuses O_DIRECT" if exc.errno == errno.EINVAL else str(exc.strerror)
         return False, reason
     finally:
-        os.unlink(name)
+        with contextlib.suppress(OSError):  # the folder can go meanwhile (a file system unmounted, a folder removed)
+            os.unlink(name)
 
 
 def target(directory: Path) -> dict[str, Any]:
