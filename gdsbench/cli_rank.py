@@ -59,6 +59,11 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--warmup", type=int, default=1, help="unmeasured saves before the measured one")
     p.add_argument(
+        "--stage",
+        default="",
+        help="for a case of several launches, which launch this is (the engine's rank half names them)",
+    )
+    p.add_argument(
         "--rendezvous",
         default="",
         help="HOST:PORT where rank 0 listens for the others (MASTER_ADDR/MASTER_PORT, where the launcher set none; "
@@ -89,7 +94,7 @@ def parse_with_args(argv: list[str]) -> tuple[RankJob, argparse.Namespace]:
         p.error(str(exc))
     if case.engine not in ranked_engines():
         p.error(f"--case: engine {case.engine!r} has no ranks (engines with ranks: {', '.join(ranked_engines())})")
-    job = RankJob.from_case(case, args.path, args.out, args.workload_file, args.warmup)
+    job = RankJob.from_case(case, args.path, args.out, args.workload_file, args.warmup, args.stage)
     if args.workload_file is None and job.checkpoint_size is None and not job.kind.own_tensors:
         p.error(
             "--case: name checkpoint_size (each node generates the workload preset at that size), or give "

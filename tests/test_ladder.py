@@ -493,3 +493,30 @@ def test_a_memory_only_exit_is_refused_then_persisted(radosgw: Any, tmp_path: Pa
     assert (row["restored_tier"], row["state_exact"]) == ("s3", "yes")
     ctx.resources.cleanup()
     assert leftovers("gdsbench-tiers-exit", tmp_path) == ([], {})
+
+
+def test_loop_vs_memory_holds_a_row_to_the_ram_alone_row_of_the_same_loop_only() -> None:
+    """A ladder's loop over the [memory] row of its own loop (engine, bytes, steps; any fault or transfer), never one
+    of another checkpoint size in the same run: there it has no reference (NaN), not a wrong one."""
+    loop = "engine=tiered_ranks,pattern=train,transfer=CPU_CACHED,checkpoint_size={size},steps=5,tiers={tiers}"
+    rows = [
+        ("memory", 8, "none", 2.0),
+        ("memory+peer", 8, "none", 2.5),
+        ("memory+peer", 8, "corrupt_peer", 3.0),
+        ("memory+peer", 128, "kill_replicating", 9.0),
+    ]
+    found = pd.DataFrame(
+        {
+            "run_id": "r",
+            "host": "h",
+            "tiers": tiers,
+            "case": loop.format(size=size << 20, tiers=tiers) + f",peer_fault={fault}",
+            "loop_seconds": seconds,
+        }
+        for tiers, size, fault, seconds in rows
+    )
+    ratios = model.with_memory_reference(found)["loop_vs_memory"].tolist()
+    assert ratios[:3] == [1.0, 1.25, 1.5] and math.isnan(ratios[3])
+    assert model.loop_of("engine=tiered,transfer=CPU_ONLY,tiers=local+s3,fault=none,kills=3,steps=5") == (
+        "engine=tiered,steps=5"
+    )

@@ -70,6 +70,15 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
                 "async": [True],
             },
             {**LADDER, "steps": [5], "tiers": [["memory", "peer", "local"]], "peer_fault": ["corrupt_peer"]},
+            # 64 MiB a rank, in 4 messages: the holder is killed while one lands; the ranks' bytes differ (the ring
+            # reference moves the largest's messages on every rank)
+            {
+                **LADDER,
+                "checkpoint_size": ["128M"],
+                "steps": [5],
+                "tiers": [["memory", "peer"]],
+                "peer_fault": ["kill_replicating"],
+            },
         ],
     }
     config = folder / "peers.yaml"
@@ -120,11 +129,15 @@ def test_ram_alone_on_the_same_ranks_is_the_peer_ladders_reference(rows: pd.Data
     assert alone["restored_tier"] == "rank 0: tier 0, rank 1: tier 0" and "from its own RAM" in alone["note"]
     assert pd.isna(alone["durable_peer_seconds"]) and pd.isna(alone["restore_peer_seconds"])
     assert alone["loop_seconds"] > 0 and alone["ring_seconds"] > 0  # the same references as the peer rows
-    table = model.ladders(rows).drop_duplicates("engine").set_index("tiers")
+    table = model.ladders(rows).drop_duplicates("engine")
+    table = table[~table["engine"].str.contains("corrupt_peer|kill_replicating")].set_index("tiers")
     peers = table.loc["memory+peer"]
     assert peers["loop_vs_memory"] == pytest.approx(peers["loop_seconds"] / table.loc["memory", "loop_seconds"])
     assert table.loc["memory", "loop_vs_memory"] == 1.0
     assert math.isnan(table.loc["memory", "goodput"])  # RAM alone outlives no node loss
+    killed = model.ladders(rows)
+    killed = killed[killed["engine"].str.contains("kill_replicating")]
+    assert killed["loop_vs_memory"].isna().all()  # 128M a checkpoint: no [memory] row of that loop in the run
 
 
 def test_a_damaged_peer_copy_is_skipped_by_its_checksum_and_the_disk_read(rows: pd.DataFrame) -> None:
@@ -135,24 +148,36 @@ def test_a_damaged_peer_copy_is_skipped_by_its_checksum_and_the_disk_read(rows: 
     assert row["fault_expected"].startswith("the lost node's ranks skip their peers' damaged copies")
 
 
+def test_a_rank_killed_while_a_copy_lands_keeps_no_torn_copy_and_every_rank_restores_one_step(
+    rows: pd.DataFrame,
+) -> None:
+    """The holder of rank 1's copies SIGKILLed once bytes of the newest copy landed, then node 1 lost: the torn copy
+    never used, both ranks restore the step before (rank 1 from its peer's verified copy), exactly."""
+    [row] = rows[rows["peer_fault"] == "kill_replicating"].to_dict("records")
+    assert row["status"] == "ok", row["error"]
+    assert (row["kills_made"], row["torn_seen"], row["state_exact"]) == (1, 0, "yes")
+    assert row["restored_tier"] == "rank 0: tier 0, rank 1: tier 1"
+    assert "rank 0 SIGKILLed receiving rank 1's step 15" in row["note"]
+    assert "every rank restored step 10" in row["note"] and "2 copies its peers kept verified" in row["note"]
+    assert row["restore_peer_seconds"] > 0 and row["ring_seconds"] > 0  # the loop's references kept beside it
+    assert row["fault_expected"].startswith("the rank killed while it received")
+
+
 def test_the_report_s_fault_table_holds_the_peer_fault(rows: pd.DataFrame) -> None:
     from gdsbench.report import summary
 
     table = summary.build(rows, ["engine", "pattern"]).table("faults")
     assert table is not None
-    [cells] = [dict(zip(table.header, r)) for r in table.rows]
-    assert (cells["engine"], cells["fault"], cells["held"], cells["exact"]) == (
-        "tiered_ranks",
-        "corrupt_peer",
-        "ok",
-        "yes",
-    )
-    assert "checksum mismatch" in cells["found"]
+    cells = {c["fault"]: c for c in (dict(zip(table.header, r)) for r in table.rows)}
+    assert sorted(cells) == ["corrupt_peer", "kill_replicating"]
+    assert all((c["engine"], c["held"], c["exact"]) == ("tiered_ranks", "ok", "yes") for c in cells.values())
+    assert "checksum mismatch" in cells["corrupt_peer"]["found"]
 
 
 def test_the_report_models_a_lost_node_restored_from_the_peer(rows: pd.DataFrame) -> None:
     table = model.ladders(rows)
-    peers = table[table["engine"].str.startswith("tiered_ranks") & ~table["engine"].str.contains("corrupt_peer")]
+    faulted = table["engine"].str.contains("corrupt_peer|kill_replicating")
+    peers = table[table["engine"].str.startswith("tiered_ranks") & ~faulted]
     with_peer = peers[peers["tiers"] != "memory"]
     assert sorted(with_peer["tiers"]) == ["memory+peer", "memory+peer+local"]
     assert with_peer["goodput"].between(0, 1).all()
@@ -161,7 +186,8 @@ def test_the_report_models_a_lost_node_restored_from_the_peer(rows: pd.DataFrame
     shown = [dict(zip(header, row)) for row in cells if row[header.index("engine")].startswith("tiered_ranks")]
     assert {row["tiers"] for row in shown} == {"memory", "memory+peer", "memory+peer+local"}
     assert all(row["restore peer s"] != "-" for row in shown if "peer" in row["tiers"])
-    assert all(row["loop vs memory"] != "-" for row in shown)
+    plain = [row for row in shown if not any(f in row["engine"] for f in ("corrupt_peer", "kill_replicating"))]
+    assert all(row["loop vs memory"] != "-" for row in plain)  # the fault rows run loops of their own: none
     several = model.ladders(rows, [(86400.0, 604800.0, 90 * 86400.0)])  # several nodes lost: no RAM copy outlives them
     assert several[several["engine"].str.startswith("tiered_ranks")]["goodput"].isna().all()
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,9 @@ from gdsbench.errors import UsageError
 from gdsbench.report import ceilings, goodput, tables
 from gdsbench.report.derived import Derived, Inputs, Setting
 
+#: A ladder case's keys that are not its loop (loop vs memory holds rows of one loop to each other): its tiers, its
+#: fault (the tiered engine's, tiered_ranks', with its kills), and the transfer its tiers take (O_DIRECT or cached).
+NOT_THE_LOOP = ("tiers", "fault", "peer_fault", "kills", "transfer")
 TITLE = (
     "The durability ladder: time until durable per tier, restores, work at risk, goodput with a failure level per tier"
 )
@@ -188,6 +192,7 @@ def ladders(frame: pd.DataFrame, levels: Sequence[tuple[float, float, float]] = 
                 {
                     **dict(zip(["run_id", "host", "engine"], values)),
                     "engine_name": str(group["engine"].iloc[0]),
+                    "case": str(group["case"].iloc[0]) if "case" in group else "",
                     "n": len(group),
                     **medians,
                     **_model(medians, mtbfs, names),
@@ -201,12 +206,23 @@ def ladders(frame: pd.DataFrame, levels: Sequence[tuple[float, float, float]] = 
 
 
 def with_memory_reference(found: pd.DataFrame) -> pd.DataFrame:
-    """Each row's loop time over that of the same engine's RAM-alone ladder ([memory]) of its run and host (NaN
-    where the run has none)."""
-    alone = found[found["tiers"] == "memory"].drop_duplicates(["run_id", "host", "engine_name"])
-    reference = alone.set_index(["run_id", "host", "engine_name"])["loop_seconds"]
-    keys = pd.MultiIndex.from_frame(found[["run_id", "host", "engine_name"]])
-    return found.assign(loop_vs_memory=found["loop_seconds"].to_numpy() / reference.reindex(keys).to_numpy())
+    """Each row's loop time over that of the RAM-alone ladder ([memory]) of the same loop (its case but for the
+    tiers, the fault and the tiers' transfer: the same engine, bytes, ranks, steps and interval), run and host; NaN
+    where the run has none."""
+    if found.empty:
+        return found.assign(loop_vs_memory=math.nan)
+    found = found.assign(loop=[loop_of(str(case)) for case in found["case"]])
+    alone = found[found["tiers"] == "memory"].drop_duplicates(["run_id", "host", "loop"])
+    reference = alone.set_index(["run_id", "host", "loop"])["loop_seconds"]
+    keys = pd.MultiIndex.from_frame(found[["run_id", "host", "loop"]])
+    ratio = found["loop_seconds"].to_numpy() / reference.reindex(keys).to_numpy()
+    return found.drop(columns="loop").assign(loop_vs_memory=ratio)
+
+
+def loop_of(case: str) -> str:
+    """A case's key without what names its tiers and fault: the loop it runs (a RAM-alone row's is its own)."""
+    parts = re.split(r",(?=[A-Za-z_]\w*=)", case)
+    return ",".join(part for part in parts if part.split("=", 1)[0] not in NOT_THE_LOOP)
 
 
 def tier_names(group: pd.DataFrame, medians: Mapping[str, float]) -> list[str]:

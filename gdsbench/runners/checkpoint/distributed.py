@@ -14,11 +14,13 @@ bytes_on_disk and compression_ratio (workload bytes / bytes on disk).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import statistics
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -431,27 +433,15 @@ class DistributedRunner(CheckpointRunner):
         return self._folder
 
     def _launch(
-        self, case: Case, ctx: RunContext, path: Path | str, shared: Path | None, warmup: int
+        self, case: Case, ctx: RunContext, path: Path | str, shared: Path | None, warmup: int, stage: str = ""
     ) -> list[dict[str, Any]]:
         """Start the ranks through the sweep's launcher; return every rank's figures, or raise the first failure
         (a rank's own error, else the launcher's message, with the node where each node has a command)."""
-        launch = ctx.launch
-        launcher = launchers.get(launch.name)
-        with tempfile.TemporaryDirectory(prefix="gdsbench-ranks-") as out:
-            join = ["--join-timeout", f"{ctx.timeout * JOIN_SHARE:g}"]  # a rank says who never came, before the limit
-            job = (*self._job(case, path, shared, out, warmup), *join)
-            commands = launcher.commands(
-                launch, case.get("world_size"), Program(RANK_PROGRAM, job), launcher.port(launch)
-            )
-            secret = launchers.new_secret()  # every launch its own: its ranks meet only at their own store
-            try:
-                env = launchers.environment(secret)
-                done = run_tools(commands, timeout=ctx.timeout, env=env, stdin=secret + "\n")
-            except ToolError as exc:  # a timeout: say which rank left the job, and why, when one did
-                raise ToolError("; ".join([f"{self.name}: {exc}", *rank_errors(Path(out))])) from None
-            gathered = Path(out) / "ranks.json"
+        launcher = launchers.get(ctx.launch.name)
+        with self._started(case, ctx, path, shared, warmup, stage) as (done, out):
+            gathered = out / "ranks.json"
             ranks = json.loads(gathered.read_text()) if gathered.is_file() else []
-            left = rank_errors(Path(out))
+            left = rank_errors(out)
         reported = [r["error"] for r in ranks if "error" in r]  # every rank reached the gather: its own words
         failed = [(n, p) for n, p in enumerate(done) if p.returncode != 0]
         if reported or failed or len(ranks) != case.get("world_size"):
@@ -461,6 +451,39 @@ class DistributedRunner(CheckpointRunner):
             kept = keep_output(ctx, done)
             raise ToolError(f"{self.name}: " + "; ".join(why) + (f" (the launcher's output: {kept})" if kept else ""))
         return ranks
+
+    def _launch_to_fail(
+        self, case: Case, ctx: RunContext, path: Path | str, shared: Path | None, stage: str
+    ) -> list[str]:
+        """Start the ranks of a launch that one of them ends by killing itself (a fault): the ranks' own errors
+        (the survivors', who lost a peer); ToolError where every node's launcher ended cleanly (nothing was killed)."""
+        with self._started(case, ctx, path, shared, 0, stage) as (done, out):
+            left = rank_errors(out)
+        if all(p.returncode == 0 for p in done):
+            raise ToolError(f"{self.name}: the {stage} launch ended cleanly: no rank was killed")
+        return left
+
+    @contextlib.contextmanager
+    def _started(
+        self, case: Case, ctx: RunContext, path: Path | str, shared: Path | None, warmup: int, stage: str
+    ) -> Iterator[tuple[list[Any], Path]]:
+        """The ranks run to their end through the sweep's launcher: each node's finished process and the folder of
+        the ranks' output (gone after the block); ToolError at the sweep's timeout, saying which rank left the job."""
+        launch = ctx.launch
+        launcher = launchers.get(launch.name)
+        with tempfile.TemporaryDirectory(prefix="gdsbench-ranks-") as out:
+            join = ["--join-timeout", f"{ctx.timeout * JOIN_SHARE:g}"]  # a rank says who never came, before the limit
+            job = (*self._job(case, path, shared, out, warmup), *join, *(("--stage", stage) if stage else ()))
+            commands = launcher.commands(
+                launch, case.get("world_size"), Program(RANK_PROGRAM, job), launcher.port(launch)
+            )
+            secret = launchers.new_secret()  # every launch its own: its ranks meet only at their own store
+            try:
+                env = launchers.environment(secret)
+                done = run_tools(commands, timeout=ctx.timeout, env=env, stdin=secret + "\n")
+            except ToolError as exc:  # a timeout: say which rank left the job, and why, when one did
+                raise ToolError("; ".join([f"{self.name}: {exc}", *rank_errors(Path(out))])) from None
+            yield done, Path(out)
 
     def _job(self, case: Case, path: Path | str, shared: Path | None, out: str, warmup: int) -> list[str]:
         """The rank program's arguments: the case as its key (the rank parses it with the config's keys), the

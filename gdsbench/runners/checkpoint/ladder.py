@@ -64,12 +64,19 @@ FAULT_COLUMNS = (
         "state_exact", "", "whether the restored state equals the saved one exactly (yes; else the row fails)", TEXT
     ),
     Column("drain_error", "", "why a drain to the object tier failed (store_down: the first error)", TEXT),
-    Column("kills_made", "count", "kill_upload: children SIGKILLed while saving"),
+    Column(
+        "kills_made",
+        "count",
+        "kill_upload: children SIGKILLed while saving; kill_replicating: ranks SIGKILLed while their peer copy moved",
+    ),
     Column(
         "kills_in_upload", "count", "kill_upload: kills that left an incomplete multipart upload (inside an upload)"
     ),
     Column(
-        "torn_seen", "count", "kill_upload: restores after a kill that found a torn checkpoint (0; else the row fails)"
+        "torn_seen",
+        "count",
+        "kill_upload: restores after a kill that found a torn checkpoint; kill_replicating: copies kept under a "
+        "checkpoint's name that do not verify (0; else the row fails)",
     ),
     Column("uploads_left", "count", "kill_upload: incomplete multipart uploads of the key left after the final save"),
     Column("exit_refused", "", "exit_unpersisted: what close() said of the save S3 never got (NotDurable)", TEXT),

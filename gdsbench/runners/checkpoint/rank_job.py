@@ -45,10 +45,13 @@ class RankJob:
     io_size: int | None = None  # the collective engine's message bytes
     passes: int = 5  # the collective engine's timed passes
     tiers: str = ""  # tiered_ranks: the ladder, nearest first (memory+peer, memory+peer+local)
-    peer_fault: str = "none"  # tiered_ranks: none, or corrupt_peer
+    peer_fault: str = "none"  # tiered_ranks: none, corrupt_peer or kill_replicating
+    stage: str = ""  # a case of several launches: which this one is (tiered_ranks kill_replicating: kill, restart)
 
     @classmethod
-    def from_case(cls, case: Case, path: str, out: str, workload_file: str | None, warmup: int) -> RankJob:
+    def from_case(
+        cls, case: Case, path: str, out: str, workload_file: str | None, warmup: int, stage: str = ""
+    ) -> RankJob:
         """The job of a case (every value it holds, the rest at the field's default) and where to work."""
         params = dict(case.params)
         values: dict[str, Any] = {
@@ -57,7 +60,7 @@ class RankJob:
             if CASE_NAMES.get(f.name, f.name) in params
         }
         where: dict[str, Any] = {"engine": case.engine, "path": path, "out": out, "workload_file": workload_file}
-        return cls(**values, **where, warmup=warmup)
+        return cls(**values, **where, warmup=warmup, stage=stage)
 
     @property
     def kind(self) -> workloads.Kind:

@@ -9,8 +9,10 @@ same bytes just before it: a copy into host memory (the RAM tier's ceiling, `hos
 exchange (`ring_seconds`, the collective engine's op `ring`), and the ratios to them. Then the last node is lost
 (its RAM folder removed) and a restarted job restores: that node's ranks from their peers, the others from their
 own RAM, each exactly the newest step, or the row fails; with a third tier, every node's RAM is lost next (several
-nodes at once) and every rank restores from it (ranks/peer_ladder.py). Every folder and prefix is this run's own,
-removed after it (keep_files: kept).
+nodes at once) and every rank restores from it (ranks/peer_ladder.py). `peer_fault: kill_replicating` takes two
+more launches after the loop's (ranks/peer_kill.py): a rank SIGKILLed while a peer copy lands in it (the job dies
+with it), then a restarted job with the last node lost. Every folder and prefix is this run's own, removed after it
+(keep_files: kept).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from gdsbench.cases import Case, Pattern, Transfer
 from gdsbench.columns import TEXT, Column
+from gdsbench.errors import ToolError
 from gdsbench.keys import Key, one_of
 from gdsbench.runners.base import Measurement, RunContext
 from gdsbench.runners.checkpoint import ladder, objects, train
@@ -31,16 +34,23 @@ from gdsbench.runners.checkpoint.base import CKPTIO, TORCH, Package, workload_by
 from gdsbench.runners.checkpoint.distributed import SHM, DistributedRunner, measured_cost, with_nodes
 from gdsbench.runners.checkpoint.tiered import RANK_LADDERS, TIERS
 
-PEER_FAULTS = ("none", "corrupt_peer")
+PEER_FAULTS = ("none", "corrupt_peer", "kill_replicating")
 PEER_FAULT = Key(
     "peer_fault",
     one_of(*PEER_FAULTS),
-    "none or corrupt_peer",
+    "none, corrupt_peer or kill_replicating",
     "none",
     "tiered_ranks: corrupt_peer flips a byte of each copy the lost node's ranks would fetch from their peers: they "
-    "must skip it by its checksum and restore from the third tier (tiers [memory, peer, local] or [memory, peer, s3])",
+    "must skip it by its checksum and restore from the third tier (tiers [memory, peer, local] or [memory, peer, s3]); "
+    "kill_replicating SIGKILLs the rank receiving the last rank's copy as it lands, then loses the last node: the torn "
+    "copy is never used, every rank restores the newest step the peers hold whole (tiers [memory, peer])",
     patterns=train.TRAIN,
 )
+#: The ladders a peer fault runs on (a fault not named here: every ladder of RANK_LADDERS).
+FAULT_LADDERS = {
+    "corrupt_peer": (("memory", "peer", "local"), ("memory", "peer", "s3")),
+    "kill_replicating": (("memory", "peer"),),
+}
 #: A ladder's third tier's columns (durable, restore), by its name.
 FAR = {
     "local": ("durable_disk_seconds", "restore_disk_seconds"),
@@ -50,6 +60,9 @@ FAR = {
 EXPECTED = {
     "corrupt_peer": "the lost node's ranks skip their peers' damaged copies by checksum and restore the newest step "
     "from the third tier, exactly; the others from their own RAM",
+    "kill_replicating": "the rank killed while it received the last rank's newest copy kept none of it (a torn temp "
+    "file at most); every copy the holders keep verifies; every rank restores the same step exactly, the newest the "
+    "peers hold whole: the lost node's ranks from their peers, the others from their own RAM",
 }
 RAM_COPIES = 6  # the state, 2 own copies in RAM, 2 held for the peer, the workload file (every rank's share)
 COLUMNS = (
@@ -85,7 +98,7 @@ class TieredRanks(DistributedRunner):
         *(
             c
             for c in ladder.FAULT_COLUMNS
-            if c.name in ("fault_expected", "restored_tier", "skipped_reason", "state_exact")
+            if c.name in ("fault_expected", "restored_tier", "skipped_reason", "state_exact", "kills_made", "torn_seen")
         ),
     )
 
@@ -103,8 +116,10 @@ class TieredRanks(DistributedRunner):
             return "tiered_ranks runs [memory] and ladders with a peer tier ([memory, peer], then local or s3); others: tiered"
         if not hasattr(errors, "PeerError"):
             return "this ckptio has no peer place (issue 39): pip install -e lib/ckptio"
-        if case["peer_fault"] == "corrupt_peer" and len(tiers) < 3:
-            return "corrupt_peer restores the lost node from a third tier: tiers [memory, peer, local] or [.., s3]"
+        fault = case["peer_fault"]
+        if tuple(tiers) not in FAULT_LADDERS.get(fault, RANK_LADDERS):
+            ladders = " or ".join(f"[{', '.join(ladder)}]" for ladder in FAULT_LADDERS[fault])
+            return f"peer_fault {fault} runs on tiers {ladders}"
         if ctx.launch.nodes < 2 and "peer" in tiers:
             return "a peer tier needs two nodes or more: launcher: {name: torchrun, nodes: 2} (two on this host)"
         return objects.reason(case) if "s3" in tiers else None
@@ -132,6 +147,10 @@ class TieredRanks(DistributedRunner):
         keep = ctx.resources.keep_files
         with ladder.private_folder(SHM, "gdsbench-peers", keep) as ram, self._durable(case, ctx, ram.name) as durable:
             ranks = self._launch(case, ctx, durable, shared, warmup=0)
+            if case["peer_fault"] == "kill_replicating":  # the kill and the restarted job, launches of their own
+                survivors = self._launch_to_fail(case, ctx, durable, shared, "kill")
+                restarted = self._launch(case, ctx, durable, shared, 0, "restart")
+                ranks = [{**loop, **again, "survivors": survivors} for loop, again in zip(ranks, restarted)]
         return with_nodes(self._row(case, ranks, workload.nbytes), ranks, ctx.launch, case)
 
     @contextlib.contextmanager
@@ -181,6 +200,8 @@ class TieredRanks(DistributedRunner):
         figures["stall_vs_copy"] = stall / figures["host_copy_seconds"]
         figures["replicate_vs_ring"] = ratio(figures["replicate_seconds"], figures["ring_seconds"])
         figures["replicate_idle_vs_ring"] = ratio(figures["replicate_idle_seconds"], figures["ring_seconds"])
+        if case["peer_fault"] == "kill_replicating":
+            figures.update(kill_figures(ranks))
         if tiers[-1] == "s3":  # the ladder's work at risk: since the newest step durable in S3
             figures["work_at_risk_steps"] = worst(r["work_at_risk_steps"] for r in ranks)
         figures["restore_vs_ring"] = ratio(figures["restore_peer_seconds"], figures["ring_seconds"])
@@ -207,6 +228,8 @@ def restores_note(case: Case, tiers: list[str], ranks: list[dict[str, Any]]) -> 
     """What the row's restores read, for its note."""
     if "peer" not in tiers:
         return "a restarted job restored every rank from its own RAM, verified (RAM alone: no node loss survives)"
+    if case["peer_fault"] == "kill_replicating":
+        return kill_note(ranks)
     damaged = case["peer_fault"] != "none"
     return (
         f"node {ranks[0]['lost_node']} lost (its RAM removed): its ranks restored from "
@@ -214,6 +237,27 @@ def restores_note(case: Case, tiers: list[str], ranks: list[dict[str, Any]]) -> 
         + ", the others from their own RAM, verified"
         + (f"; then every node's RAM lost, every rank restored from {tiers[-1]}" if len(tiers) > 2 else "")
     )
+
+
+def kill_note(ranks: list[dict[str, Any]]) -> str:
+    """kill_replicating's note: when the kill landed, what the survivors said, what the restarted job read."""
+    kill, survivors = ranks[0]["kill"], ranks[0]["survivors"]
+    return (
+        f"rank {kill['rank']} SIGKILLed receiving rank {kill['source']}'s step {kill['step']} ({kill['temp_bytes']} "
+        f"bytes of it landed), node {ranks[0]['lost_node']} lost (its RAM removed); "
+        + (f"a survivor said: {survivors[0][:120]}; " if survivors else "")
+        + f"{ranks[0]['held_checked']} copies its peers kept verified ({ranks[0]['temps_left']} temp files of copies "
+        f"never kept); every rank restored step {ranks[0]['restored_step']}: the lost node's from their peers, the "
+        "others from their own RAM, verified"
+    )
+
+
+def kill_figures(ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """kill_replicating's counts (a torn copy, a kill after the copy was whole, or a mix of steps fails the row)."""
+    steps = {r["restored_step"] for r in ranks}
+    if len(steps) != 1:
+        raise ToolError(f"tiered_ranks: kill_replicating: the ranks restored different steps: {sorted(steps)}")
+    return {"kills_made": 1, "torn_seen": 0}
 
 
 def far_figures(tiers: list[str], per_tier: list[float | None], ranks: list[dict[str, Any]]) -> dict[str, Any]:

@@ -34,9 +34,12 @@ def group(timeout_seconds: float) -> dist.ProcessGroup:
 
 def moves(op: str, nbytes: int, message: int, on: dist.ProcessGroup) -> Callable[[], None]:
     """One pass of `op` over `nbytes` per rank (all_gather: each rank's part nbytes / world) in `message`-byte
-    messages, its buffers made and touched first."""
+    messages, its buffers made and touched first; ranks of unequal bytes all move the largest's messages (a rank
+    waiting on a message its neighbour never sends would hang)."""
     rank, world = dist.get_rank(), dist.get_world_size()
-    count = max(1, -(-nbytes // message))
+    most = torch.tensor([max(1, -(-nbytes // message))], dtype=torch.int64)
+    dist.all_reduce(most, op=dist.ReduceOp.MAX, group=on)
+    count = int(most[0])
     if op == "ring":
         to, source = neighbours(rank, world)
         out, into = torch.ones(message, dtype=torch.uint8), torch.zeros(message, dtype=torch.uint8)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,29 +24,22 @@ import torch
 import torch.distributed as dist
 
 from gdsbench.runners.checkpoint import ladder, train
-from gdsbench.runners.checkpoint.distributed import SHM
 from gdsbench.runners.checkpoint.rank_job import RankJob
-from gdsbench.runners.checkpoint.ranks import fabric
+from gdsbench.runners.checkpoint.ranks import fabric, peer_kill
+from gdsbench.runners.checkpoint.ranks.peer_tiers import (
+    held_folder,
+    locations,
+    lost_node,
+    node_root,
+    ranks_per_node,
+    timed_restore,
+)
 from gdsbench.runners.checkpoint.ranks.rank import host_copy_seconds
-from gdsbench.runners.checkpoint.ranks.state import local_tensors, preset_state, same
+from gdsbench.runners.checkpoint.ranks.state import local_tensors, preset_state
 from gdsbench.runners.checkpoint.tiered import TierPending
 from gdsbench.runners.resources import Usage
 
 MESSAGE = 16 << 20  # the ring reference's messages: the peer tier's own (ckptio's peers.CHUNK_BYTES)
-
-
-def node_root(job: RankJob, node: int) -> Path:
-    """This run's RAM folder of a node: in the run's private folder of /dev/shm, named as the last part of the
-    run's checkpoint location is (tiered_ranks names both alike)."""
-    return SHM / Path(job.path).name / f"node{node}"
-
-
-def locations(job: RankJob, rank: int, node: int) -> list[str]:
-    """This rank's tiers, nearest first, as the case's `tiers` names them."""
-    root = node_root(job, node)
-    durable = f"{job.path}/rank{rank}"  # a folder of the sweep's directory, or a prefix of the case's bucket
-    where = {"memory": f"memory://{root}/own{rank}", "peer": f"peer://{root}", "local": durable, "s3": durable}
-    return [where[name] for name in job.tiers.split("+")]
 
 
 def references(state: dict[str, Any], nbytes: int) -> dict[str, float]:
@@ -70,9 +62,11 @@ class PeerLadder:
 
         rank, node = dist.get_rank(), int(os.environ.get("GROUP_RANK", "0"))
         state = {name: t.contiguous() for name, t in local_tensors(preset_state(job)[0]).items()}
+        options = IOOptions(backend="buffered")
+        if job.stage:  # a later launch of kill_replicating (ranks/peer_kill.py)
+            return peer_kill.STAGES[job.stage](job, rank, node, state, options)
         nbytes = sum(t.nbytes for t in state.values())
         figures: dict[str, Any] = {"own_bytes": nbytes, **references(state, nbytes)}
-        options = IOOptions(backend="buffered")
         compute, gradient = train.Step(job.step_time), torch.zeros(1)
         saves: list[Any] = []
 
@@ -98,6 +92,8 @@ class PeerLadder:
             ckpt.wait_drained()
         figures.update(usage.columns(), **loop_figures(times, saves), step_reps=compute.reps)
         figures["work_at_risk_steps"] = statistics.median(risk) if risk else None
+        if job.peer_fault == "kill_replicating":  # the kill and the restart are launches of their own
+            return figures
         if not peer:  # RAM alone, the peer ladders' reference: a restarted job restores from each rank's RAM
             seconds = timed_restore(job, rank, node, state, saves[-1].step, 0, options)[0]
             return {**figures, "restore_seconds": seconds, "restored_tier": 0, "skipped": []}
@@ -142,14 +138,13 @@ def restore_after_loss(
 ) -> dict[str, Any]:
     """The last node's RAM lost, then every rank's restore (timed, the slowest rank's is the row's): the step and
     tier it read, checked exactly; RuntimeError where it is not the newest step from the tier expected."""
-    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    lost = dist.get_world_size() // per_node - 1
+    per_node, lost = ranks_per_node(), lost_node()
     dist.barrier()
     if node == lost and int(os.environ.get("LOCAL_RANK", "0")) == 0:
         shutil.rmtree(node_root(job, node), ignore_errors=True)
     source = (rank - per_node) % dist.get_world_size()  # whose copy this rank holds (the peer tier's ring)
     if job.peer_fault == "corrupt_peer" and source // per_node == lost:
-        flip(node_root(job, node) / f"rank-{rank}" / f"of-rank-{source}" / f"step-{newest:012d}.ckpt")
+        flip(held_folder(job, node, rank, source) / f"step-{newest:012d}.ckpt")
     dist.barrier()
     expected = 0 if node != lost else 2 if job.peer_fault == "corrupt_peer" else 1
     seconds, found = timed_restore(job, rank, node, state, newest, expected, options)
@@ -167,32 +162,6 @@ def restore_after_all_lost(
         shutil.rmtree(node_root(job, node), ignore_errors=True)
     dist.barrier()
     return timed_restore(job, rank, node, state, newest, len(job.tiers.split("+")) - 1, options)[0]
-
-
-def timed_restore(
-    job: RankJob, rank: int, node: int, state: dict[str, Any], newest: int, expected: int, options: Any
-) -> tuple[float, Any]:
-    """A restarted job's restore on this rank (a new TieredCheckpointer): its seconds and record; RuntimeError where
-    it is not the newest step from the `expected` tier, or its tensors differ from the saved ones."""
-    from ckptio import TieredCheckpointer
-    from ckptio.records import Restored
-
-    with TieredCheckpointer(locations(job, rank, node), options=options, require_durable=False) as ckpt:
-        started = time.perf_counter()
-        loaded = ckpt.load()
-        seconds = time.perf_counter() - started
-        found = ckpt.last
-    assert isinstance(found, Restored)
-    if (found.step, found.tier) != (newest, expected):
-        skipped = "; ".join(f"tier {s.tier} step {s.step}: {s.reason}" for s in found.skipped) or "none"
-        raise RuntimeError(
-            f"rank {rank}: restored step {found.step} from tier {found.tier}, expected step {newest} from tier "
-            f"{expected}; skipped: {skipped}"
-        )
-    wrong = same(loaded, state)
-    if wrong:
-        raise RuntimeError(f"rank {rank}: restored tensor {wrong!r} differs from the one saved")
-    return seconds, found
 
 
 def flip(path: Path) -> None:
