@@ -70,6 +70,29 @@ def test_the_memory_copy_outlives_the_process_that_saved_it(shm: Path) -> None:
         assert ckpt.last is not None and ckpt.last.step == 9
 
 
+def test_a_crashed_writer_s_temp_files_of_any_step_leave_ram_at_the_next_save(shm: Path) -> None:
+    """A save or peer copy killed midway leaves a temp file in RAM (its bytes held for good): the tier's next save
+    removes every one whose writer is provably gone, whichever step it was for; a live writer's stays."""
+    from ckptio import durable
+
+    folder = Path(place("memory://leak").path)
+    with TieredCheckpointer(["memory://leak"]) as ckpt:
+        ckpt.save(STATE, 1).wait()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    writer = f"{durable._host()}.{durable._boot_id()}.{int(dead.stdout)}.123"
+    torn = [folder / f".step-{step:012d}.ckpt.{writer}.abcd1234{durable.TEMP_SUFFIX}" for step in (2, 7)]
+    live = Path(durable.temp_path(str(folder / "step-000000000005.ckpt")))  # this process: a save under way
+    for path in (*torn, live):
+        path.write_bytes(b"x" * 4096)
+    with TieredCheckpointer(["memory://leak"]) as ckpt:
+        ckpt.save(STATE, 3).wait()
+    assert not any(path.exists() for path in torn) and live.exists()
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == [
+        "step-000000000001.ckpt",
+        "step-000000000003.ckpt",
+    ]
+
+
 def test_a_save_that_would_not_fit_in_memory_is_refused_before_a_byte(
     shm: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -246,8 +246,8 @@ def kill_note(ranks: list[dict[str, Any]]) -> str:
         f"rank {kill['rank']} SIGKILLed receiving rank {kill['source']}'s step {kill['step']} ({kill['temp_bytes']} "
         f"bytes of it landed), node {ranks[0]['lost_node']} lost (its RAM removed); "
         + (f"a survivor said: {survivors[0][:120]}; " if survivors else "")
-        + f"{ranks[0]['held_checked']} copies its peers kept verified ({ranks[0]['temps_left']} temp files of copies "
-        f"never kept); every rank restored step {ranks[0]['restored_step']}: the lost node's from their peers, the "
+        + f"{ranks[0]['held_checked']} copies its peers kept verified ({ranks[0]['temps_left']} torn temp files beside "
+        f"them, never read; the tier's next save removes them); every rank restored step {ranks[0]['restored_step']}: the lost node's from their peers, the "
         "others from their own RAM, verified"
     )
 

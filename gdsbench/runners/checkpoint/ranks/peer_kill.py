@@ -82,7 +82,7 @@ def die_receiving(job: RankJob, folder: Path, steps: tuple[int, int], source: in
     step, calibration = steps
     started = time.perf_counter()
     while time.perf_counter() - started < WAIT_SECONDS:
-        torn = [(t, t.stat().st_size) for t in folder.glob(f".step-{step:012d}.ckpt.*.tmp") if exists(t)]
+        torn = [(t, t.stat().st_size) for t in folder.glob(f".step-{step:012d}.ckpt.*") if exists(t)]
         landed = [(t, size) for t, size in torn if size > mark]
         if landed:
             break
@@ -158,7 +158,7 @@ def held_copies(folder: Path) -> dict[str, Any]:
             ckptio.load(str(copy))
         except CheckpointError as exc:
             torn.append((copy.name, str(exc)))
-    return {"steps": [int(c.name[5:17]) for c in copies], "torn": torn, "temps": len(list(folder.glob(".*.tmp")))}
+    return {"steps": [int(c.name[5:17]) for c in copies], "torn": torn, "temps": len(list(folder.glob(".step-*")))}
 
 
 STAGES: dict[str, Callable[[RankJob, int, int, dict[str, Any], Any], dict[str, Any]]] = {

@@ -87,8 +87,13 @@ class LocalTier:
         return os.path.join(self.path, name_of(step))
 
     def prepare(self) -> None:
-        """Make the folder (0700) if missing; UnsafeLocation where it, or a folder on the way, is not safe."""
+        """Make the folder (0700) if missing; UnsafeLocation where it, or a folder on the way, is not safe. The
+        temp files of checkpoints whose writer is provably gone (a crashed save or copy) are removed: in RAM
+        each would hold a checkpoint's bytes for good."""
         resolved_folder(self.path, create=True, alone=True)
+        for step in {step_of(n[1:].split(".ckpt.", 1)[0] + ".ckpt") for n in os.listdir(self.path) if n[:1] == "."}:
+            if step is not None:
+                durable.remove_stale_temps(self.file(step))
 
     def room_for(self, nbytes: int) -> None:
         """Nothing asked before a save of files: the file system's ENOSPC says it while writing (StorageFull)."""

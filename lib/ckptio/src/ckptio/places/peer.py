@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from .. import durable
 from ..errors import InvalidLocation, UnsupportedLocation
 from ..options import IOOptions
-from ..tier_names import name_of, named, pinned
+from ..tier_names import named, pinned
 from .base import Place, Traits
 from .memory import SCHEME as MEMORY_SCHEME
 from .memory import MemoryTier
@@ -160,8 +160,8 @@ def _into(tier: MemoryTier, step: int, then: Callable[[], None]) -> Incoming:
     def open_temp(nbytes: int) -> str:
         tier.prepare()
         tier.room_for(nbytes)
-        fd, temp = tempfile.mkstemp(prefix=f".{name_of(step)}.", suffix=".tmp", dir=tier.path)
-        os.close(fd)
+        temp = durable.temp_path(tier.file(step))  # it names its writer: removed once provably dead (prepare)
+        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600))
         return temp
 
     def keep(temp: str) -> None:
