@@ -25,6 +25,16 @@ OBJECTS_CEILING = "s3"
 #: The references a baseline engine declares itself (Traits.baseline): every checkpoint engine's ratio to the
 #: single-process baseline; a distributed engine's, to the distributed one measured alike.
 SINGLE_PROCESS, DISTRIBUTED = "single-process", "distributed"
+#: A durability ladder's tiers and each one's row columns (seconds until durable there, the restore from it): the
+#: near tier (a ladder's first, RAM or a local folder) and those after it by name, as a row's `tiers` says them.
+#: The ladder engines fill them; the report's ladder reads them.
+NEAR_TIER = "near"
+TIER_COLUMNS = {
+    NEAR_TIER: ("durable_local_seconds", "restore_local_seconds"),
+    "peer": ("durable_peer_seconds", "restore_peer_seconds"),
+    "local": ("durable_disk_seconds", "restore_disk_seconds"),
+    "s3": ("durable_object_seconds", "restore_object_seconds"),
+}
 #: The row columns that carry a row's traits (written by the sweep, read by flags and reports).
 TRAIT_COLUMNS = ("stores_on", "ceiling", "baseline")
 

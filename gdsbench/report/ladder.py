@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from gdsbench.columns import NEAR_TIER, TIER_COLUMNS
 from gdsbench.errors import UsageError
 from gdsbench.report import ceilings, goodput, tables
 from gdsbench.report.derived import Derived, Inputs, Setting
@@ -38,14 +39,8 @@ TITLE = (
 DEFAULT_MTBF_LOCAL = 86400.0  # a day between failures the node-local copy survives (a process, a GPU reset)
 DEFAULT_MTBF_NODE = 7 * 86400.0  # a week between failures that take the node's local copy with them
 LADDER = (
-    "durable_local_seconds",
-    "durable_peer_seconds",
-    "durable_disk_seconds",
-    "durable_object_seconds",
-    "restore_local_seconds",
-    "restore_peer_seconds",
-    "restore_disk_seconds",
-    "restore_object_seconds",
+    *(durable for durable, _ in TIER_COLUMNS.values()),
+    *(restore for _, restore in TIER_COLUMNS.values()),
     "work_at_risk_steps",
 )
 FIGURES = ("stall_seconds", "checkpoint_cost_seconds", "loop_seconds", *LADDER)
@@ -90,14 +85,11 @@ class TierFigures:
     survives: int
 
 
-NEAR = TierFigures(
-    "durable_local_seconds", "restore_local_seconds", PROCESS
-)  # a ladder's first tier, in RAM or on disk
-#: The tiers after the first, by name (a row's `tiers`), nearest first.
+NEAR = TierFigures(*TIER_COLUMNS[NEAR_TIER], PROCESS)  # a ladder's first tier, in RAM or on disk
+#: The tiers after the first, by name (a row's `tiers`), nearest first, each with the widest level it outlives.
 TIERS = {
-    "peer": TierFigures("durable_peer_seconds", "restore_peer_seconds", NODE),
-    "local": TierFigures("durable_disk_seconds", "restore_disk_seconds", PROCESS),
-    "s3": TierFigures("durable_object_seconds", "restore_object_seconds", CORRELATED),
+    name: TierFigures(*TIER_COLUMNS[name], level)
+    for name, level in (("peer", NODE), ("local", PROCESS), ("s3", CORRELATED))
 }
 
 

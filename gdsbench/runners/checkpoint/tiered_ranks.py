@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gdsbench.cases import Case, Pattern, Transfer
-from gdsbench.columns import TEXT, Column
+from gdsbench.columns import TEXT, TIER_COLUMNS, Column
 from gdsbench.errors import ToolError
 from gdsbench.keys import Key, one_of
 from gdsbench.runners.base import Measurement, RunContext
@@ -50,11 +50,6 @@ PEER_FAULT = Key(
 FAULT_LADDERS = {
     "corrupt_peer": (("memory", "peer", "local"), ("memory", "peer", "s3")),
     "kill_replicating": (("memory", "peer"),),
-}
-#: A ladder's third tier's columns (durable, restore), by its name.
-FAR = {
-    "local": ("durable_disk_seconds", "restore_disk_seconds"),
-    "s3": ("durable_object_seconds", "restore_object_seconds"),
 }
 #: What a peer fault must do, as its row says it (`fault_expected`): a row that does otherwise fails.
 EXPECTED = {
@@ -264,7 +259,7 @@ def far_figures(tiers: list[str], per_tier: list[float | None], ranks: list[dict
     """A third tier's median seconds until durable, and the slowest rank's restore from it (none: no figures)."""
     if len(tiers) < 3:
         return {}
-    durable, restore = FAR[tiers[2]]
+    durable, restore = TIER_COLUMNS[tiers[2]]
     return {durable: per_tier[2], restore: worst(r["restore_far_seconds"] for r in ranks)}
 
 
