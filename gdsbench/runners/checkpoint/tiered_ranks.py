@@ -239,7 +239,8 @@ def kill_note(ranks: list[dict[str, Any]]) -> str:
     kill, survivors = ranks[0]["kill"], ranks[0]["survivors"]
     return (
         f"rank {kill['rank']} SIGKILLed receiving rank {kill['source']}'s step {kill['step']} ({kill['temp_bytes']} "
-        f"bytes of it landed), node {ranks[0]['lost_node']} lost (its RAM removed); "
+        f"bytes of it landed{'' if kill['attempt'] == 1 else ', try ' + str(kill['attempt'])}), node "
+        f"{ranks[0]['lost_node']} lost (its RAM removed); "
         + (f"a survivor said: {survivors[0][:120]}; " if survivors else "")
         + f"{ranks[0]['held_checked']} copies its peers kept verified ({ranks[0]['temps_left']} torn temp files beside "
         f"them, never read; the tier's next save removes them); every rank restored step {ranks[0]['restored_step']}: the lost node's from their peers, the "

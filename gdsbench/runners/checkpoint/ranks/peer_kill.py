@@ -2,7 +2,8 @@
 Two launches after the loop's (tiered_ranks.py runs them, the RAM folders kept between):
 
 - `kill`: every rank saves step C (whole everywhere), then step K; the rank holding the last rank's copies (on the
-  first node) SIGKILLs itself once K's copy has landed in its temp file up to a random point (before 75% of it), having written what it
+  first node) SIGKILLs itself once K's copy has landed in its temp file up to a random point (before 75% of it;
+  where the copy was whole before it looked, K becomes C and the next step is tried, up to TRIES), having written what it
   saw to `<checkpoint>/kill.json`. The job dies with it (its peers lose a rank), as a real job does; the killed
   rank's RAM folder outlives it (a process crash), a torn temp file in it.
 - `restart`: the last node is lost (its RAM folder removed), so its ranks must restore from the holders, the killed
@@ -36,13 +37,14 @@ from gdsbench.runners.checkpoint.ranks.peer_tiers import (
 )
 
 KILL_BEFORE = 0.75  # the kill lands before this share of the copy (a random point of it)
+TRIES = 5  # steps the kill may take (a copy whole before the holder looked: the next step)
 POLL_SECONDS = 0.001  # between looks at the incoming temp file
 WAIT_SECONDS = 120.0  # the most a holder waits for the copy it is to be killed receiving
 
 
-def steps(job: RankJob) -> tuple[int, int]:
-    """The step saved whole before the kill (C) and the one killed in flight (K): after every step of the loop."""
-    return job.steps + job.interval, job.steps + 2 * job.interval
+def first_step(job: RankJob) -> int:
+    """The step saved whole before the kill: after every step of the loop."""
+    return job.steps + job.interval
 
 
 def kill_record(job: RankJob) -> Path:
@@ -51,60 +53,66 @@ def kill_record(job: RankJob) -> Path:
 
 
 def kill(job: RankJob, rank: int, node: int, state: dict[str, Any], options: Any) -> dict[str, Any]:
-    """Save C, wait until every peer holds it, then save K: the holder of the last rank's copies dies once K's copy
-    has begun to land; the others wait for their copies and meet at a barrier it never reaches (their errors end
-    the launch)."""
+    """Save a step and wait until every peer holds it, then the next: the holder of the last rank's copies dies
+    once that copy has landed to a random point (where the copy was whole before it looked, the next step is tried,
+    TRIES in all); the others wait for their copies and meet at a barrier it never reaches (their errors end the
+    launch)."""
     from ckptio import TieredCheckpointer
 
-    calibration, killed = steps(job)
     world, per_node = dist.get_world_size(), ranks_per_node()
     last = world - 1
     victim = (last + per_node) % world  # the ring's holder of the last rank's copies
     with TieredCheckpointer(locations(job, rank, node), options=options, require_durable=False) as ckpt:
-        dist.barrier()
-        first = ckpt.save(state, calibration)
-        first.wait(tier=1)
-        if 1 not in first.durable_seconds:
-            raise RuntimeError(f"rank {rank}: step {calibration}'s peer copy failed: {first.errors.get(1)}")
-        dist.barrier()
-        saved = ckpt.save(state, killed)  # the RAM copy made: the replication runs behind it
-        if rank == victim:  # killed at a random point of the copy (its bytes about this rank's own)
-            mark = int(random.uniform(0.0, KILL_BEFORE) * sum(t.nbytes for t in state.values()))
-            die_receiving(job, held_folder(job, node, rank, last), (killed, calibration), last, mark)
-        saved.wait(tier=1)
-        dist.barrier()  # never passed: the victim is gone
-    raise RuntimeError(f"rank {rank}: the job went on after rank {victim} was killed")
+        whole = first_step(job)
+        replicated(ckpt.save(state, whole), rank)
+        for attempt in range(1, TRIES + 1):
+            step = whole + job.interval
+            dist.barrier()
+            saved = ckpt.save(state, step)  # the RAM copy made: the replication runs behind it
+            if rank == victim:  # killed at a random point of the copy (its bytes about this rank's own)
+                mark = int(random.uniform(0.0, KILL_BEFORE) * sum(t.nbytes for t in state.values()))
+                die_receiving(job, held_folder(job, node, rank, last), (step, whole, attempt), last, mark)
+            replicated(saved, rank)
+            whole = step
+            dist.barrier()  # passed only where the holder lived (the copy whole before it looked): the next step
+    raise RuntimeError(f"rank {rank}: in {TRIES} saves no copy was still landing when its holder looked")
 
 
-def die_receiving(job: RankJob, folder: Path, steps: tuple[int, int], source: int, mark: int) -> None:
-    """Once a temp file of the killed step's copy in `folder` holds more than `mark` bytes, write what was seen and
-    SIGKILL this process; RuntimeError where the copy was kept first (the replication outran the looks)."""
-    step, calibration = steps
+def replicated(saved: Any, rank: int) -> None:
+    """Wait until the peer holds this rank's save; RuntimeError where it does not (the peer gone)."""
+    saved.wait(tier=1)
+    if 1 not in saved.durable_seconds:
+        raise RuntimeError(f"rank {rank}: step {saved.step}'s peer copy failed: {saved.errors.get(1)}")
+
+
+def die_receiving(job: RankJob, folder: Path, steps: tuple[int, int, int], source: int, mark: int) -> None:
+    """Once a temp file of the step's copy in `folder` holds more than `mark` bytes, write what was seen and
+    SIGKILL this process; return where the copy was kept first (it outran the looks: the caller tries again)."""
+    step, whole, attempt = steps
     started = time.perf_counter()
     while time.perf_counter() - started < WAIT_SECONDS:
-        torn = [(t, t.stat().st_size) for t in folder.glob(f".step-{step:012d}.ckpt.*") if exists(t)]
-        landed = [(t, size) for t, size in torn if size > mark]
+        landed = [(t, size) for t in folder.glob(f".step-{step:012d}.ckpt.*") if (size := size_of(t)) > mark]
         if landed:
             break
         if (folder / f"step-{step:012d}.ckpt").exists():
-            raise RuntimeError(f"rank {source}'s copy of step {step} was kept before its temp file was seen")
+            return
         time.sleep(POLL_SECONDS)
     else:
         raise RuntimeError(f"no copy of rank {source}'s step {step} began to land within {WAIT_SECONDS:g} s")
     temp, size = landed[0]
-    record: dict[str, Any] = {"rank": dist.get_rank(), "source": source, "step": step, "calibration": calibration}
-    record.update(temp=temp.name, temp_bytes=size, mark_bytes=mark, seconds=time.perf_counter() - started)
+    record: dict[str, Any] = {"rank": dist.get_rank(), "source": source, "step": step, "calibration": whole}
+    record.update(temp=temp.name, temp_bytes=size, mark_bytes=mark, attempt=attempt)
+    record.update(seconds=time.perf_counter() - started)
     kill_record(job).write_text(json.dumps(record))
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def exists(path: Path) -> bool:
-    """Whether a file is still there (a temp file is renamed into place, or removed, at any moment)."""
+def size_of(path: Path) -> int:
+    """A file's size, -1 where it is gone (a temp file is renamed into place, or removed, at any moment)."""
     try:
-        path.stat()
+        return path.stat().st_size
     except FileNotFoundError:
-        return False
-    return True
+        return -1
 
 
 def restart(job: RankJob, rank: int, node: int, state: dict[str, Any], options: Any) -> dict[str, Any]:
