@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -30,9 +29,10 @@ from gdsbench.runners.checkpoint.rank_job import RankJob
 from gdsbench.runners.checkpoint.ranks.peer_tiers import (
     held_folder,
     locations,
+    lose_ram,
     lost_node,
-    node_root,
     ranks_per_node,
+    source_of,
     timed_restore,
 )
 
@@ -121,9 +121,9 @@ def restart(job: RankJob, rank: int, node: int, state: dict[str, Any], options: 
     lost, per_node = lost_node(), ranks_per_node()
     facts = json.loads(kill_record(job).read_text())
     dist.barrier()
-    if node == lost and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        shutil.rmtree(node_root(job, node), ignore_errors=True)
-    source = (rank - per_node) % dist.get_world_size()  # whose copies this rank holds (the peer tier's ring)
+    if node == lost:
+        lose_ram(job, node)
+    source = source_of(rank)
     mine = held_copies(held_folder(job, node, rank, source)) if source // per_node == lost else None
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, {"source": source, **(mine or {})} if mine else None)

@@ -15,7 +15,6 @@ either way), every node's RAM is lost next and every rank restores from it."""
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
 from pathlib import Path
 from typing import Any
@@ -29,9 +28,10 @@ from gdsbench.runners.checkpoint.ranks import fabric, peer_kill
 from gdsbench.runners.checkpoint.ranks.peer_tiers import (
     held_folder,
     locations,
+    lose_ram,
     lost_node,
-    node_root,
     ranks_per_node,
+    source_of,
     timed_restore,
 )
 from gdsbench.runners.checkpoint.ranks.rank import host_copy_seconds
@@ -140,9 +140,9 @@ def restore_after_loss(
     tier it read, checked exactly; RuntimeError where it is not the newest step from the tier expected."""
     per_node, lost = ranks_per_node(), lost_node()
     dist.barrier()
-    if node == lost and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        shutil.rmtree(node_root(job, node), ignore_errors=True)
-    source = (rank - per_node) % dist.get_world_size()  # whose copy this rank holds (the peer tier's ring)
+    if node == lost:
+        lose_ram(job, node)
+    source = source_of(rank)
     if job.peer_fault == "corrupt_peer" and source // per_node == lost:
         flip(held_folder(job, node, rank, source) / f"step-{newest:012d}.ckpt")
     dist.barrier()
@@ -158,8 +158,7 @@ def restore_after_all_lost(
     """Every node's RAM lost at once (several nodes: only the third tier outlives them), then every rank's restore
     from that tier, checked exactly; its seconds."""
     dist.barrier()
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        shutil.rmtree(node_root(job, node), ignore_errors=True)
+    lose_ram(job, node)
     dist.barrier()
     return timed_restore(job, rank, node, state, newest, len(job.tiers.split("+")) - 1, options)[0]
 

@@ -4,6 +4,7 @@ ranks/peer_ladder.py's loop and ranks/peer_kill.py's kill and restart)."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,19 @@ def lost_node() -> int:
 def ranks_per_node() -> int:
     """The ranks of a node, as the launcher says."""
     return int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+
+
+def lose_ram(job: RankJob, node: int) -> None:
+    """This node's RAM folder removed (its own copies and those it held), by the node's first rank: the node lost."""
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        shutil.rmtree(node_root(job, node), ignore_errors=True)
+
+
+def source_of(rank: int) -> int:
+    """Whose copies `rank` holds: the same local rank on the node before (the peer tier's ring)."""
+    import torch.distributed as dist
+
+    return (rank - ranks_per_node()) % dist.get_world_size()
 
 
 def held_folder(job: RankJob, node: int, rank: int, source: int) -> Path:
